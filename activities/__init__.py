@@ -1,0 +1,1 @@
+"""Activities: model calls, tool planning and execution, graph capture. User code runs here."""

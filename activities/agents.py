@@ -1,0 +1,85 @@
+"""Activities that capture the agent graph at run start and run the run's error handlers."""
+
+from __future__ import annotations
+
+import inspect
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.context import rebuild_context
+from hitl.errors import UserError
+from hitl.model import model_spec_for
+from hitl.refs import resolve_ref
+from hitl.registry import AgentRegistry
+from hitl.run_config import RunErrorHandlerInput, RunErrorHandlerResult
+from hitl.wire import (
+    ACT_HANDLE_RUN_ERROR,
+    ACT_RESOLVE_AGENT,
+    AgentGraph,
+    HandleRunErrorInput,
+    HandleRunErrorOutput,
+    ResolveAgentInput,
+)
+
+
+class AgentActivities:
+    """Graph capture and error handlers for the agents in `registry`."""
+
+    def __init__(self, registry: AgentRegistry) -> None:
+        self.registry = registry
+
+    @activity.defn(name=ACT_RESOLVE_AGENT)
+    async def resolve_agent(self, inp: ResolveAgentInput) -> AgentGraph:
+        """Capture the graph of the named agent (recorded in history: the run is pinned to it)."""
+        try:
+            graph = self.registry.resolve(inp.agent).graph
+            cfg = inp.run_config
+            refs = [cfg.tool_error_formatter, cfg.context_type, *cfg.error_handlers.values()]
+            for ref in refs:
+                if ref:
+                    resolve_ref(ref)
+            unknown = set(cfg.error_handlers) - {"max_turns"}
+            if unknown:
+                raise UserError(f"unsupported error_handlers keys: {sorted(unknown)}")
+            if cfg.model:
+                spec = model_spec_for(cfg.model)
+                graph = graph.model_copy(
+                    update={
+                        "agents": {
+                            k: a.model_copy(update={"model": spec}) for k, a in graph.agents.items()
+                        }
+                    }
+                )
+        except UserError as exc:
+            raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+        return graph
+
+    @activity.defn(name=ACT_HANDLE_RUN_ERROR)
+    async def handle_run_error(self, inp: HandleRunErrorInput) -> HandleRunErrorOutput:
+        """Run an `error_handlers` entry; it may turn the error into a controlled final output."""
+        try:
+            handler = resolve_ref(inp.handler)
+            context = rebuild_context(inp.context)
+        except UserError as exc:
+            raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+        data = RunErrorHandlerInput(
+            kind=inp.kind,
+            message=inp.message,
+            max_turns=inp.max_turns,
+            context=context,
+            input_items=inp.input_items,
+            new_items=inp.new_items,
+        )
+        result = handler(data)
+        if inspect.isawaitable(result):
+            result = await result
+        if result is None:
+            return HandleRunErrorOutput(handled=False)
+        if isinstance(result, RunErrorHandlerResult):
+            return HandleRunErrorOutput(
+                handled=True,
+                final_output=result.final_output,
+                include_in_history=result.include_in_history,
+            )
+        return HandleRunErrorOutput(handled=True, final_output=result)

@@ -1,0 +1,136 @@
+"""The `call_model` activity: one model turn, validated before the workflow acts on it."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.context import rebuild_context
+from hitl.agent import Agent, output_is_wrapped
+from hitl.context import RunContextWrapper
+from hitl.errors import UserError
+from hitl.model import ModelRequest, ScriptedModel
+from hitl.registry import AgentRegistry
+from hitl.wire import (
+    ACT_CALL_MODEL,
+    CallModelInput,
+    ModelResponse,
+    TranscriptPage,
+    TranscriptQuery,
+    TranscriptRef,
+    Usage,
+)
+from workflows.items import message_text
+
+
+class ModelActivities:
+    """Model calls for the agents in `registry` (instructions and output types live there)."""
+
+    def __init__(self, registry: AgentRegistry, openai: Any = None) -> None:
+        self.registry = registry
+        self.openai = openai
+
+    @activity.defn(name=ACT_CALL_MODEL)
+    async def call_model(self, inp: CallModelInput) -> ModelResponse:
+        """Ask the agent's model for its next step and validate the answer."""
+        try:
+            agent = self.registry.agent(inp.root_agent, inp.agent_id)
+            context = rebuild_context(inp.context)
+            instructions = await self._instructions(inp, agent, context)
+        except UserError as exc:
+            raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+        transcript = inp.transcript
+        if transcript is None:
+            if inp.transcript_ref is None:
+                raise ApplicationError(
+                    "call_model needs a transcript or a transcript_ref",
+                    type="UserError",
+                    non_retryable=True,
+                )
+            transcript = await _fetch_transcript(inp.transcript_ref)
+
+        if inp.model.provider == "scripted":
+            try:
+                scripted = ScriptedModel.registered(inp.model.name)
+            except UserError as exc:
+                raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+            request = ModelRequest(
+                agent_name=inp.agent_name,
+                instructions=instructions,
+                input=transcript,
+                tools=inp.tools,
+                output_schema=inp.output_schema,
+                turn=inp.turn,
+                context=context,
+            )
+            output = await scripted.respond(request)
+            usage = Usage(requests=1)
+            response_id = None
+        else:
+            if self.openai is None:
+                from activities.openai_model import OpenAIProvider
+
+                self.openai = OpenAIProvider()
+            output, usage, response_id = await self.openai.respond(inp, instructions, transcript)
+
+        response = ModelResponse(output=output, usage=usage, response_id=response_id)
+        if not any(item.get("type") == "function_call" for item in output):
+            messages = [i for i in output if i.get("type") == "message"]
+            if messages:
+                text = message_text(messages[-1])
+                response.final_output = _validate_output(agent, text)
+                response.has_final_output = True
+        return response
+
+    async def _instructions(
+        self, inp: CallModelInput, agent: Agent[Any], context: Any
+    ) -> str | None:
+        if not inp.dynamic_instructions:
+            return inp.instructions
+        fn = agent.instructions
+        if not callable(fn):
+            return inp.instructions
+        ctx = RunContextWrapper(context=context, agent_name=agent.name)
+        result = fn(ctx, agent)
+        if inspect.isawaitable(result):
+            result = await result
+        return str(result)
+
+
+async def _fetch_transcript(ref: TranscriptRef) -> list[dict[str, Any]]:
+    handle = activity.client().get_workflow_handle(ref.workflow_id, run_id=ref.run_id)
+    page: TranscriptPage = await handle.query(
+        "transcript", TranscriptQuery(end=ref.end), result_type=TranscriptPage
+    )
+    if len(page.items) != ref.end:
+        raise ApplicationError(
+            f"transcript has {len(page.items)} items, expected {ref.end}", non_retryable=False
+        )
+    return page.items
+
+
+def _validate_output(agent: Agent[Any], text: str) -> Any:
+    """Validate a final answer against the agent's `output_type` (typed error when it fails)."""
+    if agent.output_type is None or agent.output_type is str:
+        return text
+    adapter: TypeAdapter[Any] = TypeAdapter(agent.output_type)
+    try:
+        raw = json.loads(text)
+        if output_is_wrapped(agent.output_type):
+            if not isinstance(raw, dict) or "response" not in raw:
+                raise ValueError('expected an object with a "response" field')
+            raw = raw["response"]
+        value = adapter.validate_python(raw)
+    except (json.JSONDecodeError, ValidationError, ValueError) as exc:
+        raise ApplicationError(
+            f"final output of {agent.name!r} does not validate as "
+            f"{getattr(agent.output_type, '__name__', agent.output_type)}: {exc}",
+            type="ModelBehaviorError",
+            non_retryable=True,
+        ) from None
+    return adapter.dump_python(value, mode="json")

@@ -1,0 +1,107 @@
+"""Durable human-in-the-loop agent runs on Temporal.
+
+The API follows the OpenAI Agents SDK's human-in-the-loop flow::
+
+    result = await Runner.run(agent, "Refund order 1001")
+    while result.interruptions:
+        state = result.to_state()
+        for item in result.interruptions:
+            state.approve(item)          # or state.reject(item, message="...")
+        result = await Runner.run(agent, state)
+    print(result.final_output)
+
+Each run is a Temporal workflow (`AgentRun`); model calls and tools are activities; a call that
+needs approval parks the run durably until someone decides, from Python, the `temporal` CLI,
+the Temporal UI or the `hitl` CLI.
+"""
+
+from hitl.agent import Agent, Handoff, handoff
+from hitl.client import connect, data_converter
+from hitl.context import RunContextWrapper, ToolContext
+from hitl.errors import (
+    AgentsException,
+    AlreadyDecidedError,
+    DecisionError,
+    InvalidDecisionError,
+    MaxTurnsExceeded,
+    ModelBehaviorError,
+    ModelProviderError,
+    NotPendingError,
+    NoWorkerError,
+    RunFailedError,
+    RunFinishedError,
+    StateVersionError,
+    ToolTimeoutError,
+    UnknownCallError,
+    UserError,
+)
+from hitl.model import Model, ModelReply, ModelRequest, OpenAIModel, ScriptedModel
+from hitl.result import RunResult
+from hitl.run import Runner, serve_agents
+from hitl.run_config import (
+    RunConfig,
+    RunErrorHandlerInput,
+    RunErrorHandlerResult,
+    ToolErrorFormatterArgs,
+)
+from hitl.state import RunState, ToolApprovalItem
+from hitl.tools import FunctionTool, function_tool
+from hitl.wire import (
+    DEFAULT_TASK_QUEUE,
+    WORKFLOW_TYPE,
+    DecisionRecord,
+    ModelSettings,
+    PendingApproval,
+    RunItem,
+    RunStatus,
+    Usage,
+)
+
+__all__ = [
+    "DEFAULT_TASK_QUEUE",
+    "WORKFLOW_TYPE",
+    "Agent",
+    "AgentsException",
+    "AlreadyDecidedError",
+    "DecisionError",
+    "DecisionRecord",
+    "FunctionTool",
+    "Handoff",
+    "InvalidDecisionError",
+    "MaxTurnsExceeded",
+    "Model",
+    "ModelBehaviorError",
+    "ModelProviderError",
+    "ModelReply",
+    "ModelRequest",
+    "ModelSettings",
+    "NoWorkerError",
+    "NotPendingError",
+    "OpenAIModel",
+    "PendingApproval",
+    "RunConfig",
+    "RunContextWrapper",
+    "RunErrorHandlerInput",
+    "RunErrorHandlerResult",
+    "RunFailedError",
+    "RunFinishedError",
+    "RunItem",
+    "RunResult",
+    "RunState",
+    "RunStatus",
+    "Runner",
+    "ScriptedModel",
+    "StateVersionError",
+    "ToolApprovalItem",
+    "ToolContext",
+    "ToolErrorFormatterArgs",
+    "ToolTimeoutError",
+    "UnknownCallError",
+    "Usage",
+    "UserError",
+    "connect",
+    "data_converter",
+    "function_tool",
+    "handoff",
+    "serve_agents",
+]

@@ -1,0 +1,223 @@
+"""Agents, handoffs, and the capture of an agent graph as data."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeAlias
+
+from pydantic import TypeAdapter
+
+from hitl.context import RunContextWrapper, TContext
+from hitl.errors import UserError
+from hitl.model import Model, model_spec_for
+from hitl.schema import ensure_strict_json_schema
+from hitl.tools import FunctionTool
+from hitl.wire import AgentGraph, AgentSpec, HandoffSpec, ModelSettings
+
+InstructionsFunction: TypeAlias = Callable[
+    [RunContextWrapper[Any], "Agent[Any]"], str | Awaitable[str]
+]
+
+
+@dataclass(eq=False)
+class Agent(Generic[TContext]):
+    """An agent: instructions, a model, tools, and agents it can hand off to.
+
+    Attributes:
+        name: The agent's name; runs are started by the name of their root agent.
+        instructions: The system prompt, or a function `(ctx, agent) -> str` (sync or async)
+            evaluated in the model activity on each call.
+        tools: Function tools the model may call.
+        handoffs: Agents (or `handoff(...)` objects) this agent may transfer the conversation to.
+        model: A model name (`"gpt-4.1"`, `"openai-chat:llama3"`), or a `Model` object such as
+            `OpenAIModel(...)` or `ScriptedModel(...)`.
+        model_settings: Sampling settings for this agent.
+        output_type: A type (pydantic model, dataclass, ...) the final output must validate as.
+        handoff_description: What this agent is for, shown to agents that can hand off to it.
+    """
+
+    name: str
+    instructions: str | InstructionsFunction | None = None
+    tools: list[FunctionTool] = field(default_factory=list)
+    handoffs: list[Agent[Any] | Handoff] = field(default_factory=list)
+    model: str | Model | None = None
+    model_settings: ModelSettings = field(default_factory=ModelSettings)
+    output_type: type[Any] | None = None
+    handoff_description: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise UserError("an Agent needs a non-empty name")
+        seen: set[str] = set()
+        for tool in self.tools:
+            if not isinstance(tool, FunctionTool):
+                raise UserError(
+                    f"agent {self.name!r}: tools must be FunctionTools (use @function_tool), "
+                    f"got {type(tool).__name__}"
+                )
+            if tool.name in seen:
+                raise UserError(f"agent {self.name!r} has two tools named {tool.name!r}")
+            seen.add(tool.name)
+
+    def clone(self, **changes: Any) -> Agent[TContext]:
+        """A copy of this agent with some fields changed."""
+        data = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        data.update(changes)
+        return Agent(**data)
+
+
+@dataclass(eq=False)
+class Handoff:
+    """A handoff to another agent, with its tool name and description for the model."""
+
+    agent: Agent[Any]
+    tool_name: str
+    tool_description: str
+
+
+def default_handoff_tool_name(agent: Agent[Any]) -> str:
+    """`transfer_to_<snake_case_name>`, as the OpenAI Agents SDK names handoff tools."""
+    slug = re.sub(r"[^a-zA-Z0-9]+", "_", agent.name).strip("_").lower()
+    return f"transfer_to_{slug}"
+
+
+def handoff(
+    agent: Agent[Any],
+    *,
+    tool_name_override: str | None = None,
+    tool_description_override: str | None = None,
+) -> Handoff:
+    """Describe a handoff to `agent` (use directly in `Agent(handoffs=[...])` for defaults)."""
+    description = f"Handoff to the {agent.name} agent to handle the request."
+    if agent.handoff_description:
+        description += f" {agent.handoff_description}"
+    return Handoff(
+        agent=agent,
+        tool_name=tool_name_override or default_handoff_tool_name(agent),
+        tool_description=tool_description_override or description,
+    )
+
+
+def _as_handoff(item: Agent[Any] | Handoff) -> Handoff:
+    if isinstance(item, Handoff):
+        return item
+    if isinstance(item, Agent):
+        return handoff(item)
+    raise UserError(f"handoffs must be Agents or handoff(...) objects, got {type(item).__name__}")
+
+
+def output_schema_for(output_type: type[Any] | None) -> dict[str, Any] | None:
+    """The strict JSON schema a structured final output must follow (`None` for plain text)."""
+    if output_type is None or output_type is str:
+        return None
+    schema = TypeAdapter(output_type).json_schema()
+    if schema.get("type") != "object":
+        schema = {
+            "type": "object",
+            "properties": {"response": schema},
+            "required": ["response"],
+        }
+    return ensure_strict_json_schema(schema)
+
+
+def output_is_wrapped(output_type: type[Any] | None) -> bool:
+    """True when the output schema wraps a non-object type in `{"response": ...}`."""
+    if output_type is None or output_type is str:
+        return False
+    return TypeAdapter(output_type).json_schema().get("type") != "object"
+
+
+@dataclass
+class CapturedGraph:
+    """An agent graph as data plus the live objects behind each agent id."""
+
+    graph: AgentGraph
+    agents: dict[str, Agent[Any]]
+
+    def agent(self, agent_id: str) -> Agent[Any]:
+        """The live agent for an id of this graph."""
+        try:
+            return self.agents[agent_id]
+        except KeyError:
+            raise UserError(
+                f"agent id {agent_id!r} is not part of the graph rooted at "
+                f"{self.graph.agents[self.graph.root].name!r}"
+            ) from None
+
+
+def capture_graph(root: Agent[Any], *, default_model: str | None = None) -> CapturedGraph:
+    """Walk the agent graph from `root` and record it as data.
+
+    Every agent reachable by handoffs gets a stable id: its name, or `name~2`, `name~3` when
+    different agent objects share a name (in discovery order, depth first, list order). The same
+    code rebuilding the same graph therefore yields the same ids in any process.
+    """
+    ids: dict[int, str] = {}
+    objects: dict[str, Agent[Any]] = {}
+    name_counts: dict[str, int] = {}
+    order: list[Agent[Any]] = []
+
+    def visit(agent: Agent[Any]) -> None:
+        if id(agent) in ids:
+            return
+        n = name_counts.get(agent.name, 0) + 1
+        name_counts[agent.name] = n
+        agent_id = agent.name if n == 1 else f"{agent.name}~{n}"
+        ids[id(agent)] = agent_id
+        objects[agent_id] = agent
+        order.append(agent)
+        for h in agent.handoffs:
+            visit(_as_handoff(h).agent)
+
+    if not isinstance(root, Agent):
+        raise UserError(f"expected an Agent, got {type(root).__name__}")
+    visit(root)
+
+    specs: dict[str, AgentSpec] = {}
+    for agent in order:
+        agent_id = ids[id(agent)]
+        handoffs = [_as_handoff(h) for h in agent.handoffs]
+        tool_names = {t.name for t in agent.tools}
+        for h in handoffs:
+            if h.tool_name in tool_names:
+                raise UserError(
+                    f"agent {agent.name!r}: handoff tool {h.tool_name!r} clashes with a tool name"
+                )
+        instructions = agent.instructions
+        specs[agent_id] = AgentSpec(
+            id=agent_id,
+            name=agent.name,
+            instructions=instructions if isinstance(instructions, str) else None,
+            dynamic_instructions=callable(instructions),
+            handoff_description=agent.handoff_description,
+            model=model_spec_for(agent.model, default_model),
+            model_settings=agent.model_settings,
+            tools=[t.spec() for t in agent.tools],
+            handoffs=[
+                HandoffSpec(
+                    tool_name=h.tool_name,
+                    tool_description=h.tool_description,
+                    agent_id=ids[id(h.agent)],
+                )
+                for h in handoffs
+            ],
+            output_schema=output_schema_for(agent.output_type),
+            output_type_name=_type_name(agent.output_type),
+        )
+    canonical = json.dumps({k: v.model_dump(mode="json") for k, v in specs.items()}, sort_keys=True)
+    graph = AgentGraph(
+        root=ids[id(root)],
+        agents=specs,
+        fingerprint=hashlib.sha256(canonical.encode()).hexdigest()[:16],
+    )
+    return CapturedGraph(graph=graph, agents=objects)
+
+
+def _type_name(tp: type[Any] | None) -> str | None:
+    if tp is None:
+        return None
+    return f"{getattr(tp, '__module__', '?')}.{getattr(tp, '__qualname__', repr(tp))}"

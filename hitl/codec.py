@@ -1,0 +1,111 @@
+"""Payload encryption: tool arguments and outputs may be personal data.
+
+With `HITL_ENCRYPTION_KEY` set (on workers *and* clients), every payload Temporal stores
+(workflow inputs, activity inputs and results, update arguments, query answers, failures'
+messages) is encrypted with AES-256-GCM before it leaves the process. Search attributes,
+workflow ids and handler names are never encrypted, so they never carry arguments.
+
+Key format: `kid:base64key[,kid2:base64key2...]`. The first key encrypts; all keys decrypt, so
+keys can be rotated by prepending a new one. A bare base64 key is accepted (kid `default`).
+Generate one with `python -m hitl.codec`.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Sequence
+
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import PayloadCodec
+
+from hitl.errors import UserError
+
+ENCODING = b"binary/encrypted"
+KEY_ENV = "HITL_ENCRYPTION_KEY"
+
+
+def parse_keys(spec: str) -> tuple[str, dict[str, bytes]]:
+    """Parse `kid:base64key,...` into (active key id, {kid: key})."""
+    keys: dict[str, bytes] = {}
+    active = ""
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        kid, sep, b64 = part.rpartition(":")
+        if not sep:
+            kid, b64 = "default", part
+        try:
+            key = base64.b64decode(b64, validate=True)
+        except ValueError:
+            raise UserError(f"{KEY_ENV}: key {kid!r} is not valid base64") from None
+        if len(key) != 32:
+            raise UserError(f"{KEY_ENV}: key {kid!r} must be 32 bytes (AES-256), got {len(key)}")
+        keys[kid] = key
+        active = active or kid
+    if not keys:
+        raise UserError(f"{KEY_ENV} is set but holds no key")
+    return active, keys
+
+
+class EncryptionCodec(PayloadCodec):
+    """AES-256-GCM payload codec with key ids (for rotation)."""
+
+    def __init__(self, active_key_id: str, keys: dict[str, bytes]) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        if active_key_id not in keys:
+            raise UserError(f"active key {active_key_id!r} is not among the keys")
+        self._active = active_key_id
+        self._ciphers = {kid: AESGCM(key) for kid, key in keys.items()}
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> EncryptionCodec | None:
+        """The codec configured by `HITL_ENCRYPTION_KEY`, or `None` when it is unset."""
+        spec = (env if env is not None else os.environ).get(KEY_ENV, "").strip()
+        if not spec:
+            return None
+        active, keys = parse_keys(spec)
+        return cls(active, keys)
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        """Encrypt each payload (the whole serialized payload, metadata included)."""
+        cipher = self._ciphers[self._active]
+        out = []
+        for p in payloads:
+            nonce = os.urandom(12)
+            data = nonce + cipher.encrypt(nonce, p.SerializeToString(), None)
+            out.append(
+                Payload(
+                    metadata={
+                        "encoding": ENCODING,
+                        "encryption-key-id": self._active.encode(),
+                    },
+                    data=data,
+                )
+            )
+        return out
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        """Decrypt payloads this codec encrypted; pass others through unchanged."""
+        out = []
+        for p in payloads:
+            if p.metadata.get("encoding") != ENCODING:
+                out.append(p)
+                continue
+            kid = p.metadata.get("encryption-key-id", b"").decode()
+            cipher = self._ciphers.get(kid)
+            if cipher is None:
+                raise ValueError(f"payload encrypted with unknown key id {kid!r}")
+            plain = cipher.decrypt(p.data[:12], p.data[12:], None)
+            out.append(Payload.FromString(plain))
+        return out
+
+
+def new_key() -> str:
+    """A fresh random key in `HITL_ENCRYPTION_KEY` format."""
+    return "k1:" + base64.b64encode(os.urandom(32)).decode()
+
+
+if __name__ == "__main__":
+    print(new_key())

@@ -1,0 +1,140 @@
+"""One exception hierarchy for everything a user of `hitl` can see.
+
+Errors that cross Temporal travel as `ApplicationError`s whose `type` is the class name below;
+`from_application_error` turns them back into these classes on the client, so a client awaiting
+a failed run gets `MaxTurnsExceeded`, not a generic Temporal error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AgentsException(Exception):
+    """Base class of every error raised by `hitl` (the OpenAI Agents SDK's name)."""
+
+    type_name: str = "AgentsException"
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+
+class UserError(AgentsException):
+    """The code using `hitl` is misconfigured (unknown agent, unimportable callable, ...)."""
+
+    type_name = "UserError"
+
+
+class MaxTurnsExceeded(AgentsException):
+    """The run used its `max_turns` without a final output and no error handler supplied one."""
+
+    type_name = "MaxTurnsExceeded"
+
+
+class ModelBehaviorError(AgentsException):
+    """The model produced output the run cannot use (invalid structured output, bad turns)."""
+
+    type_name = "ModelBehaviorError"
+
+
+class ModelProviderError(AgentsException):
+    """The model provider refused the request in a way retrying cannot fix."""
+
+    type_name = "ModelProviderError"
+
+
+class ToolTimeoutError(AgentsException):
+    """A tool exceeded its timeout and is configured to fail the run."""
+
+    type_name = "ToolTimeoutError"
+
+
+class RunFailedError(AgentsException):
+    """The run failed for a reason without a more specific class."""
+
+    type_name = "RunFailedError"
+
+
+class NoWorkerError(AgentsException):
+    """No worker is polling the run's task queue, so nothing would ever execute it."""
+
+    type_name = "NoWorkerError"
+
+
+class StateVersionError(AgentsException):
+    """A serialized `RunState` was written by a newer version and cannot be read."""
+
+    type_name = "StateVersionError"
+
+
+class DecisionError(AgentsException):
+    """An approval or rejection was refused. Nothing about the run changed."""
+
+    type_name = "DecisionError"
+
+
+class UnknownCallError(DecisionError):
+    """The decision names a call id this run does not know."""
+
+    type_name = "UnknownCall"
+
+
+class AlreadyDecidedError(DecisionError):
+    """The call was already decided differently (the first decision stands)."""
+
+    type_name = "AlreadyDecided"
+
+
+class NotPendingError(DecisionError):
+    """The call does not wait for a decision (it needed no approval)."""
+
+    type_name = "NotPending"
+
+
+class RunFinishedError(DecisionError):
+    """The run has finished; it takes no more decisions."""
+
+    type_name = "RunFinished"
+
+
+class InvalidDecisionError(DecisionError):
+    """The decision payload is malformed (wrong types, unknown fields)."""
+
+    type_name = "InvalidDecision"
+
+
+_BY_TYPE: dict[str, type[AgentsException]] = {
+    cls.type_name: cls
+    for cls in (
+        AgentsException,
+        UserError,
+        MaxTurnsExceeded,
+        ModelBehaviorError,
+        ModelProviderError,
+        ToolTimeoutError,
+        RunFailedError,
+        NoWorkerError,
+        StateVersionError,
+        DecisionError,
+        UnknownCallError,
+        AlreadyDecidedError,
+        NotPendingError,
+        RunFinishedError,
+        InvalidDecisionError,
+    )
+}
+
+
+def error_class(type_name: str | None) -> type[AgentsException] | None:
+    """The `hitl` exception class for an `ApplicationError` type, if there is one."""
+    if type_name is None:
+        return None
+    return _BY_TYPE.get(type_name)
+
+
+def from_failure(type_name: str | None, message: str, details: Any = None) -> AgentsException:
+    """Build the typed exception for a failure that crossed Temporal."""
+    cls = error_class(type_name) or RunFailedError
+    return cls(message, details=details if isinstance(details, dict) else None)

@@ -1,0 +1,102 @@
+"""The worker's registry: which agents it serves, by name, and their captured graphs."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import Any
+
+from hitl.agent import Agent, CapturedGraph, capture_graph
+from hitl.errors import UserError
+from hitl.tools import FunctionTool
+
+
+class AgentRegistry:
+    """Agents a worker serves. Runs name their root agent; every reachable agent can be a root.
+
+    Graphs are captured once, when an agent is registered, so a broken agent definition fails
+    at worker start rather than in the middle of a run.
+    """
+
+    def __init__(self, agents: Iterable[Agent[Any]] = (), *, default_model: str | None = None):
+        self._default_model = default_model
+        self._graphs: dict[str, CapturedGraph] = {}
+        self._explicit: set[str] = set()
+        for agent in agents:
+            self.register(agent)
+
+    def register(self, agent: Agent[Any]) -> None:
+        """Serve `agent` (by its name) and, where names are unambiguous, the agents it reaches."""
+        captured = capture_graph(agent, default_model=self._default_model)
+        existing = self._graphs.get(agent.name)
+        if existing is not None and agent.name in self._explicit:
+            if existing.agents[existing.graph.root] is not agent:
+                raise UserError(f"two different agents are registered as {agent.name!r}")
+            return
+        self._graphs[agent.name] = captured
+        self._explicit.add(agent.name)
+        for reachable in captured.agents.values():
+            if reachable.name not in self._graphs:
+                self._graphs[reachable.name] = capture_graph(
+                    reachable, default_model=self._default_model
+                )
+
+    @property
+    def names(self) -> list[str]:
+        """Names runs can be started with."""
+        return sorted(self._graphs)
+
+    def resolve(self, name: str) -> CapturedGraph:
+        """The captured graph whose root is the agent called `name`."""
+        try:
+            return self._graphs[name]
+        except KeyError:
+            known = ", ".join(repr(n) for n in self.names) or "none"
+            raise UserError(
+                f"no agent named {name!r} is registered on this worker (it serves: {known})"
+            ) from None
+
+    def agent(self, root: str, agent_id: str) -> Agent[Any]:
+        """The live agent `agent_id` of the graph rooted at `root`."""
+        return self.resolve(root).agent(agent_id)
+
+    def tool(self, root: str, agent_id: str, tool_name: str) -> FunctionTool | None:
+        """The deployed tool `tool_name` of that agent, or `None` when it no longer exists."""
+        try:
+            agent = self.agent(root, agent_id)
+        except UserError:
+            return None
+        return next((t for t in agent.tools if t.name == tool_name), None)
+
+
+def load_agents(ref: str) -> list[Agent[Any]]:
+    """Load agents from `module:attr` (an Agent, or a list/tuple/dict of Agents) or `module`.
+
+    With a bare module, every module-level `Agent` is served.
+    """
+    module_name, _, attr = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise UserError(f"cannot import {module_name!r}: {exc}") from exc
+    if not attr:
+        found = [v for v in vars(module).values() if isinstance(v, Agent)]
+        if not found:
+            raise UserError(f"module {module_name!r} defines no Agent")
+        return found
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UserError(f"{module_name!r} has no attribute {attr!r}") from None
+    if isinstance(obj, Agent):
+        return [obj]
+    values = obj.values() if isinstance(obj, dict) else obj
+    try:
+        agents = list(values)
+    except TypeError:
+        raise UserError(f"{ref!r} is neither an Agent nor a collection of Agents") from None
+    if not agents or not all(isinstance(a, Agent) for a in agents):
+        raise UserError(f"{ref!r} must be an Agent or a non-empty collection of Agents")
+    return agents

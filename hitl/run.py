@@ -1,0 +1,557 @@
+"""`Runner`: start a durable run, or resume one from a `RunState`, and wait until it settles."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import getpass
+import hashlib
+import json
+import logging
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from hitl.agent import Agent
+from hitl.client import connect
+from hitl.errors import (
+    AgentsException,
+    AlreadyDecidedError,
+    DecisionError,
+    NoWorkerError,
+    RunFailedError,
+    UserError,
+    from_failure,
+)
+from hitl.refs import callable_ref
+from hitl.result import RunResult, resolve_agent, typed_final_output
+from hitl.run_config import RunConfig, RunErrorHandler
+from hitl.state import RunState, items_from_pending
+from hitl.wire import (
+    DEFAULT_TASK_QUEUE,
+    WORKFLOW_TYPE,
+    DecideInput,
+    DecisionRequest,
+    RunInput,
+    RunOutput,
+    RunSnapshot,
+    RunStatus,
+    WaitInput,
+)
+
+log = logging.getLogger("hitl")
+
+ServeMode = Literal["auto"] | bool
+POLLER_FRESH_SECONDS = 90.0
+WORKER_GRACE_SECONDS = 3.0
+_STOPPED_IDENTITIES: set[str] = set()
+
+
+class Runner:
+    """Run agents durably on Temporal (the OpenAI Agents SDK's `Runner`, made durable)."""
+
+    @classmethod
+    async def run(
+        cls,
+        starting_agent: Agent[Any],
+        input: str | list[dict[str, Any]] | RunState,
+        *,
+        context: Any = None,
+        max_turns: int | None = None,
+        run_config: RunConfig | None = None,
+        error_handlers: Mapping[str, RunErrorHandler] | None = None,
+        client: Client | None = None,
+        task_queue: str | None = None,
+        workflow_id: str | None = None,
+        serve: ServeMode = "auto",
+        approver: str | None = None,
+    ) -> RunResult:
+        """Start a run (or resume one from a `RunState`) and return once it finishes or pauses.
+
+        Args:
+            starting_agent: The root agent of the run.
+            input: A user message, a list of Responses input items, or a `RunState` whose
+                decisions to send.
+            context: A JSON-serializable object (dict, pydantic model, dataclass) handed to
+                tools, predicates and instructions. It is stored in the run's history: no
+                secrets.
+            max_turns: Model turns before `MaxTurnsExceeded` (default 10).
+            run_config: Per-run options.
+            error_handlers: `{"max_turns": handler}` (module-level function).
+            client: A connected Temporal client; default: envconfig (`TEMPORAL_ADDRESS`, ...),
+                falling back to `localhost:7233`.
+            task_queue: Queue of the workers serving the agent (default `hitl`).
+            workflow_id: A business id for the run (e.g. `refund-order-1001`). Starting the same
+                id again returns the existing run instead of starting a second one.
+            serve: `"auto"`: if no worker polls the task queue, serve the agent in this process
+                for the duration of the call. `True`: always serve in-process. `False`: never;
+                fail with `NoWorkerError` when no worker polls.
+            approver: Recorded as the approver of decisions sent from a `RunState` that do not
+                name one (default: the OS user).
+
+        Raises:
+            MaxTurnsExceeded, ModelBehaviorError, UserError, ...: the run failed (typed).
+            DecisionError: a decision in the `RunState` was refused; nothing changed.
+            NoWorkerError: no worker serves the task queue and `serve=False`.
+        """
+        if not isinstance(starting_agent, Agent):
+            raise UserError(f"starting_agent must be an Agent, got {type(starting_agent).__name__}")
+        client = await connect(client)
+        tq = task_queue or (input.task_queue if isinstance(input, RunState) else None)
+        tq = tq or DEFAULT_TASK_QUEUE
+        async with _Session(client, starting_agent, tq, serve) as session:
+            if isinstance(input, RunState):
+                return await _resume(session, input, approver)
+            cfg = dataclasses.replace(run_config) if run_config else RunConfig()
+            if error_handlers:
+                cfg.error_handlers = {**cfg.error_handlers, **dict(error_handlers)}
+            return await _start(session, input, context, max_turns, cfg, workflow_id)
+
+    @classmethod
+    def run_sync(
+        cls,
+        starting_agent: Agent[Any],
+        input: str | list[dict[str, Any]] | RunState,
+        **kwargs: Any,
+    ) -> RunResult:
+        """`Runner.run` for synchronous code (starts and closes its own event loop)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(cls.run(starting_agent, input, **kwargs))
+        raise UserError("run_sync cannot be called from a running event loop; await Runner.run")
+
+
+# ----------------------------------------------------------------------------- serving
+
+
+async def live_pollers(client: Client, task_queue: str) -> int:
+    """How many workers polled `task_queue` for workflow tasks recently."""
+    resp = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    now = time.time()
+    return sum(
+        1
+        for p in resp.pollers
+        if p.identity not in _STOPPED_IDENTITIES
+        and (
+            not p.HasField("last_access_time")
+            or now - p.last_access_time.ToSeconds() < POLLER_FRESH_SECONDS
+        )
+    )
+
+
+class _Session:
+    """One `Runner.run` call: its client, agent, queue, and (if needed) an in-process worker.
+
+    Whether a worker is alive cannot be read reliably from the server (it lists pollers for
+    minutes after they stop), so the session watches its first update instead: when no worker
+    accepts it within `WORKER_GRACE_SECONDS`, it serves the agent in-process (`serve="auto"`)
+    or raises `NoWorkerError` (`serve=False`). The update stays queued on the server either way.
+    """
+
+    def __init__(self, client: Client, agent: Agent[Any], task_queue: str, mode: ServeMode):
+        self.client = client
+        self.agent = agent
+        self.task_queue = task_queue
+        self.mode = mode
+        self.serving = False
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> _Session:
+        if self.mode is True or (
+            self.mode == "auto" and await live_pollers(self.client, self.task_queue) == 0
+        ):
+            await self.serve()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    async def serve(self) -> None:
+        """Start the in-process worker for the rest of this call (once)."""
+        if self.serving:
+            return
+        if self.mode == "auto":
+            log.warning(
+                "no worker serves task queue %r: serving agent %r in this process for this call "
+                "(run `python -m worker --agents ...` for production)",
+                self.task_queue,
+                self.agent.name,
+            )
+        await self._stack.enter_async_context(
+            serve_agents(self.agent, client=self.client, task_queue=self.task_queue)
+        )
+        self.serving = True
+
+    async def no_worker(self, workflow_id: str) -> None:
+        """React to an update that no worker accepted in time."""
+        if self.mode is False or self.serving:
+            raise NoWorkerError(
+                f"no worker accepted run {workflow_id} on task queue {self.task_queue!r} within "
+                f"{WORKER_GRACE_SECONDS:g}s. The request is kept and applies once a worker runs: "
+                "`python -m worker --agents <module>:<agent>`"
+            )
+        await self.serve()
+
+    async def update(
+        self,
+        workflow_id: str,
+        name: str,
+        arg: Any,
+        *,
+        update_id: str | None = None,
+        start: Callable[[], WithStartWorkflowOperation[Any, Any]] | None = None,
+    ) -> RunStatus:
+        """Send an update and wait for its result, serving in-process if no worker accepts it."""
+        uid = update_id or f"{name}-{uuid.uuid4().hex}"
+        handle: WorkflowHandle[Any, Any] = self.client.get_workflow_handle(workflow_id)
+        grace = None if self.serving else timedelta(seconds=WORKER_GRACE_SECONDS)
+        op = start() if start is not None else None
+        try:
+            if op is not None:
+                uh = await self.client.start_update_with_start_workflow(
+                    name,
+                    arg,
+                    start_workflow_operation=op,
+                    id=uid,
+                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    result_type=RunStatus,
+                    rpc_timeout=grace,
+                )
+            else:
+                uh = await handle.start_update(
+                    name,
+                    arg,
+                    id=uid,
+                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    result_type=RunStatus,
+                    rpc_timeout=grace,
+                )
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            if op is not None:
+                with contextlib.suppress(Exception):
+                    await op.workflow_handle()  # consume the operation's timeout error
+            await self.no_worker(workflow_id)
+            # The request is kept by the server; sending it again with the same update id (and,
+            # for a start, USE_EXISTING) attaches to it instead of creating a second one.
+            return await self.update(workflow_id, name, arg, update_id=uid, start=start)
+        result: RunStatus = await uh.result()
+        return result
+
+
+@contextlib.asynccontextmanager
+async def serve_agents(
+    *agents: Agent[Any],
+    client: Client | None = None,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    max_cached_workflows: int | None = None,
+) -> AsyncIterator[Any]:
+    """Serve agents with a worker inside this process while the block runs.
+
+    Scripts in the style of the OpenAI Agents SDK examples can wrap their `main()` in it;
+    production runs dedicated workers (`python -m worker`).
+    """
+    from worker.build import WorkerOptions, build_worker
+
+    client = await connect(client)
+    opts = WorkerOptions(task_queue=task_queue)
+    if max_cached_workflows is not None:
+        opts.max_cached_workflows = max_cached_workflows
+    # A unique identity lets later calls ignore this worker's poller entry once it stopped
+    # (the server keeps listing pollers for minutes).
+    identity = f"{os.getpid()}@{socket.gethostname()}-inprocess-{uuid.uuid4().hex[:8]}"
+    worker = build_worker(client, agents, opts, identity=identity)
+    try:
+        async with worker:
+            yield worker
+    finally:
+        _STOPPED_IDENTITIES.add(identity)
+
+
+# ----------------------------------------------------------------------------- start / resume
+
+
+def _context_value(context: Any) -> tuple[Any, str | None]:
+    """JSON form of the context plus the import reference of its type (to rebuild it)."""
+    if context is None or isinstance(context, str | int | float | bool):
+        return context, None
+    if isinstance(context, dict | list):
+        try:
+            json.dumps(context)
+        except TypeError as exc:
+            raise UserError(f"the run context must be JSON-serializable: {exc}") from exc
+        return context, None
+    cls = type(context)
+    if isinstance(context, BaseModel):
+        value = context.model_dump(mode="json")
+    elif dataclasses.is_dataclass(context) and not isinstance(context, type):
+        from pydantic import TypeAdapter
+
+        value = TypeAdapter(cls).dump_python(context, mode="json")
+    else:
+        raise UserError(
+            f"the run context must be JSON-serializable (a dict, pydantic model or dataclass), "
+            f"got {cls.__name__}"
+        )
+    return value, callable_ref(cls, what="the run context's type")
+
+
+def _new_workflow_id(agent: Agent[Any]) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", agent.name.lower()).strip("-") or "agent"
+    return f"run-{slug}-{uuid.uuid4().hex[:12]}"
+
+
+def _summary(agent: Agent[Any], user_input: str | list[dict[str, Any]]) -> str:
+    text = user_input if isinstance(user_input, str) else f"{len(user_input)} input items"
+    text = " ".join(text.split())
+    return f"{agent.name}: {text[:100]}{'...' if len(text) > 100 else ''}"
+
+
+async def _start(
+    session: _Session,
+    user_input: str | list[dict[str, Any]],
+    context: Any,
+    max_turns: int | None,
+    cfg: RunConfig,
+    workflow_id: str | None,
+) -> RunResult:
+    agent, task_queue = session.agent, session.task_queue
+    if not isinstance(user_input, str | list):
+        raise UserError("input must be a string, a list of input items, or a RunState")
+    spec = cfg.spec()
+    value, ctx_type = _context_value(context)
+    spec.context_type = ctx_type
+    wid = workflow_id or _new_workflow_id(agent)
+    run_input = RunInput(
+        agent=agent.name,
+        input=user_input,
+        context=value,
+        max_turns=max_turns,
+        run_config=spec,
+    )
+
+    def op() -> WithStartWorkflowOperation[Any, Any]:
+        return WithStartWorkflowOperation(
+            WORKFLOW_TYPE,
+            run_input,
+            id=wid,
+            task_queue=task_queue,
+            result_type=RunOutput,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            # A business id names one run for good: never start it twice.
+            id_reuse_policy=(
+                WorkflowIDReusePolicy.REJECT_DUPLICATE
+                if workflow_id
+                else WorkflowIDReusePolicy.ALLOW_DUPLICATE
+            ),
+            static_summary=_summary(agent, user_input),
+        )
+
+    try:
+        status = await session.update(wid, "wait", WaitInput(), start=op)
+    except WorkflowAlreadyStartedError:
+        log.info("run %s already exists and is closed; returning its outcome", wid)
+        return await _settle(session, wid, None)
+    except WorkflowUpdateFailedError as exc:
+        raise _typed(exc) from None
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.ALREADY_EXISTS:
+            return await _settle(session, wid, None)
+        raise
+    return await _settle(session, wid, status)
+
+
+def _update_id(workflow_id: str, decisions: list[DecisionRequest]) -> str:
+    # Deterministic: a retry after a timeout is deduplicated by the server and reports the real
+    # outcome; a *different* decision gets a different id and reaches the validator.
+    canonical = json.dumps(
+        [d.model_dump(mode="json") for d in sorted(decisions, key=lambda d: d.call_id)],
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(f"{workflow_id}|{canonical}".encode()).hexdigest()[:24]
+    return f"decide-{digest}"
+
+
+def _default_approver() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"
+
+
+async def _resume(session: _Session, state: RunState, approver: str | None) -> RunResult:
+    client, agent = session.client, session.agent
+    if state.root_agent.name != agent.name:
+        raise UserError(
+            f"this RunState belongs to agent {state.root_agent.name!r}, not {agent.name!r}"
+        )
+    handle = client.get_workflow_handle(state.workflow_id)
+    decisions = [
+        d if d.approver else d.model_copy(update={"approver": approver or _default_approver()})
+        for d in state.decisions.values()
+    ]
+    try:
+        if decisions:
+            status = await session.update(
+                state.workflow_id,
+                "decide",
+                DecideInput(decisions=decisions, wait=True),
+                update_id=_update_id(state.workflow_id, decisions),
+            )
+        else:
+            status = await session.update(state.workflow_id, "wait", WaitInput())
+    except WorkflowUpdateFailedError as exc:
+        raise _typed(exc) from None
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        desc = await handle.describe()
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            raise
+        result = await _settle(session, state.workflow_id, None)
+        _check_decisions_applied(result, decisions)
+        return result
+    return await _settle(session, state.workflow_id, status)
+
+
+def _check_decisions_applied(result: RunResult, decisions: list[DecisionRequest]) -> None:
+    recorded = {d.call_id: d for d in result.decisions}
+    for d in decisions:
+        prior = recorded.get(d.call_id)
+        if prior is None or prior.kind != d.kind:
+            what = f"{prior.kind} by {prior.approver or prior.source}" if prior else "not decided"
+            raise AlreadyDecidedError(
+                f"run {result.workflow_id} finished before this decision arrived; "
+                f"call '{d.call_id}' was {what}"
+            )
+
+
+async def _settle(session: _Session, workflow_id: str, status: RunStatus | None) -> RunResult:
+    """Turn a settled run into a `RunResult` (or raise its typed failure)."""
+    agent, task_queue = session.agent, session.task_queue
+    handle: WorkflowHandle[Any, Any] = session.client.get_workflow_handle(
+        workflow_id, result_type=RunOutput
+    )
+    for _ in range(1000):
+        if status is None or status.continued_as_new or status.phase in ("starting", "running"):
+            try:
+                status = await session.update(workflow_id, "wait", WaitInput())
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                return await _closed_result(handle, agent, task_queue)
+            continue
+        if status.phase == "completed":
+            return await _closed_result(handle, agent, task_queue)
+        if status.phase == "failed":
+            err = status.error
+            if err is None:
+                raise RunFailedError(f"run {workflow_id} failed")
+            raise from_failure(err.type, err.message, err.details)
+        snap: RunSnapshot = await handle.query("snapshot", result_type=RunSnapshot)
+        if snap.status.phase != "awaiting_approval":
+            status = snap.status
+            continue
+        return _paused_result(snap, agent, task_queue)
+    raise RunFailedError(f"run {workflow_id} did not settle")
+
+
+async def _closed_result(
+    handle: WorkflowHandle[Any, Any], agent: Agent[Any], task_queue: str
+) -> RunResult:
+    try:
+        out: RunOutput = await handle.result()
+    except WorkflowFailureError as exc:
+        raise _typed(exc) from None
+    last = resolve_agent(agent, out.last_agent, out.last_agent_name)
+    desc_run_id = out.run_id or handle.run_id or ""
+    status = RunStatus(
+        workflow_id=handle.id,
+        run_id=desc_run_id,
+        phase="completed",
+        agent=agent.name,
+        current_agent=out.last_agent,
+        current_agent_name=out.last_agent_name,
+        turn=out.turns,
+        decisions=out.decisions,
+        usage=out.usage,
+        items=len(out.input_items) + len(out.new_items),
+        final_output=out.final_output,
+    )
+    return RunResult(
+        final_output=typed_final_output(last, out.final_output),
+        interruptions=[],
+        new_items=out.new_items,
+        input=out.input_items,
+        last_agent=last,
+        workflow_id=handle.id,
+        run_id=desc_run_id,
+        usage=out.usage,
+        decisions=out.decisions,
+        status=status,
+        root_agent=agent,
+        task_queue=task_queue,
+    )
+
+
+def _paused_result(snap: RunSnapshot, agent: Agent[Any], task_queue: str) -> RunResult:
+    st = snap.status
+    last = resolve_agent(agent, st.current_agent or agent.name, st.current_agent_name or "")
+    return RunResult(
+        final_output=None,
+        interruptions=items_from_pending(st.pending, agent, st.workflow_id),
+        new_items=snap.new_items,
+        input=snap.input_items,
+        last_agent=last,
+        workflow_id=st.workflow_id,
+        run_id=st.run_id,
+        usage=st.usage,
+        decisions=st.decisions,
+        status=st,
+        root_agent=agent,
+        task_queue=task_queue,
+    )
+
+
+def _typed(exc: BaseException) -> AgentsException:
+    """The `hitl` exception for a Temporal failure (update refused, run failed)."""
+    cause: BaseException | None = exc.cause if hasattr(exc, "cause") else exc.__cause__
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = getattr(cause, "cause", None)
+    if isinstance(cause, ApplicationError):
+        details = cause.details[0] if cause.details else None
+        typed = from_failure(cause.type, cause.message, details)
+        if isinstance(exc, WorkflowUpdateFailedError) and not isinstance(typed, DecisionError):
+            return DecisionError(cause.message, details={"type": cause.type})
+        return typed
+    return RunFailedError(str(exc))

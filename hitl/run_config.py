@@ -1,0 +1,134 @@
+"""`RunConfig`: per-run options, and the argument types of the callables it names."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeAlias
+
+from hitl.context import RunContextWrapper, TContext
+from hitl.errors import UserError
+from hitl.refs import callable_ref
+from hitl.wire import ModelSettings, RunConfigSpec, RunItem
+
+
+@dataclass
+class ToolErrorFormatterArgs(Generic[TContext]):
+    """What a `tool_error_formatter` receives when a call is rejected.
+
+    Attributes:
+        kind: The error category; currently always `"approval_rejected"`.
+        tool_type: The tool runtime (`"function"`).
+        tool_name: Name of the rejected tool.
+        call_id: The model's call id.
+        default_message: The text the model would see without a formatter.
+        run_context: The run's context.
+    """
+
+    kind: Literal["approval_rejected"]
+    tool_type: str
+    tool_name: str
+    call_id: str
+    default_message: str
+    run_context: RunContextWrapper[TContext]
+
+
+@dataclass
+class RunErrorHandlerInput(Generic[TContext]):
+    """What an error handler receives (`error_handlers={"max_turns": handler}`)."""
+
+    kind: Literal["max_turns"]
+    message: str
+    max_turns: int
+    context: TContext
+    input_items: list[dict[str, Any]]
+    new_items: list[RunItem]
+
+
+@dataclass
+class RunErrorHandlerResult:
+    """A controlled final output from an error handler.
+
+    Attributes:
+        final_output: The run's final output.
+        include_in_history: Add the output to the transcript as an assistant message.
+    """
+
+    final_output: Any
+    include_in_history: bool = True
+
+
+ToolErrorFormatter: TypeAlias = Callable[
+    [ToolErrorFormatterArgs[Any]], str | Awaitable[str | None] | None
+]
+RunErrorHandler: TypeAlias = Callable[
+    [RunErrorHandlerInput[Any]],
+    RunErrorHandlerResult | Any | Awaitable[RunErrorHandlerResult | Any],
+]
+
+
+@dataclass
+class RunConfig:
+    """Options for one run (override the agents' own settings).
+
+    Callables (`tool_error_formatter`, `error_handlers`) run on workers, in activities, so they
+    must be module-level functions the worker can import.
+
+    Attributes:
+        model: A model name used by every agent of the run.
+        model_settings: Settings applied over each agent's own.
+        max_turns: Model turns before `MaxTurnsExceeded` (default 10).
+        tool_error_formatter: Text the model sees when a call is rejected without a message.
+        error_handlers: `{"max_turns": handler}`; the handler may return a final output.
+        workflow_name: Name of the run in traces.
+        group_id: Groups runs of one conversation in traces.
+        trace_metadata: Extra trace attributes.
+        max_tool_argument_bytes: Larger tool arguments are refused to the model, never executed.
+        max_tool_output_bytes: Tool outputs are cut to this size.
+        max_consecutive_bad_turns: Unusable model turns in a row before the run fails with
+            `ModelBehaviorError`.
+        continue_as_new_after_events: Continue as new at this history length (besides
+            Temporal's own suggestion).
+    """
+
+    model: str | None = None
+    model_settings: ModelSettings | None = None
+    max_turns: int | None = None
+    tool_error_formatter: ToolErrorFormatter | None = None
+    error_handlers: dict[str, RunErrorHandler] = field(default_factory=dict)
+    workflow_name: str | None = None
+    group_id: str | None = None
+    trace_metadata: dict[str, Any] = field(default_factory=dict)
+    max_tool_argument_bytes: int = 64 * 1024
+    max_tool_output_bytes: int = 128 * 1024
+    max_consecutive_bad_turns: int = 3
+    continue_as_new_after_events: int | None = None
+
+    def spec(self) -> RunConfigSpec:
+        """The config as data (callables become import references)."""
+        if self.max_turns is not None and self.max_turns < 1:
+            raise UserError("max_turns must be at least 1")
+        unknown = set(self.error_handlers) - {"max_turns"}
+        if unknown:
+            raise UserError(f"unsupported error_handlers keys: {sorted(unknown)}")
+        return RunConfigSpec(
+            model=self.model,
+            model_settings=self.model_settings,
+            max_turns=self.max_turns,
+            tool_error_formatter=(
+                callable_ref(self.tool_error_formatter, what="tool_error_formatter")
+                if self.tool_error_formatter
+                else None
+            ),
+            error_handlers={
+                k: callable_ref(v, what=f"error_handlers[{k!r}]")
+                for k, v in self.error_handlers.items()
+            },
+            workflow_name=self.workflow_name,
+            group_id=self.group_id,
+            trace_metadata=self.trace_metadata,
+            max_tool_argument_bytes=self.max_tool_argument_bytes,
+            max_tool_output_bytes=self.max_tool_output_bytes,
+            max_consecutive_bad_turns=self.max_consecutive_bad_turns,
+            continue_as_new_after_events=self.continue_as_new_after_events,
+        )

@@ -1,0 +1,241 @@
+"""`RunState` and `ToolApprovalItem`: a paused run as a portable value, and decisions on it.
+
+A durable run keeps its transcript in Temporal, so a `RunState` is small: the run's identity,
+its pending approvals, and the decisions made locally that `Runner.run(agent, state)` sends.
+Any process that can reach the Temporal cluster can load it and resume the run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from hitl.agent import Agent, capture_graph
+from hitl.errors import StateVersionError, UnknownCallError, UserError
+from hitl.wire import DEFAULT_TASK_QUEUE, DecisionRequest, PendingApproval
+
+CURRENT_SCHEMA_VERSION = 1
+SCHEMA_VERSIONS = {
+    1: "Workflow handle, pending approvals (call id, agent, tool, arguments) and local decisions.",
+}
+
+
+@dataclass(frozen=True)
+class AgentRef:
+    """An agent named by a run when the live object is not at hand."""
+
+    name: str
+    id: str
+
+
+@dataclass
+class ToolApprovalItem:
+    """A tool call waiting for approval (an *interruption*).
+
+    Attributes:
+        call_id: The model's call id; decisions name it.
+        name: The tool's name.
+        arguments: The call's arguments as a JSON string.
+        agent: The agent whose tool it is (the live `Agent` when resolvable).
+        agent_id: The agent's stable id in the run's graph.
+        requested_at: When the run started waiting for this decision.
+        workflow_id: The run's workflow id.
+    """
+
+    call_id: str
+    name: str
+    arguments: str
+    agent: Agent[Any] | AgentRef
+    agent_id: str
+    requested_at: datetime | None = None
+    workflow_id: str = ""
+
+    @property
+    def tool_name(self) -> str:
+        """Alias of `name`."""
+        return self.name
+
+    @property
+    def raw_item(self) -> dict[str, Any]:
+        """The `function_call` item as the model produced it."""
+        return {
+            "type": "function_call",
+            "call_id": self.call_id,
+            "name": self.name,
+            "arguments": self.arguments,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (used inside a serialized `RunState`)."""
+        return {
+            "call_id": self.call_id,
+            "name": self.name,
+            "arguments": self.arguments,
+            "agent_name": self.agent.name,
+            "agent_id": self.agent_id,
+            "requested_at": self.requested_at.isoformat() if self.requested_at else None,
+        }
+
+
+def items_from_pending(
+    pending: list[PendingApproval], root: Agent[Any], workflow_id: str
+) -> list[ToolApprovalItem]:
+    """Interruptions for a run's pending approvals, resolving agents in `root`'s graph."""
+    agents = capture_graph(root).agents
+    return [
+        ToolApprovalItem(
+            call_id=p.call_id,
+            name=p.tool_name,
+            arguments=p.arguments,
+            agent=agents.get(p.agent_id) or AgentRef(p.agent_name, p.agent_id),
+            agent_id=p.agent_id,
+            requested_at=p.requested_at,
+            workflow_id=workflow_id,
+        )
+        for p in pending
+    ]
+
+
+@dataclass
+class RunState:
+    """A paused run plus the decisions to send when it resumes.
+
+    Get one from `result.to_state()`, decide with `approve` / `reject`, and resume with
+    `await Runner.run(agent, state)`. `to_string()` / `await RunState.from_string(agent, s)`
+    move it between processes.
+    """
+
+    workflow_id: str
+    root_agent: Agent[Any]
+    interruptions: list[ToolApprovalItem] = field(default_factory=list)
+    task_queue: str = DEFAULT_TASK_QUEUE
+    run_id: str | None = None
+    decisions: dict[str, DecisionRequest] = field(default_factory=dict)
+
+    def get_interruptions(self) -> list[ToolApprovalItem]:
+        """The pending approvals of this state."""
+        return list(self.interruptions)
+
+    def _item(self, item: ToolApprovalItem | str) -> ToolApprovalItem:
+        call_id = item if isinstance(item, str) else item.call_id
+        for it in self.interruptions:
+            if it.call_id == call_id:
+                return it
+        raise UnknownCallError(
+            f"call {call_id!r} is not pending in this state "
+            f"(pending: {[i.call_id for i in self.interruptions] or 'none'})"
+        )
+
+    def approve(
+        self,
+        item: ToolApprovalItem | str,
+        always_approve: bool = False,
+        *,
+        approver: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Approve a pending call; with `always_approve`, every later call of that tool too."""
+        it = self._item(item)
+        self.decisions[it.call_id] = DecisionRequest(
+            kind="approve",
+            call_id=it.call_id,
+            always=always_approve,
+            approver=approver,
+            reason=reason,
+        )
+
+    def reject(
+        self,
+        item: ToolApprovalItem | str,
+        always_reject: bool = False,
+        *,
+        message: str | None = None,
+        approver: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Reject a pending call; `message` is what the model sees instead of the tool output."""
+        it = self._item(item)
+        self.decisions[it.call_id] = DecisionRequest(
+            kind="reject",
+            call_id=it.call_id,
+            always=always_reject,
+            message=message,
+            approver=approver,
+            reason=reason,
+        )
+
+    # ----------------------------------------------------------------- serialization
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form, with `$schemaVersion`."""
+        return {
+            "$schemaVersion": CURRENT_SCHEMA_VERSION,
+            "workflow_id": self.workflow_id,
+            "run_id": self.run_id,
+            "task_queue": self.task_queue,
+            "root_agent": self.root_agent.name,
+            "graph_fingerprint": capture_graph(self.root_agent).graph.fingerprint,
+            "interruptions": [i.to_json() for i in self.interruptions],
+            "decisions": [d.model_dump(mode="json") for d in self.decisions.values()],
+        }
+
+    def to_string(self) -> str:
+        """JSON text of `to_json()`."""
+        return json.dumps(self.to_json(), indent=2)
+
+    @classmethod
+    async def from_json(cls, initial_agent: Agent[Any], data: dict[str, Any]) -> RunState:
+        """Load a state; `initial_agent` is the root agent of the run (rebuilt by this process)."""
+        if not isinstance(data, dict):
+            raise UserError("a RunState must be a JSON object")
+        version = data.get("$schemaVersion")
+        if not isinstance(version, int):
+            raise UserError("not a RunState: $schemaVersion is missing")
+        if version > CURRENT_SCHEMA_VERSION:
+            raise StateVersionError(
+                f"this RunState has schema version {version}; this version of hitl reads up to "
+                f"{CURRENT_SCHEMA_VERSION}. Upgrade hitl to resume it."
+            )
+        if data.get("root_agent") != initial_agent.name:
+            raise UserError(
+                f"this RunState belongs to agent {data.get('root_agent')!r}, "
+                f"not {initial_agent.name!r}"
+            )
+        agents = capture_graph(initial_agent).agents
+        try:
+            interruptions = [
+                ToolApprovalItem(
+                    call_id=i["call_id"],
+                    name=i["name"],
+                    arguments=i["arguments"],
+                    agent=agents.get(i["agent_id"]) or AgentRef(i["agent_name"], i["agent_id"]),
+                    agent_id=i["agent_id"],
+                    requested_at=(
+                        datetime.fromisoformat(i["requested_at"]) if i.get("requested_at") else None
+                    ),
+                    workflow_id=data["workflow_id"],
+                )
+                for i in data.get("interruptions", [])
+            ]
+            decisions = [DecisionRequest.model_validate(d) for d in data.get("decisions", [])]
+            return cls(
+                workflow_id=data["workflow_id"],
+                run_id=data.get("run_id"),
+                task_queue=data.get("task_queue") or DEFAULT_TASK_QUEUE,
+                root_agent=initial_agent,
+                interruptions=interruptions,
+                decisions={d.call_id: d for d in decisions},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"malformed RunState: {exc}") from exc
+
+    @classmethod
+    async def from_string(cls, initial_agent: Agent[Any], state_string: str) -> RunState:
+        """Load a state from `to_string()` output."""
+        try:
+            data = json.loads(state_string)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"a RunState string must be JSON: {exc}") from exc
+        return await cls.from_json(initial_agent, data)

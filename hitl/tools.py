@@ -1,0 +1,252 @@
+"""Function tools: `@function_tool` and the approval policy each tool declares."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from hitl.context import RunContextWrapper, ToolContext, is_context_annotation
+from hitl.errors import UserError
+from hitl.schema import ensure_strict_json_schema, parse_docstring
+from hitl.wire import ApprovalMode, ToolSpec
+
+ApprovalPredicate: TypeAlias = Callable[
+    [RunContextWrapper[Any], dict[str, Any], str], bool | Awaitable[bool]
+]
+"""`(ctx, params, call_id) -> bool`, sync or async; runs in an activity, never in the workflow."""
+
+
+class ToolArgumentsError(ValueError):
+    """The model's arguments do not fit the tool's parameters."""
+
+
+@dataclass
+class FunctionTool:
+    """A Python function the model can call.
+
+    Build it with `@function_tool`; the fields are its recorded policy.
+
+    Attributes:
+        name: Name the model calls it by.
+        description: What the tool does, for the model.
+        params_json_schema: JSON schema of the arguments.
+        func: The wrapped function.
+        needs_approval: `True`, `False` or a predicate `(ctx, params, call_id) -> bool`.
+        strict_json_schema: Whether the schema follows OpenAI's strict mode.
+        timeout: Seconds one attempt may take (the activity's start-to-close timeout).
+        heartbeat_timeout: Seconds without a heartbeat before a crashed worker is presumed dead.
+        max_attempts: Attempts for retryable failures; keep it low for side effects.
+        approval_timeout: Seconds a call may wait for a decision before it is rejected as
+            expired; `None` waits forever.
+    """
+
+    name: str
+    description: str
+    params_json_schema: dict[str, Any]
+    func: Callable[..., Any]
+    needs_approval: bool | ApprovalPredicate = False
+    strict_json_schema: bool = True
+    timeout: float = 300.0
+    heartbeat_timeout: float | None = 30.0
+    max_attempts: int = 3
+    approval_timeout: float | None = None
+    _args_model: type[BaseModel] | None = field(default=None, repr=False)
+    _takes_context: bool = field(default=False, repr=False)
+
+    @property
+    def approval_mode(self) -> ApprovalMode:
+        """How approval is decided: never, always, or by the predicate (in an activity)."""
+        if callable(self.needs_approval):
+            return "predicate"
+        return "always" if self.needs_approval else "never"
+
+    def spec(self) -> ToolSpec:
+        """The tool as data, recorded in the run's agent graph."""
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            params_json_schema=self.params_json_schema,
+            strict_json_schema=self.strict_json_schema,
+            approval=self.approval_mode,
+            timeout_seconds=self.timeout,
+            heartbeat_timeout_seconds=self.heartbeat_timeout,
+            max_attempts=self.max_attempts,
+            approval_timeout_seconds=self.approval_timeout,
+        )
+
+    def parse_arguments(self, arguments: str) -> dict[str, Any]:
+        """Validate the model's JSON arguments (`ToolArgumentsError` says what is wrong)."""
+        try:
+            raw = json.loads(arguments) if arguments and arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ToolArgumentsError(f"arguments are not valid JSON: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ToolArgumentsError("arguments must be a JSON object")
+        if self._args_model is None:
+            return raw
+        try:
+            parsed = self._args_model.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ToolArgumentsError(f"invalid arguments for {self.name}: {problems}") from None
+        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+
+    async def invoke(self, ctx: ToolContext[Any], arguments: str) -> Any:
+        """Validate the arguments and call the function (sync functions run in a thread)."""
+        kwargs = self.parse_arguments(arguments)
+        args: tuple[Any, ...] = (ctx,) if self._takes_context else ()
+        if inspect.iscoroutinefunction(self.func):
+            return await self.func(*args, **kwargs)
+        result = await asyncio.to_thread(self.func, *args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def evaluate_needs_approval(
+        self, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> bool:
+        """Evaluate the approval policy for one call (in an activity)."""
+        policy = self.needs_approval
+        if not callable(policy):
+            return bool(policy)
+        result = policy(ctx, params, call_id)
+        if inspect.isawaitable(result):
+            result = await result
+        return bool(result)
+
+
+def _build_args_model(
+    func: Callable[..., Any], name: str, param_docs: dict[str, str]
+) -> tuple[type[BaseModel], bool]:
+    sig = inspect.signature(func)
+    try:
+        hints = get_type_hints(func, include_extras=True)
+    except Exception as exc:
+        raise UserError(f"cannot read the type hints of tool {name!r}: {exc}") from exc
+    params = list(sig.parameters.values())
+    takes_context = False
+    if params and is_context_annotation(hints.get(params[0].name)):
+        takes_context = True
+        params = params[1:]
+    fields: dict[str, Any] = {}
+    for p in params:
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise UserError(f"tool {name!r}: *args and **kwargs cannot be described to a model")
+        if is_context_annotation(hints.get(p.name)):
+            raise UserError(f"tool {name!r}: the context parameter must come first")
+        annotation = hints.get(p.name, Any)
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        fields[p.name] = (annotation, Field(default, description=param_docs.get(p.name)))
+    model = create_model(  # type: ignore[call-overload]
+        f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return model, takes_context
+
+
+ToolFunction: TypeAlias = Callable[..., Any]
+
+
+@overload
+def function_tool(func: ToolFunction, /) -> FunctionTool: ...
+
+
+@overload
+def function_tool(
+    *,
+    name_override: str | None = None,
+    description_override: str | None = None,
+    needs_approval: bool | ApprovalPredicate = False,
+    strict_mode: bool = True,
+    timeout: float = 300.0,
+    heartbeat_timeout: float | None = 30.0,
+    max_attempts: int = 3,
+    approval_timeout: float | None = None,
+) -> Callable[[ToolFunction], FunctionTool]: ...
+
+
+def function_tool(
+    func: ToolFunction | None = None,
+    /,
+    *,
+    name_override: str | None = None,
+    description_override: str | None = None,
+    needs_approval: bool | ApprovalPredicate = False,
+    strict_mode: bool = True,
+    timeout: float = 300.0,
+    heartbeat_timeout: float | None = 30.0,
+    max_attempts: int = 3,
+    approval_timeout: float | None = None,
+) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
+    """Turn a function into a tool; its JSON schema comes from the signature and docstring.
+
+    The first parameter may be a `ToolContext` / `RunContextWrapper` (by annotation); it is
+    filled in at call time and not shown to the model. Sync functions run in a thread.
+
+    Args:
+        func: The function (when used as a bare decorator).
+        name_override: Tool name (default: the function's name).
+        description_override: Tool description (default: the docstring's description).
+        needs_approval: `True` (always ask), `False` (never ask), or a predicate
+            `(ctx, params, call_id) -> bool`, sync or async, evaluated in an activity.
+        strict_mode: Use OpenAI's strict JSON schema (all parameters required, no extras).
+        timeout: Seconds one attempt may take.
+        heartbeat_timeout: Seconds without heartbeat before a crash is noticed (`None` disables).
+        max_attempts: Attempts for retryable failures (give side-effecting tools an
+            idempotency key: `ctx.idempotency_key`).
+        approval_timeout: Seconds a call may wait for a decision before it is rejected as
+            expired (`None`: wait forever).
+    """
+
+    def build(fn: ToolFunction) -> FunctionTool:
+        if not callable(fn):
+            raise UserError("@function_tool decorates a function")
+        if not (isinstance(needs_approval, bool) or callable(needs_approval)):
+            raise UserError("needs_approval must be True, False or a callable")
+        name = name_override or fn.__name__
+        description, param_docs = parse_docstring(fn.__doc__)
+        model, takes_context = _build_args_model(fn, name, param_docs)
+        schema = model.model_json_schema()
+        schema.pop("title", None)
+        if strict_mode:
+            schema = ensure_strict_json_schema(schema)
+        return FunctionTool(
+            name=name,
+            description=description_override or description,
+            params_json_schema=schema,
+            func=fn,
+            needs_approval=needs_approval,
+            strict_json_schema=strict_mode,
+            timeout=timeout,
+            heartbeat_timeout=heartbeat_timeout,
+            max_attempts=max_attempts,
+            approval_timeout=approval_timeout,
+            _args_model=model,
+            _takes_context=takes_context,
+        )
+
+    if func is not None:
+        return build(func)
+    return build
+
+
+def tool_output_text(value: Any) -> str:
+    """Render a tool's return value as the text the model sees."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return json.dumps(dataclasses.asdict(value), default=str)
+    if isinstance(value, dict | list | tuple | int | float | bool) or value is None:
+        return json.dumps(value, default=str)
+    return str(value)

@@ -1,0 +1,547 @@
+"""Wire contracts: every payload that crosses Temporal (workflow, activities, updates, queries).
+
+These models are stored in workflow histories, so they are contracts across deployments:
+fields are only ever *added*, always with a default, and names never change. Each workflow,
+activity, update and query takes exactly one of these models and returns one.
+
+The module is imported by workflow code (passed through the sandbox), so it must stay free of
+I/O and of anything non-deterministic.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Names that appear in histories, CLIs and docs. Changing one breaks stored runs.
+WORKFLOW_TYPE = "AgentRun"
+DEFAULT_TASK_QUEUE = "hitl"
+
+# Activity names (explicit, so renaming Python code never breaks a stored history).
+ACT_RESOLVE_AGENT = "resolve_agent"
+ACT_CALL_MODEL = "call_model"
+ACT_PLAN_TOOLS = "plan_tools"
+ACT_EXECUTE_TOOL = "execute_tool"
+ACT_FORMAT_TOOL_ERROR = "format_tool_error"
+ACT_HANDLE_RUN_ERROR = "handle_run_error"
+
+Phase = Literal["starting", "running", "awaiting_approval", "completed", "failed"]
+"""Where a run is. `awaiting_approval` means: nothing can progress until a person decides."""
+
+DecisionKind = Literal["approve", "reject"]
+DecisionSource = Literal["person", "always_rule", "policy", "auto_approval", "deadline"]
+ApprovalMode = Literal["never", "always", "predicate"]
+
+
+class _Model(BaseModel):
+    # Unknown fields are ignored so that an older worker can read a newer payload.
+    model_config = ConfigDict(extra="ignore")
+
+
+# --------------------------------------------------------------------------- agent graph
+
+
+class ModelSettings(_Model):
+    """Sampling and tool-use settings for a model call. `None` means the provider's default."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    tool_choice: str | None = None
+    parallel_tool_calls: bool | None = None
+    reasoning_effort: str | None = None
+    extra_args: dict[str, Any] | None = None
+
+    def merged_with(self, override: ModelSettings | None) -> ModelSettings:
+        """Return these settings with every non-None field of `override` applied on top."""
+        if override is None:
+            return self
+        data = self.model_dump()
+        data.update({k: v for k, v in override.model_dump().items() if v is not None})
+        return ModelSettings.model_validate(data)
+
+
+class ModelSpec(_Model):
+    """Which model answers for an agent. Never carries credentials: keys live on workers."""
+
+    provider: Literal["scripted", "openai"] = "openai"
+    name: str
+    api: Literal["responses", "chat"] | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    """Name of the worker environment variable that holds the key (never the key itself)."""
+    local_activity: bool = False
+    """Run the model call as a local activity (instant, deterministic models only)."""
+
+
+class ToolSpec(_Model):
+    """A tool as recorded at run start: what the model sees and how approval is decided."""
+
+    name: str
+    description: str = ""
+    params_json_schema: dict[str, Any] = Field(default_factory=dict)
+    strict_json_schema: bool = True
+    approval: ApprovalMode = "never"
+    timeout_seconds: float = 300.0
+    heartbeat_timeout_seconds: float | None = 30.0
+    max_attempts: int = 3
+    approval_timeout_seconds: float | None = None
+    """How long a call may wait for a decision; `None` waits forever."""
+
+
+class HandoffSpec(_Model):
+    """A handoff as the model sees it (a tool named `transfer_to_...`) and where it leads."""
+
+    tool_name: str
+    tool_description: str
+    agent_id: str
+
+
+class AgentSpec(_Model):
+    """One agent of the graph, as data."""
+
+    id: str
+    """Stable identity inside the graph (the name, suffixed `~2`, `~3` when names repeat)."""
+    name: str
+    instructions: str | None = None
+    dynamic_instructions: bool = False
+    handoff_description: str | None = None
+    model: ModelSpec
+    model_settings: ModelSettings = Field(default_factory=ModelSettings)
+    tools: list[ToolSpec] = Field(default_factory=list)
+    handoffs: list[HandoffSpec] = Field(default_factory=list)
+    output_schema: dict[str, Any] | None = None
+    output_type_name: str | None = None
+
+    def tool(self, name: str) -> ToolSpec | None:
+        """The tool called `name`, if this agent has one."""
+        return next((t for t in self.tools if t.name == name), None)
+
+    def handoff(self, tool_name: str) -> HandoffSpec | None:
+        """The handoff whose tool is called `tool_name`, if any."""
+        return next((h for h in self.handoffs if h.tool_name == tool_name), None)
+
+
+class AgentGraph(_Model):
+    """The whole agent graph of a run, captured when the run starts (pinned for its lifetime)."""
+
+    root: str
+    agents: dict[str, AgentSpec]
+    fingerprint: str
+
+
+# --------------------------------------------------------------------------- run config
+
+
+class RunConfigSpec(_Model):
+    """Per-run options. Callables travel as import references (`module:qualname`)."""
+
+    model: str | None = None
+    model_settings: ModelSettings | None = None
+    max_turns: int | None = None
+    tool_error_formatter: str | None = None
+    error_handlers: dict[str, str] = Field(default_factory=dict)
+    workflow_name: str | None = None
+    group_id: str | None = None
+    trace_metadata: dict[str, Any] = Field(default_factory=dict)
+    max_tool_argument_bytes: int = 64 * 1024
+    max_tool_output_bytes: int = 128 * 1024
+    max_consecutive_bad_turns: int = 3
+    continue_as_new_after_events: int | None = None
+    """Force continue-as-new once history reaches this many events (tests, tuning)."""
+    context_type: str | None = None
+    """Import reference of the context's type; workers rebuild the context object with it."""
+
+
+# --------------------------------------------------------------------------- transcript
+
+
+class Usage(_Model):
+    """Model usage accumulated over a run."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def add(self, other: Usage) -> Usage:
+        """Return the sum of two usages."""
+        return Usage(
+            requests=self.requests + other.requests,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+RunItemType = Literal[
+    "message_output_item",
+    "tool_call_item",
+    "tool_call_output_item",
+    "handoff_call_item",
+    "handoff_output_item",
+    "reasoning_item",
+]
+
+
+class RunItem(_Model):
+    """One item the run produced: an OpenAI Responses item plus who produced it."""
+
+    type: RunItemType
+    agent_id: str
+    agent_name: str
+    raw_item: dict[str, Any]
+
+
+# --------------------------------------------------------------------------- workflow I/O
+
+
+class RunInput(_Model):
+    """Input of the `AgentRun` workflow. Only `agent` and `input` are needed from the CLI.
+
+    `temporal workflow start --type AgentRun --task-queue hitl
+    --input '{"agent": "Refund desk", "input": "Refund order 1001"}'`
+    """
+
+    agent: str
+    input: str | list[dict[str, Any]] = ""
+    context: Any = None
+    max_turns: int | None = None
+    run_config: RunConfigSpec = Field(default_factory=RunConfigSpec)
+    carried: CarriedState | None = None
+    """Set only by continue-as-new: the whole state of the previous run."""
+
+
+class CallRecord(_Model):
+    """A tool call of the current turn and everything decided about it."""
+
+    call_id: str
+    tool_name: str
+    agent_id: str
+    agent_name: str
+    arguments: str
+    turn: int
+    state: Literal[
+        "planning", "awaiting_approval", "approved", "running", "done", "rejected", "refused"
+    ] = "planning"
+    needs_approval: bool = False
+    requested_at: datetime | None = None
+    decision: DecisionRecord | None = None
+    output: str | None = None
+    is_error: bool = False
+
+
+class DecisionRecord(_Model):
+    """A recorded decision: who decided what about which call, when, and how."""
+
+    call_id: str
+    tool_name: str
+    kind: DecisionKind
+    always: bool = False
+    message: str | None = None
+    approver: str | None = None
+    reason: str | None = None
+    source: DecisionSource = "person"
+    via: Literal["update", "signal", "workflow"] = "update"
+    decided_at: datetime
+
+
+class CarriedState(_Model):
+    """Everything a run needs to continue as new without losing anything."""
+
+    graph: AgentGraph
+    current_agent: str
+    input_items: list[dict[str, Any]]
+    new_items: list[RunItem]
+    turn: int
+    bad_turns: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    always_rules: dict[str, DecisionKind] = Field(default_factory=dict)
+    decisions: list[DecisionRecord] = Field(default_factory=list)
+    refused: list[RefusedDecision] = Field(default_factory=list)
+    continued_runs: int = 0
+
+
+class RunOutput(_Model):
+    """Result of a completed `AgentRun`."""
+
+    final_output: Any = None
+    last_agent: str
+    last_agent_name: str
+    input_items: list[dict[str, Any]]
+    new_items: list[RunItem]
+    usage: Usage
+    decisions: list[DecisionRecord]
+    turns: int
+    run_id: str = ""
+
+
+# --------------------------------------------------------------------------- updates, queries
+
+
+class DecisionInput(_Model):
+    """Payload of the `approve` and `reject` updates and signals. Only `call_id` is required.
+
+    `temporal workflow update execute --workflow-id W --name approve
+    --input '{"call_id": "call_123"}'`
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str
+    always: bool = False
+    message: str | None = None
+    approver: str | None = None
+    reason: str | None = None
+
+
+class DecisionRequest(DecisionInput):
+    """One decision inside a `decide` batch."""
+
+    kind: DecisionKind
+
+
+class DecideInput(_Model):
+    """Payload of the `decide` update: decisions applied atomically, then optionally wait."""
+
+    decisions: list[DecisionRequest]
+    wait: bool = True
+
+
+class WaitInput(_Model):
+    """Payload of the `wait` update: returns once the run pauses for a person or finishes."""
+
+
+class PendingApproval(_Model):
+    """A tool call waiting for a person, as shown by `status` and `RunResult.interruptions`."""
+
+    call_id: str
+    tool_name: str
+    agent_id: str
+    agent_name: str
+    arguments: str
+    turn: int
+    requested_at: datetime | None = None
+
+
+class RefusedDecision(_Model):
+    """A decision that arrived by signal and was refused (signals cannot return errors)."""
+
+    received_at: datetime
+    name: str
+    payload: str
+    error_type: str
+    message: str
+
+
+class RunStatus(_Model):
+    """Answer of the `status` query and of the `wait` / `decide` updates."""
+
+    workflow_id: str
+    run_id: str
+    phase: Phase
+    agent: str
+    current_agent: str | None = None
+    current_agent_name: str | None = None
+    turn: int = 0
+    pending: list[PendingApproval] = Field(default_factory=list)
+    decisions: list[DecisionRecord] = Field(default_factory=list)
+    refused: list[RefusedDecision] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    items: int = 0
+    final_output: Any = None
+    error: RunErrorInfo | None = None
+    continued_as_new: bool = False
+
+
+class RunErrorInfo(_Model):
+    """Why a run failed, in the typed form clients turn back into exceptions."""
+
+    type: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class TranscriptQuery(_Model):
+    """Argument of the `transcript` query: a slice of the model input items."""
+
+    start: int = 0
+    end: int | None = None
+
+
+class TranscriptPage(_Model):
+    """Answer of the `transcript` query."""
+
+    items: list[dict[str, Any]]
+    total: int
+
+
+class RunSnapshot(_Model):
+    """Answer of the `snapshot` query: status plus the items produced so far."""
+
+    status: RunStatus
+    input_items: list[dict[str, Any]]
+    new_items: list[RunItem]
+
+
+# --------------------------------------------------------------------------- activities
+
+
+class RunContextData(_Model):
+    """The run context as activities receive it: its JSON value and the type to rebuild."""
+
+    value: Any = None
+    type: str | None = None
+
+
+class ResolveAgentInput(_Model):
+    """Input of `resolve_agent`: which registered agent, plus references to check."""
+
+    agent: str
+    run_config: RunConfigSpec = Field(default_factory=RunConfigSpec)
+
+
+class TranscriptRef(_Model):
+    """Where a model activity fetches its transcript (the `transcript` query of this run)."""
+
+    workflow_id: str
+    run_id: str
+    end: int
+
+
+class ModelTool(_Model):
+    """A tool as offered to the model."""
+
+    name: str
+    description: str
+    params_json_schema: dict[str, Any]
+    strict: bool = True
+
+
+class CallModelInput(_Model):
+    """Input of `call_model`. The transcript is inline for local activities, else by reference."""
+
+    root_agent: str
+    agent_id: str
+    agent_name: str
+    model: ModelSpec
+    settings: ModelSettings = Field(default_factory=ModelSettings)
+    instructions: str | None = None
+    dynamic_instructions: bool = False
+    tools: list[ModelTool] = Field(default_factory=list)
+    output_schema: dict[str, Any] | None = None
+    output_type_name: str | None = None
+    transcript: list[dict[str, Any]] | None = None
+    transcript_ref: TranscriptRef | None = None
+    context: RunContextData | None = None
+    turn: int = 0
+
+
+class ModelResponse(_Model):
+    """Output of `call_model`: Responses output items, usage and a validated final output."""
+
+    output: list[dict[str, Any]]
+    usage: Usage = Field(default_factory=Usage)
+    final_output: Any = None
+    has_final_output: bool = False
+    response_id: str | None = None
+
+
+class PlanCall(_Model):
+    """A call to plan: evaluate approval, validate arguments."""
+
+    call_id: str
+    tool_name: str
+    arguments: str
+
+
+class PlanToolsInput(_Model):
+    """Input of `plan_tools`."""
+
+    root_agent: str
+    agent_id: str
+    calls: list[PlanCall]
+    context: RunContextData | None = None
+    workflow_id: str = ""
+
+
+class CallPlan(_Model):
+    """Plan for one call: refused (with the message for the model) or whether it needs approval."""
+
+    call_id: str
+    needs_approval: bool = False
+    refusal: str | None = None
+    note: str | None = None
+
+
+class PlanToolsOutput(_Model):
+    """Output of `plan_tools`, one plan per call, same order."""
+
+    plans: list[CallPlan]
+
+
+class ExecuteToolInput(_Model):
+    """Input of `execute_tool`."""
+
+    root_agent: str
+    agent_id: str
+    tool_name: str
+    call_id: str
+    arguments: str
+    idempotency_key: str
+    workflow_id: str
+    context: RunContextData | None = None
+    decision: DecisionRecord | None = None
+    max_output_bytes: int = 128 * 1024
+
+
+class ToolOutput(_Model):
+    """Output of `execute_tool`: the text the model sees."""
+
+    output: str
+    is_error: bool = False
+    truncated: bool = False
+
+
+class FormatToolErrorInput(_Model):
+    """Input of `format_tool_error`: the run's formatter and what happened."""
+
+    formatter: str
+    kind: Literal["approval_rejected"] = "approval_rejected"
+    tool_name: str
+    call_id: str
+    default_message: str
+    context: RunContextData | None = None
+
+
+class FormatToolErrorOutput(_Model):
+    """Output of `format_tool_error`: `None` keeps the default message."""
+
+    message: str | None = None
+
+
+class HandleRunErrorInput(_Model):
+    """Input of `handle_run_error`."""
+
+    handler: str
+    kind: Literal["max_turns"] = "max_turns"
+    message: str
+    max_turns: int
+    context: RunContextData | None = None
+    input_items: list[dict[str, Any]] = Field(default_factory=list)
+    new_items: list[RunItem] = Field(default_factory=list)
+
+
+class HandleRunErrorOutput(_Model):
+    """Output of `handle_run_error`: `handled=False` means the error stands."""
+
+    handled: bool = False
+    final_output: Any = None
+    include_in_history: bool = True
+
+
+for _m in list(globals().values()):
+    if isinstance(_m, type) and issubclass(_m, BaseModel) and _m is not BaseModel:
+        _m.model_rebuild()

@@ -1,0 +1,167 @@
+"""Agents from the seeds, importable by worker subprocesses (`--agents tests.agents:...`).
+
+Tools record their effects in the SQLite ledger named by `HITL_TEST_LEDGER` (when set), keyed
+by the idempotency key, so tests can count effects across worker crashes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+from hitl import Agent, ModelReply, ModelRequest, ScriptedModel, ToolContext, function_tool
+from tests.helpers import Ledger
+
+
+def record(ctx: ToolContext[object], tool: str) -> None:
+    """Write the effect to the ledger (once per idempotency key)."""
+    path = os.environ.get("HITL_TEST_LEDGER")
+    if path:
+        Ledger(Path(path)).record(ctx.idempotency_key, tool, ctx.tool_arguments)
+
+
+# ----------------------------------------------------------------------------- support (Python)
+
+
+@function_tool(needs_approval=True)
+async def cancel_order(ctx: ToolContext[object], order_id: int) -> str:
+    """Cancel an order.
+
+    Args:
+        order_id: The order to cancel.
+    """
+    record(ctx, "cancel_order")
+    return f"Cancelled order {order_id}"
+
+
+async def requires_review(_ctx: object, params: dict[str, object], _call_id: str) -> bool:
+    """The seeds' predicate: emails about refunds need a person."""
+    return "refund" in str(params.get("subject", "")).lower()
+
+
+@function_tool(needs_approval=requires_review)
+async def send_email(ctx: ToolContext[object], subject: str, body: str) -> str:
+    """Send an email to the customer.
+
+    Args:
+        subject: Subject line.
+        body: Message body.
+    """
+    record(ctx, "send_email")
+    return f"Sent '{subject}'"
+
+
+def support_script(req: ModelRequest) -> ModelReply:
+    """Cancel the order named in the request and email the customer about it."""
+    text = req.last_user_text()
+    results = req.tool_results()
+    if results:
+        return ModelReply.say("; ".join(f"{r.name}: {r.output}" for r in results))
+    order = re.search(r"\d+", text)
+    calls: list[tuple[str, dict[str, object]]] = []
+    if "cancel" in text.lower() and order:
+        calls.append(("cancel_order", {"order_id": int(order.group())}))
+    if "email" in text.lower():
+        subject = "Refund for your order" if "refund" in text.lower() else "About your order"
+        calls.append(("send_email", {"subject": subject, "body": text}))
+    if not calls:
+        return ModelReply.say("Nothing to do.")
+    return ModelReply.calls(*calls)
+
+
+support_agent = Agent(
+    name="Support agent",
+    instructions="Handle tickets and ask for approval when needed.",
+    tools=[cancel_order, send_email],
+    model=ScriptedModel(support_script, "tests.support"),
+)
+
+
+# ----------------------------------------------------------------------------- weather (JS seed)
+
+
+async def san_francisco_only(_ctx: object, params: dict[str, object], _call_id: str) -> bool:
+    """Forces approval to look up the weather in San Francisco."""
+    return params.get("location") == "San Francisco"
+
+
+@function_tool(needs_approval=san_francisco_only)
+def get_weather(ctx: ToolContext[object], location: str) -> str:
+    """Get the weather for a given city.
+
+    Args:
+        location: The city.
+    """
+    record(ctx, "get_weather")
+    return f"The weather in {location} is sunny"
+
+
+def data_script(req: ModelRequest) -> ModelReply:
+    """Look up every city in the question, then summarize."""
+    results = req.results_for("get_weather")
+    if not results:
+        cities = [c for c in ("Oakland", "San Francisco") if c in req.last_user_text()]
+        return ModelReply.calls(*(("get_weather", {"location": c}) for c in cities))
+    return ModelReply.say(" ".join(r.output or "" for r in results))
+
+
+def triage_script(req: ModelRequest) -> ModelReply:
+    """Hand weather questions to the data agent."""
+    if "weather" in req.last_user_text().lower():
+        return ModelReply.call("transfer_to_data_agent")
+    return ModelReply.say("I only know about the weather.")
+
+
+data_agent = Agent(
+    name="Data agent",
+    instructions="You are a data agent",
+    handoff_description="You know everything about the weather",
+    tools=[get_weather],
+    model=ScriptedModel(data_script, "tests.data"),
+)
+
+weather_agent = Agent(
+    name="Basic test agent",
+    instructions="You are a basic agent",
+    handoffs=[data_agent],
+    model=ScriptedModel(triage_script, "tests.triage"),
+)
+
+
+# ----------------------------------------------------------------------------- a slow tool
+
+
+@function_tool(needs_approval=True, heartbeat_timeout=2.0, max_attempts=5)
+def slow_refund(ctx: ToolContext[object], order_id: int) -> str:
+    """Refund an order slowly (tests kill the worker while it runs).
+
+    Args:
+        order_id: The order to refund.
+    """
+    started = os.environ.get("HITL_TEST_STARTED")
+    if started:
+        Path(started).write_text(str(ctx.attempt))
+    time.sleep(float(os.environ.get("HITL_TEST_TOOL_SECONDS", "0")))
+    record(ctx, "slow_refund")
+    return f"Refunded order {order_id}"
+
+
+def refund_script(req: ModelRequest) -> ModelReply:
+    """Refund the order in the message."""
+    results = req.results_for("slow_refund")
+    if results:
+        return ModelReply.say(results[0].output or "")
+    order = re.search(r"\d+", req.last_user_text())
+    return ModelReply.call("slow_refund", {"order_id": int(order.group()) if order else 0})
+
+
+refund_agent = Agent(
+    name="Refunder",
+    instructions="Refund what is asked.",
+    tools=[slow_refund],
+    model=ScriptedModel(refund_script, "tests.refund"),
+)
+
+ALL = [support_agent, weather_agent, refund_agent]

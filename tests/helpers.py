@@ -1,0 +1,116 @@
+"""Test helpers: workers on private task queues, an effect ledger, history inspection."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+
+from hitl.agent import Agent
+from worker.build import WorkerOptions, build_worker
+
+
+def queue_name(prefix: str = "tq") -> str:
+    """A task queue nobody else uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    client: Client, *agents: Agent[Any], cache: int = 100, task_queue: str | None = None
+) -> AsyncIterator[str]:
+    """Run a worker for `agents` on a private task queue; yields the queue name."""
+    tq = task_queue or queue_name()
+    worker = build_worker(
+        client,
+        agents,
+        WorkerOptions(task_queue=tq, max_cached_workflows=cache, graceful_shutdown=0),
+    )
+    async with worker:
+        yield tq
+
+
+class Ledger:
+    """Side effects recorded in SQLite with a UNIQUE idempotency key (works across processes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        with self._db() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS effects ("
+                " key TEXT PRIMARY KEY, tool TEXT, args TEXT, attempts INTEGER DEFAULT 1)"
+            )
+
+    def _db(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=10, isolation_level=None)
+
+    def record(self, key: str, tool: str, args: str) -> bool:
+        """Record an effect once per key (a repeat only counts an attempt). True if new."""
+        with contextlib.closing(self._db()) as db:
+            cur = db.execute(
+                "INSERT OR IGNORE INTO effects(key, tool, args) VALUES (?, ?, ?)", (key, tool, args)
+            )
+            if cur.rowcount == 1:
+                return True
+            db.execute("UPDATE effects SET attempts = attempts + 1 WHERE key = ?", (key,))
+            return False
+
+    def rows(self, tool: str | None = None) -> list[tuple[str, str, str, int]]:
+        with contextlib.closing(self._db()) as db:
+            q = "SELECT key, tool, args, attempts FROM effects"
+            if tool:
+                return list(db.execute(q + " WHERE tool = ? ORDER BY rowid", (tool,)))
+            return list(db.execute(q + " ORDER BY rowid"))
+
+    def count(self, tool: str | None = None) -> int:
+        return len(self.rows(tool))
+
+
+async def history(handle: WorkflowHandle[Any, Any]) -> WorkflowHistory:
+    return await handle.fetch_history()
+
+
+def activity_count(hist: WorkflowHistory, activity_name: str) -> int:
+    """How many times an activity of this type was scheduled (regular activities)."""
+    return sum(
+        1
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity_name
+    )
+
+
+def event_count(hist: WorkflowHistory, event_type: int) -> int:
+    return sum(1 for e in hist.events if e.event_type == event_type)
+
+
+def tool_activity_count(hist: WorkflowHistory, tool_name: str | None = None) -> int:
+    """execute_tool activities scheduled (optionally for one tool, by the activity summary)."""
+    n = 0
+    for e in hist.events:
+        if e.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            continue
+        attrs = e.activity_task_scheduled_event_attributes
+        if attrs.activity_type.name != "execute_tool":
+            continue
+        if tool_name is None or tool_name.encode() in e.user_metadata.summary.data:
+            n += 1
+    return n
+
+
+_WFT = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+}
+
+
+def state_events(hist: WorkflowHistory) -> list[int]:
+    """Event types other than workflow-task bookkeeping (what changes a run's state)."""
+    return [e.event_type for e in hist.events if e.event_type not in _WFT]

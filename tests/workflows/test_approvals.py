@@ -1,0 +1,316 @@
+"""The approval flow on the time-skipping server: pause, decide, resume (seeds' semantics)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from hitl import (
+    Agent,
+    AlreadyDecidedError,
+    ModelReply,
+    ModelRequest,
+    Runner,
+    RunState,
+    ScriptedModel,
+    UnknownCallError,
+)
+from hitl.wire import DecisionInput, RunStatus
+from tests.agents import cancel_order, support_agent, weather_agent
+from tests.helpers import (
+    Ledger,
+    activity_count,
+    event_count,
+    serving,
+    state_events,
+    tool_activity_count,
+)
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    monkeypatch.setenv("HITL_TEST_LEDGER", str(tmp_path / "ledger.db"))
+    return Ledger(tmp_path / "ledger.db")
+
+
+async def test_parked_for_three_days_then_approved(
+    ts_env: WorkflowEnvironment, cache_size: int, ledger: Ledger
+) -> None:
+    client = ts_env.client
+    async with serving(client, support_agent, cache=cache_size) as tq:
+        result = await Runner.run(
+            support_agent, "Please cancel order 7", client=client, task_queue=tq, serve=False
+        )
+        assert [i.name for i in result.interruptions] == ["cancel_order"]
+        assert result.final_output is None
+        assert ledger.count() == 0, "nothing runs before a decision"
+
+        await ts_env.sleep(timedelta(days=3))
+        handle = client.get_workflow_handle(result.workflow_id)
+        status = await handle.query("status", result_type=RunStatus)
+        assert status.phase == "awaiting_approval"
+        assert [p.call_id for p in status.pending] == [result.interruptions[0].call_id]
+
+        state = result.to_state()
+        state.approve(result.interruptions[0])
+        result = await Runner.run(support_agent, state, client=client, task_queue=tq, serve=False)
+
+    assert result.interruptions == []
+    assert result.final_output == "cancel_order: Cancelled order 7"
+    assert [r[1] for r in ledger.rows()] == ["cancel_order"]
+    hist = await handle.fetch_history()
+    assert tool_activity_count(hist) == 1
+    decision = result.decisions[0]
+    assert decision.kind == "approve" and decision.source == "person"
+    assert (decision.decided_at - result.status.decisions[0].decided_at) == timedelta(0)
+
+
+async def test_reject_schedules_no_tool_activity(
+    ts_env: WorkflowEnvironment, cache_size: int, ledger: Ledger
+) -> None:
+    client = ts_env.client
+    async with serving(client, support_agent, cache=cache_size) as tq:
+        result = await Runner.run(
+            support_agent, "cancel order 9", client=client, task_queue=tq, serve=False
+        )
+        state = result.to_state()
+        state.reject(result.interruptions[0], message="Order 9 is already shipped.")
+        result = await Runner.run(support_agent, state, client=client, task_queue=tq, serve=False)
+
+    assert result.final_output == "cancel_order: Order 9 is already shipped."
+    outputs = [i.raw_item for i in result.new_items if i.type == "tool_call_output_item"]
+    assert outputs[0]["output"] == "Order 9 is already shipped."
+    assert ledger.count() == 0
+    hist = await client.get_workflow_handle(result.workflow_id).fetch_history()
+    assert activity_count(hist, "execute_tool") == 0
+
+
+async def test_reject_without_message_uses_default_text(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    client = ts_env.client
+    async with serving(client, support_agent) as tq:
+        result = await Runner.run(
+            support_agent, "cancel order 3", client=client, task_queue=tq, serve=False
+        )
+        state = result.to_state()
+        state.reject(result.interruptions[0])
+        result = await Runner.run(support_agent, state, client=client, task_queue=tq, serve=False)
+    assert result.final_output == "cancel_order: Tool execution was not approved."
+
+
+async def test_partial_resolution_runs_approved_calls_first(
+    ts_env: WorkflowEnvironment, cache_size: int, ledger: Ledger
+) -> None:
+    client = ts_env.client
+    async with serving(client, support_agent, cache=cache_size) as tq:
+        result = await Runner.run(
+            support_agent,
+            "cancel order 5 and email a refund notice",
+            client=client,
+            task_queue=tq,
+            serve=False,
+        )
+        names = sorted(i.name for i in result.interruptions)
+        assert names == ["cancel_order", "send_email"], "both calls of the turn are visible"
+        cancel = next(i for i in result.interruptions if i.name == "cancel_order")
+
+        state = result.to_state()
+        state.approve(cancel)
+        result = await Runner.run(support_agent, state, client=client, task_queue=tq, serve=False)
+
+        # The approved call ran; the other still waits, and the model was not asked again.
+        assert [i.name for i in result.interruptions] == ["send_email"]
+        assert [r[1] for r in ledger.rows()] == ["cancel_order"]
+        assert result.status.turn == 1
+
+        state = result.to_state()
+        state.approve(result.interruptions[0])
+        result = await Runner.run(support_agent, state, client=client, task_queue=tq, serve=False)
+
+    assert sorted(r[1] for r in ledger.rows()) == ["cancel_order", "send_email"]
+    assert result.status.turn == 2, "one model call for the turn, one after all outputs"
+    assert "cancel_order: Cancelled order 5" in result.final_output
+
+
+async def test_predicate_decides_per_call(ts_env: WorkflowEnvironment, ledger: Ledger) -> None:
+    client = ts_env.client
+    async with serving(client, support_agent) as tq:
+        # No refund in the subject: the predicate says no approval is needed.
+        result = await Runner.run(
+            support_agent, "email them an update", client=client, task_queue=tq, serve=False
+        )
+    assert result.interruptions == []
+    assert result.final_output == "send_email: Sent 'About your order'"
+    assert [r[1] for r in ledger.rows()] == ["send_email"]
+
+
+async def test_unknown_and_conflicting_decisions_are_refused(
+    ts_env: WorkflowEnvironment, cache_size: int, ledger: Ledger
+) -> None:
+    client = ts_env.client
+    async with serving(client, support_agent, cache=cache_size) as tq:
+        # Two calls need approval, so the run stays paused after the first decision.
+        result = await Runner.run(
+            support_agent,
+            "cancel order 11 and email a refund notice",
+            client=client,
+            task_queue=tq,
+            serve=False,
+        )
+        handle = client.get_workflow_handle(result.workflow_id)
+        cancel = next(i for i in result.interruptions if i.name == "cancel_order")
+        email = next(i for i in result.interruptions if i.name == "send_email")
+        before = state_events(await handle.fetch_history())
+
+        with pytest.raises(WorkflowUpdateFailedError) as unknown:
+            await handle.execute_update("approve", DecisionInput(call_id="zzz"))
+        assert unknown.value.cause.type == "UnknownCall"  # type: ignore[union-attr]
+        assert "unknown call id 'zzz'" in str(unknown.value.cause)
+        with pytest.raises(WorkflowUpdateFailedError) as bad:
+            await handle.execute_update("approve", {"call_id": 123, "always": "maybe"})
+        assert bad.value.cause.type == "InvalidDecision"  # type: ignore[union-attr]
+        assert "call_id: Input should be a valid string" in str(bad.value.cause)
+        with pytest.raises(WorkflowUpdateFailedError) as typo:
+            await handle.execute_update("approve", {"call_id": cancel.call_id, "aprover": "x"})
+        assert "aprover: Extra inputs are not permitted" in str(typo.value.cause)
+        # (The Java test server records empty workflow tasks for rejected updates; the dev
+        # server records nothing at all, which tests/e2e asserts.)
+        assert state_events(await handle.fetch_history()) == before, "refusals change nothing"
+        status = await handle.query("status", result_type=RunStatus)
+        assert status.decisions == [] and len(status.pending) == 2
+
+        first = await handle.execute_update(
+            "reject", DecisionInput(call_id=cancel.call_id, approver="alice"), id="u-1"
+        )
+        again = await handle.execute_update(
+            "reject", DecisionInput(call_id=cancel.call_id, approver="alice"), id="u-2"
+        )
+        assert first == again, "the same decision twice is idempotent"
+        with pytest.raises(WorkflowUpdateFailedError) as conflict:
+            await handle.execute_update(
+                "approve", DecisionInput(call_id=cancel.call_id, approver="bob")
+            )
+        assert conflict.value.cause.type == "AlreadyDecided"  # type: ignore[union-attr]
+        assert "already decided: reject by alice" in str(conflict.value.cause)
+
+        # Typed errors through the Python API too; a refused batch changes nothing.
+        state = result.to_state()
+        with pytest.raises(UnknownCallError):
+            state.approve("nope")
+        state.approve(cancel)
+        state.approve(email)
+        with pytest.raises(AlreadyDecidedError):
+            await Runner.run(support_agent, state, client=client, task_queue=tq, serve=False)
+        status = await handle.query("status", result_type=RunStatus)
+        assert [p.call_id for p in status.pending] == [email.call_id]
+
+        state = await RunState.from_string(support_agent, result.to_state().to_string())
+        state.reject(email, message="Do not email.")
+        done = await Runner.run(support_agent, state, client=client, task_queue=tq, serve=False)
+        assert done.final_output == (
+            "cancel_order: Tool execution was not approved.; send_email: Do not email."
+        )
+        hist = await handle.fetch_history()
+        assert activity_count(hist, "execute_tool") == 0
+        with pytest.raises(RPCError):  # the run is closed: the server refuses
+            await handle.execute_update("approve", DecisionInput(call_id=cancel.call_id))
+    assert ledger.count() == 0
+    accepted = event_count(hist, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
+    # wait (start) + reject + reject again (idempotent) + decide: refusals were never accepted
+    assert accepted == 4
+
+
+async def test_handoff_then_approval_in_second_agent(
+    ts_env: WorkflowEnvironment, cache_size: int, ledger: Ledger
+) -> None:
+    """The JS seed: a handoff to a data agent whose tool needs approval only for SF."""
+    client = ts_env.client
+    async with serving(client, weather_agent, cache=cache_size) as tq:
+        result = await Runner.run(
+            weather_agent,
+            "What is the weather in Oakland and San Francisco?",
+            client=client,
+            task_queue=tq,
+            serve=False,
+        )
+        assert [(i.agent.name, i.name, i.arguments) for i in result.interruptions] == [
+            ("Data agent", "get_weather", '{"location": "San Francisco"}')
+        ]
+        assert result.last_agent.name == "Data agent"
+        # Oakland needed no approval and already ran (partial resolution).
+        assert [r[2] for r in ledger.rows()] == ['{"location": "Oakland"}']
+        while result.interruptions:
+            state = await RunState.from_string(weather_agent, result.to_state().to_string())
+            for item in result.interruptions:
+                state.approve(item)
+            result = await Runner.run(
+                weather_agent, state, client=client, task_queue=tq, serve=False
+            )
+    assert result.final_output == (
+        "The weather in Oakland is sunny The weather in San Francisco is sunny"
+    )
+    kinds = [i.type for i in result.new_items]
+    assert kinds[:2] == ["handoff_call_item", "handoff_output_item"]
+    assert ledger.count() == 2
+
+
+def one_by_one(req: ModelRequest) -> ModelReply:
+    """Cancel the orders named in the request one per turn, then report."""
+    wanted = [int(n) for n in re.findall(r"\d+", req.last_user_text())]
+    done = req.results_for("cancel_order")
+    if len(done) < len(wanted):
+        return ModelReply.call("cancel_order", {"order_id": wanted[len(done)]})
+    return ModelReply.say(" | ".join(r.output or "" for r in done))
+
+
+sequential_agent = Agent(
+    name="Sequential canceller",
+    tools=[cancel_order],
+    model=ScriptedModel(one_by_one, "tests.sequential"),
+)
+
+
+async def test_always_approve_covers_later_turns(
+    ts_env: WorkflowEnvironment, cache_size: int, ledger: Ledger
+) -> None:
+    client = ts_env.client
+    async with serving(client, sequential_agent, cache=cache_size) as tq:
+        result = await Runner.run(
+            sequential_agent, "cancel 1, 2 and 3", client=client, task_queue=tq, serve=False
+        )
+        assert len(result.interruptions) == 1
+        state = result.to_state()
+        state.approve(result.interruptions[0], always_approve=True)
+        result = await Runner.run(
+            sequential_agent, state, client=client, task_queue=tq, serve=False
+        )
+    assert result.interruptions == []
+    assert result.final_output == "Cancelled order 1 | Cancelled order 2 | Cancelled order 3"
+    assert [d.source for d in result.decisions] == ["person", "always_rule", "always_rule"]
+    assert ledger.count("cancel_order") == 3
+
+
+async def test_always_reject_covers_later_turns(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    client = ts_env.client
+    async with serving(client, sequential_agent) as tq:
+        result = await Runner.run(
+            sequential_agent, "cancel 4 and 5", client=client, task_queue=tq, serve=False
+        )
+        state = result.to_state()
+        state.reject(result.interruptions[0], always_reject=True, message="No cancellations.")
+        result = await Runner.run(
+            sequential_agent, state, client=client, task_queue=tq, serve=False
+        )
+    assert result.final_output == "No cancellations. | Tool execution was not approved."
+    assert [d.kind for d in result.decisions] == ["reject", "reject"]
+    assert ledger.count() == 0

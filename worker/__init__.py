@@ -1,0 +1,5 @@
+"""Workers: `python -m worker --agents module:attr` and the embedded dev-server bootstrap."""
+
+from worker.build import DEFAULT_MAX_CACHED_WORKFLOWS, WorkerOptions, build_worker
+
+__all__ = ["DEFAULT_MAX_CACHED_WORKFLOWS", "WorkerOptions", "build_worker"]

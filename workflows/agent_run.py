@@ -1,0 +1,772 @@
+"""`AgentRun`: one durable agent run.
+
+A small deterministic state machine: ask the model for the next step (activity), decide which
+tool calls run, which wait for a person and which are refused, run the allowed ones
+(activities), and loop until the model gives a final output. A call that needs approval is
+parked in the approval book and the run waits on `workflow.wait_condition` until a decision
+arrives (update `approve` / `reject` / `decide`, or the same-named signals). No user code runs
+here: predicates, instructions, tools and formatters all run in activities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from temporalio import workflow
+from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from hitl.wire import (
+        ACT_CALL_MODEL,
+        ACT_EXECUTE_TOOL,
+        ACT_FORMAT_TOOL_ERROR,
+        ACT_HANDLE_RUN_ERROR,
+        ACT_PLAN_TOOLS,
+        ACT_RESOLVE_AGENT,
+        WORKFLOW_TYPE,
+        AgentGraph,
+        AgentSpec,
+        CallModelInput,
+        CallRecord,
+        CarriedState,
+        DecideInput,
+        DecisionInput,
+        DecisionKind,
+        DecisionRecord,
+        ExecuteToolInput,
+        FormatToolErrorInput,
+        FormatToolErrorOutput,
+        HandleRunErrorInput,
+        HandleRunErrorOutput,
+        ModelResponse,
+        ModelTool,
+        Phase,
+        PlanCall,
+        PlanToolsInput,
+        PlanToolsOutput,
+        RefusedDecision,
+        ResolveAgentInput,
+        RunContextData,
+        RunErrorInfo,
+        RunInput,
+        RunItem,
+        RunOutput,
+        RunSnapshot,
+        RunStatus,
+        ToolOutput,
+        TranscriptPage,
+        TranscriptQuery,
+        TranscriptRef,
+        Usage,
+        WaitInput,
+    )
+    from workflows.book import ApprovalBook, parse_payload, refusal
+    from workflows.items import (
+        REJECTION_MESSAGE,
+        TOOL_ERROR_PREFIX,
+        BadInput,
+        FunctionCall,
+        assistant_message,
+        check_arguments,
+        function_output,
+        message_text,
+        model_input,
+        normalize_input,
+        parse_model_output,
+    )
+
+DEFAULT_MAX_TURNS = 10
+MAX_REFUSED_KEPT = 50
+
+# Errors a model call must not retry: they need a change by a person, not another attempt.
+MODEL_NON_RETRYABLE = ["ModelBehaviorError", "ModelProviderError", "UserError", "PayloadsTooLarge"]
+TOOL_NON_RETRYABLE = ["ToolArgumentsInvalid", "ToolNotFound", "PayloadsTooLarge"]
+MODEL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=8,
+    non_retryable_error_types=MODEL_NON_RETRYABLE,
+)
+LOCAL_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=5,
+    non_retryable_error_types=["UserError", "ModelBehaviorError"],
+)
+MODEL_TIMEOUT = timedelta(seconds=180)
+LOCAL_TIMEOUT = timedelta(seconds=30)
+
+
+class RunFailure(Exception):
+    """Internal: ends the run as failed with a typed reason (after handlers finish)."""
+
+    def __init__(self, type_name: str, message: str, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.info = RunErrorInfo(type=type_name, message=message, details=details or {})
+
+
+def _failure_from_activity(err: ActivityError, what: str) -> RunFailure:
+    cause = err.cause
+    while cause is not None and not isinstance(cause, ApplicationError) and cause.cause:
+        cause = cause.cause
+    if isinstance(cause, ApplicationError) and cause.type:
+        return RunFailure(cause.type, cause.message)
+    if isinstance(cause, TemporalTimeoutError):
+        return RunFailure("ModelProviderError", f"{what} timed out: {cause.message}")
+    message = str(cause.message if cause is not None and hasattr(cause, "message") else err)
+    return RunFailure("RunFailedError", f"{what} failed: {message}")
+
+
+def _error_text(err: ActivityError) -> str:
+    cause: BaseException | None = err.cause
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    if isinstance(cause, TemporalTimeoutError):
+        return f"the tool timed out ({cause.type.name.lower() if cause.type else 'timeout'})"
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    return str(cause or err)
+
+
+@workflow.defn(name=WORKFLOW_TYPE)
+class AgentRun:
+    """The durable agent loop (see the module docstring)."""
+
+    @workflow.init
+    def __init__(self, inp: RunInput) -> None:
+        self._inp = inp
+        self._graph: AgentGraph | None = None
+        self._current: str = ""
+        self._input_items: list[dict[str, Any]] = []
+        self._new_items: list[RunItem] = []
+        self._turn = 0
+        self._bad_turns = 0
+        self._usage = Usage()
+        self._book = ApprovalBook()
+        self._refused: list[RefusedDecision] = []
+        self._continued_runs = 0
+        self._busy = 0
+        self._output: RunOutput | None = None
+        self._error: RunErrorInfo | None = None
+        self._continuing = False
+        carried = inp.carried
+        if carried is not None:
+            self._graph = carried.graph
+            self._current = carried.current_agent
+            self._input_items = carried.input_items
+            self._new_items = carried.new_items
+            self._turn = carried.turn
+            self._bad_turns = carried.bad_turns
+            self._usage = carried.usage
+            self._book = ApprovalBook(
+                always_rules=carried.always_rules, decisions=carried.decisions
+            )
+            self._refused = carried.refused
+            self._continued_runs = carried.continued_runs
+
+    # ================================================================= main loop
+
+    @workflow.run
+    async def run(self, inp: RunInput) -> RunOutput:
+        try:
+            if self._graph is None:
+                self._graph = await self._resolve()
+                self._current = self._graph.root
+                try:
+                    self._input_items = normalize_input(inp.input)
+                except BadInput as exc:
+                    raise RunFailure("UserError", str(exc)) from None
+            self._output = await self._loop()
+        except RunFailure as failure:
+            self._error = failure.info
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            raise ApplicationError(
+                failure.info.message,
+                failure.info.details,
+                type=failure.info.type,
+                non_retryable=True,
+            ) from None
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._output
+
+    async def _loop(self) -> RunOutput:
+        max_turns = self._inp.max_turns or self._inp.run_config.max_turns or DEFAULT_MAX_TURNS
+        while True:
+            if self._should_continue_as_new():
+                await self._continue_as_new()
+            if self._turn >= max_turns:
+                return await self._max_turns_exceeded(max_turns)
+            agent = self._agent()
+            response = await self._call_model(agent)
+            self._turn += 1
+            self._usage = self._usage.add(response.usage)
+            parsed = parse_model_output(response.output)
+            for msg in parsed.messages:
+                self._add_item("message_output_item", msg, agent)
+            for other in parsed.others:
+                if other.get("type") == "reasoning":
+                    self._add_item("reasoning_item", other, agent)
+            if not parsed.calls:
+                if response.has_final_output or parsed.messages:
+                    final = (
+                        response.final_output
+                        if response.has_final_output
+                        else message_text(parsed.messages[-1])
+                    )
+                    return self._finish(final, agent)
+                self._count_bad_turn("the model returned neither a message nor a tool call")
+                continue
+            await self._run_turn(agent, parsed.calls)
+
+    def _finish(self, final: Any, agent: AgentSpec) -> RunOutput:
+        return RunOutput(
+            final_output=final,
+            last_agent=agent.id,
+            last_agent_name=agent.name,
+            input_items=self._input_items,
+            new_items=self._new_items,
+            usage=self._usage,
+            decisions=self._book.all_decisions(),
+            turns=self._turn,
+            run_id=workflow.info().run_id,
+        )
+
+    def _count_bad_turn(self, why: str) -> None:
+        self._bad_turns += 1
+        limit = self._inp.run_config.max_consecutive_bad_turns
+        if self._bad_turns >= limit:
+            raise RunFailure(
+                "ModelBehaviorError",
+                f"the model produced {self._bad_turns} unusable turns in a row (last: {why})",
+            )
+
+    # ================================================================= a turn of tool calls
+
+    async def _run_turn(self, agent: AgentSpec, calls: list[FunctionCall]) -> None:
+        cfg = self._inp.run_config
+        now = workflow.now()
+        records: list[CallRecord] = []
+        handoff_target: str | None = None
+        handoff_call: str | None = None
+        for call in calls:
+            handoff = agent.handoff(call.name)
+            kind = "handoff_call_item" if handoff else "tool_call_item"
+            self._add_item(kind, call.raw, agent)
+            rec = CallRecord(
+                call_id=call.call_id,
+                tool_name=call.name,
+                agent_id=agent.id,
+                agent_name=agent.name,
+                arguments=call.arguments,
+                turn=self._turn,
+            )
+            records.append(rec)
+            if self._book.known(call.call_id):
+                self._refuse(rec, f"Call id {call.call_id} was already used; ignoring this call.")
+            elif handoff is not None:
+                if handoff_target is None:
+                    handoff_target, handoff_call = handoff.agent_id, call.call_id
+                    target = self._spec(handoff.agent_id)
+                    rec.output = json.dumps({"assistant": target.name})
+                    rec.state = "done"
+                else:
+                    self._refuse(rec, "Multiple handoffs detected, ignoring this one.")
+            elif agent.tool(call.name) is None:
+                available = ", ".join(t.name for t in agent.tools) or "none"
+                self._refuse(rec, f"Tool {call.name} not found. Available tools: {available}.")
+            else:
+                problem = check_arguments(call.arguments, cfg.max_tool_argument_bytes)
+                if problem is not None:
+                    self._refuse(rec, problem)
+        self._book.begin_turn(records)
+
+        to_plan = [
+            r for r in records if r.state == "planning" and self._tool(agent, r).approval != "never"
+        ]
+        if to_plan:
+            plans = await self._plan(agent, to_plan)
+            for rec, plan in zip(to_plan, plans.plans, strict=True):
+                if plan.refusal is not None:
+                    self._refuse(rec, plan.refusal)
+                else:
+                    rec.needs_approval = plan.needs_approval
+        now = workflow.now()
+        for rec in records:
+            if rec.state != "planning":
+                continue
+            if rec.needs_approval and not self._book.apply_rule(rec, now):
+                rec.state = "awaiting_approval"
+                rec.requested_at = now
+            elif not rec.needs_approval:
+                rec.state = "approved"
+
+        if any(r.state == "refused" for r in records) and all(
+            r.state == "refused" for r in records if r.call_id != handoff_call
+        ):
+            self._count_bad_turn("; ".join(r.output or "" for r in records if r.output))
+        else:
+            self._bad_turns = 0
+
+        await asyncio.gather(*(self._drive(agent, r) for r in records if r.output is None))
+
+        for rec in records:
+            kind = "handoff_output_item" if rec.call_id == handoff_call else "tool_call_output_item"
+            self._add_item(kind, function_output(rec.call_id, rec.output or ""), agent)
+        self._book.end_turn()
+        if handoff_target is not None:
+            self._current = handoff_target
+
+    def _refuse(self, rec: CallRecord, message: str) -> None:
+        rec.state = "refused"
+        rec.output = message
+        rec.is_error = True
+
+    async def _drive(self, agent: AgentSpec, rec: CallRecord) -> None:
+        """Take one call from its current state to an output."""
+        tool = self._tool(agent, rec)
+        if rec.state == "awaiting_approval":
+            timeout = tool.approval_timeout_seconds
+            try:
+                await workflow.wait_condition(
+                    lambda: rec.decision is not None,
+                    timeout=timedelta(seconds=timeout) if timeout else None,
+                )
+            except TimeoutError:
+                self._book.expire(
+                    rec,
+                    workflow.now(),
+                    f"Approval for {rec.tool_name} expired after {timeout:g}s without a decision.",
+                )
+        decision = rec.decision
+        if decision is not None and decision.kind == "reject":
+            rec.output = decision.message or await self._rejection_text(rec)
+            rec.state = "rejected"
+            return
+        rec.state = "running"
+        out = await self._execute(agent, rec, tool.timeout_seconds)
+        rec.output, rec.is_error, rec.state = out.output, out.is_error, "done"
+
+    async def _execute(self, agent: AgentSpec, rec: CallRecord, timeout: float) -> ToolOutput:
+        tool = self._tool(agent, rec)
+        info = workflow.info()
+        try:
+            out: ToolOutput = await workflow.execute_activity(
+                ACT_EXECUTE_TOOL,
+                ExecuteToolInput(
+                    root_agent=self._inp.agent,
+                    agent_id=agent.id,
+                    tool_name=rec.tool_name,
+                    call_id=rec.call_id,
+                    arguments=rec.arguments,
+                    idempotency_key=f"{info.workflow_id}:{rec.call_id}",
+                    workflow_id=info.workflow_id,
+                    context=self._context(),
+                    decision=rec.decision,
+                    max_output_bytes=self._inp.run_config.max_tool_output_bytes,
+                ),
+                result_type=ToolOutput,
+                start_to_close_timeout=timedelta(seconds=timeout),
+                heartbeat_timeout=(
+                    timedelta(seconds=tool.heartbeat_timeout_seconds)
+                    if tool.heartbeat_timeout_seconds
+                    else None
+                ),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=tool.max_attempts,
+                    non_retryable_error_types=TOOL_NON_RETRYABLE,
+                ),
+                summary=rec.tool_name,
+            )
+            return out
+        except ActivityError as err:
+            return ToolOutput(output=TOOL_ERROR_PREFIX + _error_text(err), is_error=True)
+
+    async def _rejection_text(self, rec: CallRecord) -> str:
+        formatter = self._inp.run_config.tool_error_formatter
+        if not formatter:
+            return REJECTION_MESSAGE
+        try:
+            out: FormatToolErrorOutput = await workflow.execute_local_activity(
+                ACT_FORMAT_TOOL_ERROR,
+                FormatToolErrorInput(
+                    formatter=formatter,
+                    tool_name=rec.tool_name,
+                    call_id=rec.call_id,
+                    default_message=REJECTION_MESSAGE,
+                    context=self._context(),
+                ),
+                result_type=FormatToolErrorOutput,
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=LOCAL_RETRY,
+            )
+        except ActivityError:
+            workflow.logger.warning("tool_error_formatter failed; using the default message")
+            return REJECTION_MESSAGE
+        return out.message or REJECTION_MESSAGE
+
+    # ================================================================= activities
+
+    async def _resolve(self) -> AgentGraph:
+        try:
+            graph: AgentGraph = await workflow.execute_local_activity(
+                ACT_RESOLVE_AGENT,
+                ResolveAgentInput(agent=self._inp.agent, run_config=self._inp.run_config),
+                result_type=AgentGraph,
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=LOCAL_RETRY,
+            )
+        except ActivityError as err:
+            raise _failure_from_activity(err, "resolving the agent") from None
+        return graph
+
+    async def _call_model(self, agent: AgentSpec) -> ModelResponse:
+        cfg = self._inp.run_config
+        transcript = model_input(self._input_items, self._new_items)
+        tools = [
+            ModelTool(
+                name=t.name,
+                description=t.description,
+                params_json_schema=t.params_json_schema,
+                strict=t.strict_json_schema,
+            )
+            for t in agent.tools
+        ] + [
+            ModelTool(
+                name=h.tool_name,
+                description=h.tool_description,
+                params_json_schema={
+                    "type": "object",
+                    "properties": {},
+                    "required": [],
+                    "additionalProperties": False,
+                },
+            )
+            for h in agent.handoffs
+        ]
+        info = workflow.info()
+        inp = CallModelInput(
+            root_agent=self._inp.agent,
+            agent_id=agent.id,
+            agent_name=agent.name,
+            model=agent.model,
+            settings=agent.model_settings.merged_with(cfg.model_settings),
+            instructions=agent.instructions,
+            dynamic_instructions=agent.dynamic_instructions,
+            tools=tools,
+            output_schema=agent.output_schema,
+            output_type_name=agent.output_type_name,
+            context=self._context(),
+            turn=self._turn,
+        )
+        self._busy += 1
+        try:
+            if agent.model.local_activity:
+                # Local activity inputs are not stored in history: pass the transcript inline.
+                inp.transcript = transcript
+                response: ModelResponse = await workflow.execute_local_activity(
+                    ACT_CALL_MODEL,
+                    inp,
+                    result_type=ModelResponse,
+                    start_to_close_timeout=MODEL_TIMEOUT,
+                    retry_policy=MODEL_RETRY,
+                )
+            else:
+                # Keep history linear in turns: the activity reads the transcript by query
+                # instead of receiving the whole conversation on every call.
+                inp.transcript_ref = TranscriptRef(
+                    workflow_id=info.workflow_id, run_id=info.run_id, end=len(transcript)
+                )
+                response = await workflow.execute_activity(
+                    ACT_CALL_MODEL,
+                    inp,
+                    result_type=ModelResponse,
+                    start_to_close_timeout=MODEL_TIMEOUT,
+                    retry_policy=MODEL_RETRY,
+                    summary=f"{agent.name}: {agent.model.name}",
+                )
+        except ActivityError as err:
+            raise _failure_from_activity(err, "the model call") from None
+        finally:
+            self._busy -= 1
+        return response
+
+    async def _plan(self, agent: AgentSpec, recs: list[CallRecord]) -> PlanToolsOutput:
+        self._busy += 1
+        try:
+            plans: PlanToolsOutput = await workflow.execute_local_activity(
+                ACT_PLAN_TOOLS,
+                PlanToolsInput(
+                    root_agent=self._inp.agent,
+                    agent_id=agent.id,
+                    calls=[
+                        PlanCall(call_id=r.call_id, tool_name=r.tool_name, arguments=r.arguments)
+                        for r in recs
+                    ],
+                    context=self._context(),
+                    workflow_id=workflow.info().workflow_id,
+                ),
+                result_type=PlanToolsOutput,
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=LOCAL_RETRY,
+            )
+        except ActivityError as err:
+            raise _failure_from_activity(err, "planning tool calls") from None
+        finally:
+            self._busy -= 1
+        return plans
+
+    async def _max_turns_exceeded(self, max_turns: int) -> RunOutput:
+        message = f"Max turns ({max_turns}) exceeded"
+        handler = self._inp.run_config.error_handlers.get("max_turns")
+        agent = self._agent()
+        if handler:
+            self._busy += 1
+            try:
+                out: HandleRunErrorOutput = await workflow.execute_local_activity(
+                    ACT_HANDLE_RUN_ERROR,
+                    HandleRunErrorInput(
+                        handler=handler,
+                        message=message,
+                        max_turns=max_turns,
+                        context=self._context(),
+                        input_items=self._input_items,
+                        new_items=self._new_items,
+                    ),
+                    result_type=HandleRunErrorOutput,
+                    start_to_close_timeout=LOCAL_TIMEOUT,
+                    retry_policy=LOCAL_RETRY,
+                )
+            except ActivityError as err:
+                raise _failure_from_activity(err, "the max_turns error handler") from None
+            finally:
+                self._busy -= 1
+            if out.handled:
+                if out.include_in_history:
+                    final = out.final_output
+                    text = final if isinstance(final, str) else json.dumps(final, default=str)
+                    self._add_item(
+                        "message_output_item",
+                        assistant_message(text, f"msg_max_turns_{self._turn}"),
+                        agent,
+                    )
+                return self._finish(out.final_output, agent)
+        raise RunFailure("MaxTurnsExceeded", message, {"max_turns": max_turns})
+
+    # ================================================================= continue-as-new
+
+    def _should_continue_as_new(self) -> bool:
+        info = workflow.info()
+        limit = self._inp.run_config.continue_as_new_after_events
+        if limit is not None and info.get_current_history_length() >= limit:
+            return True
+        return info.is_continue_as_new_suggested()
+
+    async def _continue_as_new(self) -> NoReturn:
+        assert self._graph is not None
+        self._continuing = True
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(
+            RunInput(
+                agent=self._inp.agent,
+                context=self._inp.context,
+                max_turns=self._inp.max_turns,
+                run_config=self._inp.run_config,
+                carried=CarriedState(
+                    graph=self._graph,
+                    current_agent=self._current,
+                    input_items=self._input_items,
+                    new_items=self._new_items,
+                    turn=self._turn,
+                    bad_turns=self._bad_turns,
+                    usage=self._usage,
+                    always_rules=self._book.always_rules,
+                    decisions=self._book.all_decisions(),
+                    refused=self._refused,
+                    continued_runs=self._continued_runs + 1,
+                ),
+            )
+        )
+
+    # ================================================================= decisions
+
+    def _decide(self, kind: DecisionKind, d: DecisionInput, via: str) -> DecisionRecord:
+        """Validate and record one decision, synchronously (never awaits)."""
+        if self._output is not None or self._error is not None:
+            raise refusal("RunFinished", "the run has finished; it takes no more decisions")
+        return self._book.record(kind, d, now=workflow.now(), via=via)
+
+    def _check(self, kind: DecisionKind, d: DecisionInput) -> None:
+        if self._output is not None or self._error is not None:
+            raise refusal("RunFinished", "the run has finished; it takes no more decisions")
+        self._book.check(kind, d)
+
+    # Update arguments are decoded leniently (`Any`) and validated here, so a malformed payload
+    # gets a typed, one-line `InvalidDecision` instead of a generic decoding error.
+
+    @workflow.update(name="approve")
+    def approve(self, d: Any) -> DecisionRecord:
+        """Approve one pending call: `{"call_id": "...", "always": false, "approver": "..."}`."""
+        return self._decide("approve", parse_payload(DecisionInput, d), "update")
+
+    @approve.validator
+    def _validate_approve(self, d: Any) -> None:
+        self._check("approve", parse_payload(DecisionInput, d))
+
+    @workflow.update(name="reject")
+    def reject(self, d: Any) -> DecisionRecord:
+        """Reject one pending call: `{"call_id": "...", "message": "why (shown to the model)"}`."""
+        return self._decide("reject", parse_payload(DecisionInput, d), "update")
+
+    @reject.validator
+    def _validate_reject(self, d: Any) -> None:
+        self._check("reject", parse_payload(DecisionInput, d))
+
+    @workflow.update(name="decide")
+    async def decide(self, raw: Any) -> RunStatus:
+        """Apply several decisions atomically; with `wait`, return once the run settles again."""
+        req = parse_payload(DecideInput, raw)
+        for d in req.decisions:
+            self._decide(d.kind, d, "update")
+        if req.wait:
+            await workflow.wait_condition(self._settled)
+        return self._status()
+
+    @decide.validator
+    def _validate_decide(self, raw: Any) -> None:
+        req = parse_payload(DecideInput, raw)
+        kinds: dict[str, str] = {}
+        for d in req.decisions:
+            if kinds.setdefault(d.call_id, d.kind) != d.kind:
+                raise refusal(
+                    "InvalidDecision", f"call '{d.call_id}' is both approved and rejected"
+                )
+            self._check(d.kind, d)
+
+    @workflow.update(name="wait")
+    async def wait(self, _: WaitInput) -> RunStatus:
+        """Return once the run waits for a person, finishes, or continues as new."""
+        await workflow.wait_condition(self._settled)
+        return self._status()
+
+    @workflow.signal(name="approve")
+    def approve_signal(self, payload: RawValue | None = None) -> None:
+        """Approve by signal (Temporal UI / `temporal workflow signal`); refusals show in status."""
+        self._signal_decision("approve", payload)
+
+    @workflow.signal(name="reject")
+    def reject_signal(self, payload: RawValue | None = None) -> None:
+        """Reject by signal; refusals show in status."""
+        self._signal_decision("reject", payload)
+
+    def _signal_decision(self, kind: DecisionKind, payload: RawValue | None) -> None:
+        # A signal cannot return an error, and the SDK would silently drop one whose payload
+        # fails to decode, so decode leniently here and record what was refused.
+        text = ""
+        try:
+            if payload is None:
+                raise refusal("InvalidDecision", "the signal carried no payload")
+            text = payload.payload.data.decode("utf-8", "replace")[:500]
+            value = workflow.payload_converter().from_payload(payload.payload)
+            self._decide(kind, parse_payload(DecisionInput, value), "signal")
+        except ApplicationError as err:
+            self._record_refused(kind, text, err.type or "InvalidDecision", err.message)
+        except Exception as err:  # the payload could not even be decoded
+            self._record_refused(kind, text, "InvalidDecision", str(err).splitlines()[0])
+
+    def _record_refused(self, name: str, payload: str, error_type: str, message: str) -> None:
+        workflow.logger.warning("refused %s signal: %s", name, message)
+        self._refused.append(
+            RefusedDecision(
+                received_at=workflow.now(),
+                name=name,
+                payload=payload,
+                error_type=error_type,
+                message=message,
+            )
+        )
+        del self._refused[:-MAX_REFUSED_KEPT]
+
+    # ================================================================= queries
+
+    @workflow.query(name="status")
+    def status(self) -> RunStatus:
+        """Phase, current agent and pending approvals."""
+        return self._status()
+
+    @workflow.query(name="snapshot")
+    def snapshot(self) -> RunSnapshot:
+        """Status plus every item produced so far."""
+        return RunSnapshot(
+            status=self._status(), input_items=self._input_items, new_items=self._new_items
+        )
+
+    @workflow.query(name="transcript")
+    def transcript(self, q: TranscriptQuery) -> TranscriptPage:
+        """The model input items (what the model activity reads)."""
+        items = model_input(self._input_items, self._new_items)
+        return TranscriptPage(items=items[q.start : q.end], total=len(items))
+
+    # ================================================================= helpers
+
+    def _phase(self) -> Phase:
+        if self._output is not None:
+            return "completed"
+        if self._error is not None:
+            return "failed"
+        if self._graph is None:
+            return "starting"
+        if self._busy == 0 and self._book.awaiting() and not self._book.active():
+            return "awaiting_approval"
+        return "running"
+
+    def _settled(self) -> bool:
+        return self._continuing or self._phase() in ("awaiting_approval", "completed", "failed")
+
+    def _status(self) -> RunStatus:
+        info = workflow.info()
+        current = self._graph.agents.get(self._current) if self._graph else None
+        return RunStatus(
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            phase=self._phase(),
+            agent=self._inp.agent,
+            current_agent=current.id if current else None,
+            current_agent_name=current.name if current else None,
+            turn=self._turn,
+            pending=self._book.pending(),
+            decisions=self._book.all_decisions(),
+            refused=self._refused,
+            usage=self._usage,
+            items=len(self._input_items) + len(self._new_items),
+            final_output=self._output.final_output if self._output else None,
+            error=self._error,
+            continued_as_new=self._continuing,
+        )
+
+    def _context(self) -> RunContextData | None:
+        if self._inp.context is None:
+            return None
+        return RunContextData(value=self._inp.context, type=self._inp.run_config.context_type)
+
+    def _agent(self) -> AgentSpec:
+        return self._spec(self._current)
+
+    def _spec(self, agent_id: str) -> AgentSpec:
+        assert self._graph is not None
+        return self._graph.agents[agent_id]
+
+    def _tool(self, agent: AgentSpec, rec: CallRecord) -> Any:
+        tool = agent.tool(rec.tool_name)
+        assert tool is not None
+        return tool
+
+    def _add_item(self, kind: Any, raw: dict[str, Any], agent: AgentSpec) -> None:
+        self._new_items.append(
+            RunItem(type=kind, agent_id=agent.id, agent_name=agent.name, raw_item=raw)
+        )
