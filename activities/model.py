@@ -25,7 +25,7 @@ from hitl.wire import (
     TranscriptRef,
     Usage,
 )
-from workflows.items import message_text
+from workflows.items import OVERSIZED_KEY, message_text
 
 
 class ModelActivities:
@@ -78,6 +78,7 @@ class ModelActivities:
                 self.openai = OpenAIProvider()
             output, usage, response_id = await self.openai.respond(inp, instructions, transcript)
 
+        output = _cap_output(output, inp.max_argument_bytes)
         response = ModelResponse(output=output, usage=usage, response_id=response_id)
         if not any(item.get("type") == "function_call" for item in output):
             messages = [i for i in output if i.get("type") == "message"]
@@ -100,6 +101,32 @@ class ModelActivities:
         if inspect.isawaitable(result):
             result = await result
         return str(result)
+
+
+MAX_OUTPUT_BYTES = 1_500_000
+"""Model output is recorded in history; a payload over 2 MB would break the run."""
+
+
+def _cap_output(output: list[dict[str, Any]], max_argument_bytes: int) -> list[dict[str, Any]]:
+    """Drop oversized tool arguments (the workflow refuses those calls to the model) and refuse
+    output too large to record.
+    """
+    capped = []
+    for item in output:
+        args = item.get("arguments")
+        if item.get("type") == "function_call" and isinstance(args, str):
+            size = len(args.encode("utf-8"))
+            if size > max_argument_bytes:
+                item = {**item, "arguments": "", OVERSIZED_KEY: size}
+        capped.append(item)
+    total = len(json.dumps(capped).encode("utf-8"))
+    if total > MAX_OUTPUT_BYTES:
+        raise ApplicationError(
+            f"the model's output is too large to record ({total} bytes)",
+            type="ModelBehaviorError",
+            non_retryable=True,
+        )
+    return capped
 
 
 async def _fetch_transcript(ref: TranscriptRef) -> list[dict[str, Any]]:

@@ -437,6 +437,7 @@ class CallModelInput(_Model):
     transcript_ref: TranscriptRef | None = None
     context: RunContextData | None = None
     turn: int = 0
+    max_argument_bytes: int = 64 * 1024
 
 
 class ModelResponse(_Model):

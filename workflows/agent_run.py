@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -111,15 +111,21 @@ class RunFailure(Exception):
         self.info = RunErrorInfo(type=type_name, message=message, details=details or {})
 
 
-def _failure_from_activity(err: ActivityError, what: str) -> RunFailure:
-    cause = err.cause
-    while cause is not None and not isinstance(cause, ApplicationError) and cause.cause:
+# Local activities fail with the activity's own error (not wrapped in an ActivityError).
+ACTIVITY_FAILURES = (ActivityError, ApplicationError, TemporalTimeoutError)
+
+
+def _failure_from_activity(err: FailureError, what: str) -> RunFailure:
+    cause: BaseException | None = err
+    while isinstance(cause, ActivityError) and cause.cause is not None:
         cause = cause.cause
+    if isinstance(cause, CancelledError):
+        raise err  # the run is being cancelled: let cancellation propagate
     if isinstance(cause, ApplicationError) and cause.type:
         return RunFailure(cause.type, cause.message)
     if isinstance(cause, TemporalTimeoutError):
         return RunFailure("ModelProviderError", f"{what} timed out: {cause.message}")
-    message = str(cause.message if cause is not None and hasattr(cause, "message") else err)
+    message = cause.message if isinstance(cause, FailureError) else str(cause or err)
     return RunFailure("RunFailedError", f"{what} failed: {message}")
 
 
@@ -281,7 +287,7 @@ class AgentRun:
                 available = ", ".join(t.name for t in agent.tools) or "none"
                 self._refuse(rec, f"Tool {call.name} not found. Available tools: {available}.")
             else:
-                problem = check_arguments(call.arguments, cfg.max_tool_argument_bytes)
+                problem = check_arguments(call, cfg.max_tool_argument_bytes)
                 if problem is not None:
                     self._refuse(rec, problem)
         self._book.begin_turn(records)
@@ -405,7 +411,7 @@ class AgentRun:
                 start_to_close_timeout=LOCAL_TIMEOUT,
                 retry_policy=LOCAL_RETRY,
             )
-        except ActivityError:
+        except ACTIVITY_FAILURES:
             workflow.logger.warning("tool_error_formatter failed; using the default message")
             return REJECTION_MESSAGE
         return out.message or REJECTION_MESSAGE
@@ -421,7 +427,7 @@ class AgentRun:
                 start_to_close_timeout=LOCAL_TIMEOUT,
                 retry_policy=LOCAL_RETRY,
             )
-        except ActivityError as err:
+        except ACTIVITY_FAILURES as err:
             raise _failure_from_activity(err, "resolving the agent") from None
         return graph
 
@@ -463,6 +469,7 @@ class AgentRun:
             output_type_name=agent.output_type_name,
             context=self._context(),
             turn=self._turn,
+            max_argument_bytes=cfg.max_tool_argument_bytes,
         )
         self._busy += 1
         try:
@@ -490,7 +497,7 @@ class AgentRun:
                     retry_policy=MODEL_RETRY,
                     summary=f"{agent.name}: {agent.model.name}",
                 )
-        except ActivityError as err:
+        except ACTIVITY_FAILURES as err:
             raise _failure_from_activity(err, "the model call") from None
         finally:
             self._busy -= 1
@@ -515,7 +522,7 @@ class AgentRun:
                 start_to_close_timeout=LOCAL_TIMEOUT,
                 retry_policy=LOCAL_RETRY,
             )
-        except ActivityError as err:
+        except ACTIVITY_FAILURES as err:
             raise _failure_from_activity(err, "planning tool calls") from None
         finally:
             self._busy -= 1
@@ -542,7 +549,7 @@ class AgentRun:
                     start_to_close_timeout=LOCAL_TIMEOUT,
                     retry_policy=LOCAL_RETRY,
                 )
-            except ActivityError as err:
+            except ACTIVITY_FAILURES as err:
                 raise _failure_from_activity(err, "the max_turns error handler") from None
             finally:
                 self._busy -= 1
@@ -655,12 +662,12 @@ class AgentRun:
         return self._status()
 
     @workflow.signal(name="approve")
-    def approve_signal(self, payload: RawValue | None = None) -> None:
+    def approve_signal(self, payload: RawValue = None) -> None:  # type: ignore[assignment]
         """Approve by signal (Temporal UI / `temporal workflow signal`); refusals show in status."""
         self._signal_decision("approve", payload)
 
     @workflow.signal(name="reject")
-    def reject_signal(self, payload: RawValue | None = None) -> None:
+    def reject_signal(self, payload: RawValue = None) -> None:  # type: ignore[assignment]
         """Reject by signal; refusals show in status."""
         self._signal_decision("reject", payload)
 

@@ -9,6 +9,8 @@ from typing import Any
 from hitl.wire import RunItem
 
 REJECTION_MESSAGE = "Tool execution was not approved."
+OVERSIZED_KEY = "x_hitl_argument_bytes"
+"""Set by the model activity on a function call whose arguments it dropped for their size."""
 TOOL_ERROR_PREFIX = "An error occurred while running the tool. Please try again. Error: "
 
 
@@ -33,6 +35,8 @@ class FunctionCall:
     name: str
     arguments: str
     raw: dict[str, Any]
+    oversized: int | None = None
+    """Size of arguments the model activity dropped for being too large."""
 
 
 @dataclass
@@ -64,7 +68,9 @@ def parse_model_output(output: list[dict[str, Any]]) -> ParsedOutput:
             seen.add(call_id)
             if not isinstance(args, str):
                 args = json.dumps(args)
-            parsed.calls.append(FunctionCall(call_id, name, args, item))
+            oversized = item.get(OVERSIZED_KEY)
+            raw = {k: v for k, v in item.items() if k != OVERSIZED_KEY}
+            parsed.calls.append(FunctionCall(call_id, name, args, raw, oversized))
         else:
             parsed.others.append(item)
     return parsed
@@ -100,9 +106,10 @@ def function_output(call_id: str, output: str) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": call_id, "output": output}
 
 
-def check_arguments(arguments: str, max_bytes: int) -> str | None:
+def check_arguments(call: FunctionCall, max_bytes: int) -> str | None:
     """Why these arguments cannot be used (too large, not a JSON object), or `None`."""
-    size = len(arguments.encode("utf-8"))
+    arguments = call.arguments
+    size = call.oversized or len(arguments.encode("utf-8"))
     if size > max_bytes:
         return (
             f"Tool arguments are too large ({size} bytes; the limit is {max_bytes}). "

@@ -17,12 +17,13 @@ from hitl import (
     AlreadyDecidedError,
     ModelReply,
     ModelRequest,
+    RunConfig,
     Runner,
     RunState,
     ScriptedModel,
     UnknownCallError,
 )
-from hitl.wire import DecisionInput, RunStatus
+from hitl.wire import DecisionInput, DecisionRecord, RunStatus
 from tests.agents import cancel_order, support_agent, weather_agent
 from tests.helpers import (
     Ledger,
@@ -314,3 +315,55 @@ async def test_always_reject_covers_later_turns(
     assert result.final_output == "No cancellations. | Tool execution was not approved."
     assert [d.kind for d in result.decisions] == ["reject", "reject"]
     assert ledger.count() == 0
+
+
+async def test_continue_as_new_carries_decisions_and_rules(
+    ts_env: WorkflowEnvironment, cache_size: int, ledger: Ledger
+) -> None:
+    client = ts_env.client
+    config = RunConfig(continue_as_new_after_events=12, max_turns=20)
+    async with serving(client, sequential_agent, cache=cache_size) as tq:
+        result = await Runner.run(
+            sequential_agent,
+            "cancel 1, 2, 3 and 4",
+            run_config=config,
+            client=client,
+            task_queue=tq,
+            serve=False,
+        )
+        first_run = result.run_id
+        first_call = result.interruptions[0]
+        state = result.to_state()
+        state.approve(first_call)
+        result = await Runner.run(
+            sequential_agent, state, client=client, task_queue=tq, serve=False
+        )
+        # The second call waits in a new run of the same workflow id.
+        assert result.interruptions and result.run_id != first_run
+        handle = client.get_workflow_handle(result.workflow_id)
+        # A late duplicate of a decision from the earlier run is deduplicated by call id...
+        again = await handle.execute_update(
+            "approve", DecisionInput(call_id=first_call.call_id), result_type=DecisionRecord
+        )
+        assert again.source == "person" and again.call_id == first_call.call_id
+        # ...and a conflicting one is still refused.
+        with pytest.raises(WorkflowUpdateFailedError) as conflict:
+            await handle.execute_update("reject", DecisionInput(call_id=first_call.call_id))
+        assert conflict.value.cause.type == "AlreadyDecided"  # type: ignore[union-attr]
+
+        state = result.to_state()
+        state.approve(result.interruptions[0], always_approve=True)
+        result = await Runner.run(
+            sequential_agent, state, client=client, task_queue=tq, serve=False
+        )
+
+    assert result.final_output == " | ".join(f"Cancelled order {n}" for n in range(1, 5))
+    assert [d.source for d in result.decisions] == [
+        "person",
+        "person",
+        "always_rule",
+        "always_rule",
+    ]
+    assert ledger.count() == 4
+    assert result.status.turn == 5
+    assert len(result.to_input_list()) == 1 + 4 * 2 + 1
