@@ -108,9 +108,7 @@ MAX_OUTPUT_BYTES = 1_500_000
 
 
 def _cap_output(output: list[dict[str, Any]], max_argument_bytes: int) -> list[dict[str, Any]]:
-    """Drop oversized tool arguments (the workflow refuses those calls to the model) and refuse
-    output too large to record.
-    """
+    """Drop oversized tool arguments (the workflow refuses those calls) and huge outputs."""
     capped = []
     for item in output:
         args = item.get("arguments")
