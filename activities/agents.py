@@ -19,6 +19,7 @@ from hitl.wire import (
     AgentGraph,
     HandleRunErrorInput,
     HandleRunErrorOutput,
+    ModelSpec,
     ResolveAgentInput,
 )
 
@@ -43,7 +44,7 @@ class AgentActivities:
             if unknown:
                 raise UserError(f"unsupported error_handlers keys: {sorted(unknown)}")
             if cfg.model:
-                spec = model_spec_for(cfg.model)
+                spec = cfg.model if isinstance(cfg.model, ModelSpec) else model_spec_for(cfg.model)
                 graph = graph.model_copy(
                     update={
                         "agents": {

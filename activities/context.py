@@ -17,7 +17,7 @@ def rebuild_context(data: RunContextData | None) -> Any:
         return None
     if data.type is None:
         return data.value
-    cls = resolve_ref(data.type)
+    cls: Any = resolve_ref(data.type)
     try:
         return TypeAdapter(cls).validate_python(data.value)
     except ValidationError as exc:

@@ -127,6 +127,17 @@ _BY_TYPE: dict[str, type[AgentsException]] = {
 }
 
 
+# Retryable provider failures keep their own type in history (so retries are visible) and
+# surface as `ModelProviderError` once retries are exhausted.
+_BY_TYPE.update(
+    {
+        "ModelUnavailable": ModelProviderError,
+        "ModelRateLimited": ModelProviderError,
+        "ModelTimeout": ModelProviderError,
+    }
+)
+
+
 def error_class(type_name: str | None) -> type[AgentsException] | None:
     """The `hitl` exception class for an `ApplicationError` type, if there is one."""
     if type_name is None:

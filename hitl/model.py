@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -55,7 +56,7 @@ class OpenAIModel(Model):
         return ModelSpec(
             provider="openai",
             name=self.name,
-            api=api,  # type: ignore[arg-type]
+            api=api,
             base_url=self.base_url,
             api_key_env=self.api_key_env,
             local_activity=self.local_activity,
@@ -65,12 +66,20 @@ class OpenAIModel(Model):
 def model_spec_for(model: str | Model | None, default: str | None = None) -> ModelSpec:
     """Resolve an agent's `model=` (a name, a `Model`, or `None`) to its spec.
 
+    Without a model, `HITL_DEFAULT_MODEL`, then `OPENAI_DEFAULT_MODEL`, then `gpt-4.1` is used.
     Names may be provider-qualified: `openai:gpt-4.1` (Responses API), `openai-chat:gpt-4.1`
     (Chat Completions), or `scripted:<name>` for a registered `ScriptedModel`.
     """
     if isinstance(model, Model):
         return model.spec()
-    name = model or default or DEFAULT_MODEL
+    # Read where agents are captured (clients, workers), never in workflow code.
+    name = (
+        model
+        or default
+        or os.environ.get("HITL_DEFAULT_MODEL")
+        or os.environ.get("OPENAI_DEFAULT_MODEL")
+        or DEFAULT_MODEL
+    )
     if name.startswith("scripted:"):
         scripted = ScriptedModel.registered(name.removeprefix("scripted:"))
         return scripted.spec()

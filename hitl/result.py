@@ -42,7 +42,7 @@ class RunResult:
     usage: Usage
     decisions: list[DecisionRecord]
     status: RunStatus
-    root_agent: Agent[Any] = field(repr=False, default=None)  # type: ignore[assignment]
+    root_agent: Agent[Any] = field(repr=False)
     task_queue: str = DEFAULT_TASK_QUEUE
 
     @property

@@ -8,6 +8,7 @@ from typing import Any, Generic, Literal, TypeAlias
 
 from hitl.context import RunContextWrapper, TContext
 from hitl.errors import UserError
+from hitl.model import Model
 from hitl.refs import callable_ref
 from hitl.wire import ModelSettings, RunConfigSpec, RunItem
 
@@ -75,7 +76,7 @@ class RunConfig:
     must be module-level functions the worker can import.
 
     Attributes:
-        model: A model name used by every agent of the run.
+        model: A model (name or `Model`, e.g. `OpenAIModel(base_url=...)`) for every agent.
         model_settings: Settings applied over each agent's own.
         max_turns: Model turns before `MaxTurnsExceeded` (default 10).
         tool_error_formatter: Text the model sees when a call is rejected without a message.
@@ -91,7 +92,7 @@ class RunConfig:
             Temporal's own suggestion).
     """
 
-    model: str | None = None
+    model: str | Model | None = None
     model_settings: ModelSettings | None = None
     max_turns: int | None = None
     tool_error_formatter: ToolErrorFormatter | None = None
@@ -112,7 +113,7 @@ class RunConfig:
         if unknown:
             raise UserError(f"unsupported error_handlers keys: {sorted(unknown)}")
         return RunConfigSpec(
-            model=self.model,
+            model=self.model.spec() if isinstance(self.model, Model) else self.model,
             model_settings=self.model_settings,
             max_turns=self.max_turns,
             tool_error_formatter=(

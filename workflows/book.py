@@ -19,6 +19,7 @@ from hitl.wire import (
     DecisionKind,
     DecisionRecord,
     DecisionSource,
+    DecisionVia,
     PendingApproval,
 )
 
@@ -136,7 +137,7 @@ class ApprovalBook:
         *,
         now: datetime,
         source: DecisionSource = "person",
-        via: str = "update",
+        via: DecisionVia = "update",
     ) -> DecisionRecord:
         """Apply a decision that `check` accepted (synchronously; call before any `await`)."""
         existing = self.check(kind, d)
@@ -152,7 +153,7 @@ class ApprovalBook:
             approver=d.approver,
             reason=d.reason,
             source=source,
-            via=via,  # type: ignore[arg-type]
+            via=via,
             decided_at=now,
         )
         self._apply(call, rec)

@@ -1,0 +1,59 @@
+# Durable human-in-the-loop agent runs on Temporal.
+# `make demo` and `make test` work on a fresh machine with Python 3.11+ and make.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+# The time-skipping test server binds every interface; run the suite in a private network
+# namespace (loopback only) where the kernel allows it.
+ISOLATE := $(shell unshare -n sh -c 'ip link set lo up' >/dev/null 2>&1 && echo yes)
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo test lint format typecheck check worker histories clean
+
+help: ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (set PYTHON=python3.x)")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install the project with its dev tools
+
+demo: $(STAMP) ## Set up, then run the refund-desk demo on the embedded dev server
+	$(PY) -m examples.demo
+
+test: $(STAMP) ## Set up, then run the test suite (unit, time-skipping, dev server, replay)
+ifeq ($(ISOLATE),yes)
+	unshare -n sh -c 'ip link set lo up && exec $(PY) -m pytest $(PYTEST_ARGS)'
+else
+	$(PY) -m pytest $(PYTEST_ARGS)
+endif
+
+lint: $(STAMP) ## ruff check + format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP) ## Format the code
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+typecheck: $(STAMP) ## mypy --strict on hitl, workflows, activities, worker
+	$(VENV)/bin/mypy
+
+check: lint typecheck test ## Everything CI runs
+
+worker: $(STAMP) ## Run a worker for the example agents (needs a server: see README)
+	$(PY) -m worker --agents examples.refund_desk:agent
+
+histories: $(STAMP) ## Re-record the replay histories in tests/replay/histories
+	$(PY) -m tests.replay.record
+
+clean: ## Remove the virtualenv and local state
+	rm -rf $(VENV) .hitl .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,391 @@
+"""OpenAI (and OpenAI-compatible) model calls, for the `call_model` activity.
+
+The client is built with `max_retries=0`: Temporal owns retries, so every attempt is visible in
+history. Provider errors map to retryable or non-retryable `ApplicationError`s; a 429 retries
+after the server's `Retry-After`. Keys are read from the worker's environment and never appear
+in inputs, results or error messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+from temporalio.exceptions import ApplicationError
+
+from hitl.wire import CallModelInput, ModelSettings, ModelSpec, ModelTool, Usage
+
+CLIENT_TIMEOUT = 120.0
+"""Seconds one HTTP request may take; the activity's start-to-close timeout is longer."""
+
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+_KEYLIKE = re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-*]{6,}")
+
+
+class OpenAIProvider:
+    """Builds clients per (base URL, key variable) and turns responses into Responses items."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self._env = env if env is not None else os.environ
+        self._clients: dict[tuple[str | None, str], AsyncOpenAI] = {}
+
+    def _key(self, spec: ModelSpec) -> tuple[str, str]:
+        var = spec.api_key_env or DEFAULT_KEY_ENV
+        key = self._env.get(var, "")
+        if not key:
+            if spec.base_url:
+                # Local servers (Ollama, vLLM, LM Studio) usually need no key at all.
+                return var, "not-needed"
+            raise ApplicationError(
+                f"{var} is not set in the worker's environment; set it where the worker runs "
+                "(keys never travel through Temporal)",
+                type="ModelProviderError",
+                non_retryable=True,
+            )
+        return var, key
+
+    def client(self, spec: ModelSpec) -> tuple[AsyncOpenAI, str]:
+        """A client for this model spec and the key it uses (for scrubbing)."""
+        var, key = self._key(spec)
+        cache_key = (spec.base_url, var)
+        client = self._clients.get(cache_key)
+        if client is None:
+            client = AsyncOpenAI(
+                api_key=key,
+                base_url=spec.base_url,
+                max_retries=0,
+                timeout=CLIENT_TIMEOUT,
+            )
+            self._clients[cache_key] = client
+        return client, key
+
+    async def respond(
+        self, inp: CallModelInput, instructions: str | None, transcript: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], Usage, str | None]:
+        """One model turn as Responses output items, its usage, and the response id."""
+        client, key = self.client(inp.model)
+        try:
+            if inp.model.api == "chat":
+                return await _chat(client, inp, instructions, transcript)
+            return await _responses(client, inp, instructions, transcript)
+        except openai.APIError as exc:
+            raise map_error(exc, inp.model, key) from None
+
+
+# ----------------------------------------------------------------------------- Responses API
+
+
+def _settings_responses(settings: ModelSettings) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if settings.temperature is not None:
+        out["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        out["top_p"] = settings.top_p
+    if settings.max_tokens is not None:
+        out["max_output_tokens"] = settings.max_tokens
+    if settings.tool_choice is not None:
+        out["tool_choice"] = _tool_choice(settings.tool_choice, chat=False)
+    if settings.parallel_tool_calls is not None:
+        out["parallel_tool_calls"] = settings.parallel_tool_calls
+    if settings.reasoning_effort is not None:
+        out["reasoning"] = {"effort": settings.reasoning_effort}
+    if settings.extra_args:
+        out["extra_body"] = settings.extra_args
+    return out
+
+
+def _tool_choice(choice: str, *, chat: bool) -> Any:
+    if choice in ("auto", "required", "none"):
+        return choice
+    if chat:
+        return {"type": "function", "function": {"name": choice}}
+    return {"type": "function", "name": choice}
+
+
+async def _responses(
+    client: AsyncOpenAI,
+    inp: CallModelInput,
+    instructions: str | None,
+    transcript: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], Usage, str | None]:
+    kwargs: dict[str, Any] = {"model": inp.model.name, "input": transcript}
+    if instructions:
+        kwargs["instructions"] = instructions
+    if inp.tools:
+        kwargs["tools"] = [
+            {
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.params_json_schema,
+                "strict": t.strict,
+            }
+            for t in inp.tools
+        ]
+    if inp.output_schema is not None:
+        kwargs["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": "final_output",
+                "schema": inp.output_schema,
+                "strict": True,
+            }
+        }
+    kwargs.update(_settings_responses(inp.settings))
+    resp = await client.responses.create(**kwargs)
+    output = [item.model_dump(mode="json", exclude_none=True) for item in resp.output]
+    usage = Usage(requests=1)
+    if resp.usage is not None:
+        usage = Usage(
+            requests=1,
+            input_tokens=resp.usage.input_tokens,
+            output_tokens=resp.usage.output_tokens,
+            total_tokens=resp.usage.total_tokens,
+        )
+    return output, usage, resp.id
+
+
+# ----------------------------------------------------------------------------- Chat Completions
+
+
+def to_chat_messages(
+    instructions: str | None, transcript: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Responses input items as Chat Completions messages (tool calls grouped per turn)."""
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    for item in transcript:
+        kind = item.get("type")
+        role = item.get("role")
+        if kind == "function_call":
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            elif last is not None and last["role"] == "assistant" and last.get("_open"):
+                last["tool_calls"] = [call]
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item["call_id"],
+                    "content": output if isinstance(output, str) else json.dumps(output),
+                }
+            )
+        elif role in ("user", "system", "developer", "assistant"):
+            text = _text(item.get("content"))
+            msg: dict[str, Any] = {"role": "system" if role == "developer" else role}
+            msg["content"] = text
+            if role == "assistant":
+                msg["_open"] = True  # tool calls of the same turn attach to this message
+            messages.append(msg)
+        # reasoning and other provider-specific items have no Chat Completions form
+    for m in messages:
+        m.pop("_open", None)
+    return messages
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
+        )
+    return ""
+
+
+def _chat_tools(tools: list[ModelTool]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.params_json_schema,
+                "strict": t.strict,
+            },
+        }
+        for t in tools
+    ]
+
+
+async def _chat(
+    client: AsyncOpenAI,
+    inp: CallModelInput,
+    instructions: str | None,
+    transcript: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], Usage, str | None]:
+    s = inp.settings
+    kwargs: dict[str, Any] = {
+        "model": inp.model.name,
+        "messages": to_chat_messages(instructions, transcript),
+    }
+    if inp.tools:
+        kwargs["tools"] = _chat_tools(inp.tools)
+        if s.parallel_tool_calls is not None:
+            kwargs["parallel_tool_calls"] = s.parallel_tool_calls
+        if s.tool_choice is not None:
+            kwargs["tool_choice"] = _tool_choice(s.tool_choice, chat=True)
+    if inp.output_schema is not None:
+        kwargs["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "final_output", "schema": inp.output_schema, "strict": True},
+        }
+    if s.temperature is not None:
+        kwargs["temperature"] = s.temperature
+    if s.top_p is not None:
+        kwargs["top_p"] = s.top_p
+    if s.max_tokens is not None:
+        kwargs["max_tokens"] = s.max_tokens
+    if s.reasoning_effort is not None:
+        kwargs["reasoning_effort"] = s.reasoning_effort
+    if s.extra_args:
+        kwargs["extra_body"] = s.extra_args
+    resp = await client.chat.completions.create(**kwargs)
+    if not resp.choices:
+        raise ApplicationError(
+            "the model returned no choices", type="ModelBehaviorError", non_retryable=False
+        )
+    msg = resp.choices[0].message
+    output: list[dict[str, Any]] = []
+    if msg.content:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{resp.id}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": msg.content, "annotations": []}],
+            }
+        )
+    for tc in msg.tool_calls or []:
+        fn = getattr(tc, "function", None)
+        if fn is None:
+            continue
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{tc.id}",
+                "call_id": tc.id,
+                "name": fn.name,
+                "arguments": fn.arguments or "",
+                "status": "completed",
+            }
+        )
+    usage = Usage(requests=1)
+    if resp.usage is not None:
+        usage = Usage(
+            requests=1,
+            input_tokens=resp.usage.prompt_tokens,
+            output_tokens=resp.usage.completion_tokens,
+            total_tokens=resp.usage.total_tokens,
+        )
+    return output, usage, resp.id
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def scrub(text: str, key: str | None) -> str:
+    """Remove anything that looks like a key from provider error text."""
+    if key and key != "not-needed":
+        text = text.replace(key, "[redacted]")
+    return _KEYLIKE.sub("[redacted]", text)
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    headers = exc.response.headers if exc.response is not None else {}
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value:
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def map_error(exc: openai.APIError, spec: ModelSpec, key: str | None) -> ApplicationError:
+    """Classify a provider error: what Temporal should retry and what a person must fix."""
+    where = f"model {spec.name!r}" + (f" at {spec.base_url}" if spec.base_url else "")
+    body = getattr(exc, "body", None)
+    text = body.get("message") if isinstance(body, dict) else None
+    detail = scrub(str(text or getattr(exc, "message", None) or exc), key)
+    var = spec.api_key_env or DEFAULT_KEY_ENV
+    if isinstance(exc, openai.APITimeoutError):
+        return ApplicationError(f"{where}: request timed out", type="ModelTimeout")
+    if isinstance(exc, openai.APIConnectionError):
+        return ApplicationError(f"{where}: connection failed: {detail}", type="ModelUnavailable")
+    if not isinstance(exc, openai.APIStatusError):
+        return ApplicationError(f"{where}: {detail}", type="ModelUnavailable")
+    status = exc.status_code
+    code = str(getattr(exc, "code", "") or "")
+    if status == 429:
+        if code == "insufficient_quota":
+            return ApplicationError(
+                f"{where}: the account's quota is exhausted; add credit or use another key "
+                f"({detail})",
+                type="ModelProviderError",
+                non_retryable=True,
+            )
+        delay = _retry_after(exc)
+        return ApplicationError(
+            f"{where}: rate limited (429){f', retry after {delay:g}s' if delay else ''}",
+            type="ModelRateLimited",
+            next_retry_delay=timedelta(seconds=delay) if delay else None,
+        )
+    if status >= 500 or status in (408, 409):
+        return ApplicationError(
+            f"{where}: server error {status}: {detail}", type="ModelUnavailable"
+        )
+    if status == 401:
+        fix = f"check {var} in the worker's environment"
+        return ApplicationError(
+            f"{where}: authentication failed (401); {fix}",
+            type="ModelProviderError",
+            non_retryable=True,
+        )
+    if status == 403:
+        return ApplicationError(
+            f"{where}: permission denied (403): {detail}; the key in {var} cannot use this model",
+            type="ModelProviderError",
+            non_retryable=True,
+        )
+    if status == 404:
+        return ApplicationError(
+            f"{where}: not found (404): {detail}; check the model name and base URL",
+            type="ModelProviderError",
+            non_retryable=True,
+        )
+    if code == "context_length_exceeded" or "context length" in detail.lower():
+        return ApplicationError(
+            f"{where}: the conversation is longer than the model's context window; trim the "
+            f"history (call_model_input_filter) or use a larger model ({detail})",
+            type="ModelProviderError",
+            non_retryable=True,
+        )
+    return ApplicationError(
+        f"{where}: request refused ({status}): {detail}",
+        type="ModelProviderError",
+        non_retryable=True,
+    )

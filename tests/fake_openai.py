@@ -1,0 +1,199 @@
+"""A small HTTP server on 127.0.0.1 that speaks the OpenAI wire format with canned replies.
+
+Tests queue replies (status, headers, JSON body) per endpoint; every request is recorded so a
+test can assert what the real `openai` client sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One canned HTTP reply."""
+
+    body: dict[str, Any]
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Recorded:
+    """A request the server received."""
+
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
+
+
+class FakeOpenAI:
+    """Canned replies per path (`/v1/responses`, `/v1/chat/completions`)."""
+
+    def __init__(self) -> None:
+        self.replies: dict[str, deque[Reply]] = {}
+        self.requests: list[Recorded] = []
+        self._server: ThreadingHTTPServer | None = None
+        self.lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def queue(self, path: str, *replies: Reply) -> None:
+        with self.lock:
+            self.replies.setdefault(path, deque()).extend(replies)
+
+    def requests_to(self, path: str) -> list[Recorded]:
+        return [r for r in self.requests if r.path == path]
+
+    def start(self) -> FakeOpenAI:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b"{}"
+                path = self.path.split("?")[0]
+                with fake.lock:
+                    fake.requests.append(
+                        Recorded(
+                            path,
+                            {k.lower(): v for k, v in self.headers.items()},
+                            json.loads(raw or b"{}"),
+                        )
+                    )
+                    queue = fake.replies.get(path)
+                    reply = queue.popleft() if queue else None
+                if reply is None:
+                    reply = Reply({"error": {"message": f"no canned reply for {path}"}}, 500)
+                data = json.dumps(reply.body).encode()
+                self.send_response(reply.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+@contextmanager
+def fake_openai() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# ----------------------------------------------------------------------------- canned bodies
+
+
+def _usage_responses(inp: int = 10, out: int = 5) -> dict[str, Any]:
+    return {
+        "input_tokens": inp,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": inp + out,
+    }
+
+
+def response_body(output: list[dict[str, Any]], rid: str = "resp_1") -> dict[str, Any]:
+    """A Responses API response object."""
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "model": "gpt-test",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": _usage_responses(),
+    }
+
+
+def responses_call(name: str, arguments: str | dict[str, Any], call_id: str) -> dict[str, Any]:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": args,
+        "status": "completed",
+    }
+
+
+def responses_text(text: str, mid: str = "msg_1") -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": mid,
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def chat_body(
+    content: str | None = None,
+    tool_calls: list[tuple[str, str | dict[str, Any], str]] | None = None,
+    cid: str = "chatcmpl-1",
+) -> dict[str, Any]:
+    """A Chat Completions response object."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
+            }
+            for name, args, call_id in tool_calls
+        ]
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": "llama-test",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27},
+    }
+
+
+def error_body(message: str, code: str | None = None, kind: str = "invalid_request_error") -> dict:
+    return {"error": {"message": message, "type": kind, "code": code, "param": None}}
