@@ -104,7 +104,8 @@ class Runner:
             error_handlers: `{"max_turns": handler}` (module-level function).
             client: A connected Temporal client; default: envconfig (`TEMPORAL_ADDRESS`, ...),
                 falling back to `localhost:7233`.
-            task_queue: Queue of the workers serving the agent (default `hitl`).
+            task_queue: Queue of the workers serving the agent (default: `HITL_TASK_QUEUE`, else
+                `hitl`).
             workflow_id: A business id for the run (e.g. `refund-order-1001`). Starting the same
                 id again returns the existing run instead of starting a second one.
             serve: `"auto"`: if no worker polls the task queue, serve the agent in this process
@@ -122,7 +123,7 @@ class Runner:
             raise UserError(f"starting_agent must be an Agent, got {type(starting_agent).__name__}")
         client = await connect(client)
         tq = task_queue or (input.task_queue if isinstance(input, RunState) else None)
-        tq = tq or DEFAULT_TASK_QUEUE
+        tq = tq or os.environ.get("HITL_TASK_QUEUE") or DEFAULT_TASK_QUEUE
         async with _Session(client, starting_agent, tq, serve) as session:
             if isinstance(input, RunState):
                 return await _resume(session, input, approver)

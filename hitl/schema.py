@@ -79,6 +79,7 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
             current = None
             continue
         if _ARGS_HEADER.match(line):
+            description.append("\x00")
             in_args = True
             current = None
             args_indent = None
@@ -90,6 +91,7 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
             if indent == 0 and _SECTION_HEADER.match(line):
                 in_args = False
                 current = None
+                description.append("\x00")  # later sections are not part of the description
                 continue
             if args_indent is None:
                 args_indent = indent

@@ -1,0 +1,79 @@
+"""The seeds' script and the encryption path, on the real dev server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from hitl import Runner
+from hitl.client import data_converter
+from hitl.codec import EncryptionCodec, new_key, parse_keys
+from hitl.wire import RunOutput
+from tests.agents import support_agent
+from tests.helpers import ROOT, queue_name, serving
+from worker.devserver import DevServer
+
+
+def run_seed(
+    dev_server: DevServer, tmp_path: Path, answer: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples/seeds/python_hitl.py")],
+        input=answer,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={
+            **os.environ,
+            "TEMPORAL_ADDRESS": dev_server.address,
+            "HITL_DEFAULT_MODEL": "scripted:seeds.weather",
+            "HITL_TASK_QUEUE": queue_name("seed"),
+        },
+    )
+
+
+def test_seed_script_runs_unchanged_apart_from_imports(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    approved = run_seed(dev_server, tmp_path, "y\n")
+    assert approved.returncode == 0, approved.stderr
+    assert 'Approve get_temperature with {"city": "Oakland"}? [y/N]:' in approved.stdout
+    assert approved.stdout.strip().endswith("The temperature in Oakland is 20° Celsius")
+    saved = (tmp_path / ".cache/hitl_state.json").read_text()
+    assert '"$schemaVersion": 1' in saved
+
+    rejected = run_seed(dev_server, tmp_path, "n\n")
+    assert rejected.returncode == 0, rejected.stderr
+    assert rejected.stdout.strip().endswith("Tool execution was not approved.")
+
+
+async def test_encrypted_payloads_never_reach_the_server_in_clear(
+    dev_server: DevServer,
+) -> None:
+    codec = EncryptionCodec(*parse_keys(new_key()))
+    secure = await Client.connect(dev_server.address, data_converter=data_converter(codec))
+    plain = await Client.connect(dev_server.address, data_converter=data_converter(None))
+    canary = "CANARY-4111-1111-1111-1111"
+    async with serving(secure, support_agent) as tq:
+        result = await Runner.run(
+            support_agent,
+            f"email them: card {canary}",
+            client=secure,
+            task_queue=tq,
+            serve=False,
+        )
+    assert result.final_output == "send_email: Sent 'About your order'"
+    raw = (await plain.get_workflow_handle(result.workflow_id).fetch_history()).to_json()
+    assert canary not in raw, "history stored without the key holds no plaintext"
+    assert "binary/encrypted" in raw or "YmluYXJ5L2VuY3J5cHRlZA" in raw
+    assert "Sent 'About your order'" not in raw
+    out = await secure.get_workflow_handle(result.workflow_id, result_type=RunOutput).result()
+    assert out.final_output == result.final_output, "the key holder reads it back"
+    with pytest.raises(Exception):  # noqa: B017 - without the key the payload cannot decode
+        await plain.get_workflow_handle(result.workflow_id, result_type=RunOutput).result()

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import pytest
+from temporalio.api.common.v1 import Payload
+
+from hitl import UserError
+from hitl.client import connect_config
+from hitl.codec import EncryptionCodec, parse_keys
+from hitl.refs import callable_ref, resolve_ref
+from workflows.items import FunctionCall, check_arguments, normalize_input, parse_model_output
+
+
+def test_parse_model_output_never_trusts_the_model() -> None:
+    parsed = parse_model_output(
+        [
+            {"type": "message", "role": "assistant", "content": []},
+            {"type": "function_call", "call_id": "a", "name": "t", "arguments": "{}"},
+            {"type": "function_call", "call_id": "a", "name": "t", "arguments": "{}"},
+            {"type": "function_call", "name": "t"},
+            {"type": "function_call", "call_id": "b", "name": "t", "arguments": {"x": 1}},
+            {"type": "reasoning", "summary": []},
+        ]
+    )
+    assert [c.call_id for c in parsed.calls] == ["a", "b"]
+    assert parsed.calls[1].arguments == '{"x": 1}'
+    assert len(parsed.problems) == 2 and len(parsed.others) == 1 and len(parsed.messages) == 1
+
+
+def test_check_arguments() -> None:
+    ok = FunctionCall("c", "t", '{"a": 1}', {})
+    assert check_arguments(ok, 100) is None
+    assert "too large (8 bytes" in (check_arguments(ok, 5) or "")
+    assert "not valid JSON" in (check_arguments(FunctionCall("c", "t", "{", {}), 100) or "")
+    assert "JSON object" in (check_arguments(FunctionCall("c", "t", "[]", {}), 100) or "")
+    dropped = FunctionCall("c", "t", "", {}, oversized=5000)
+    assert "too large (5000 bytes" in (check_arguments(dropped, 100) or "")
+
+
+def test_normalize_input() -> None:
+    assert normalize_input("hi") == [{"role": "user", "content": "hi"}]
+    with pytest.raises(ValueError):
+        normalize_input([1, 2])  # type: ignore[list-item]
+
+
+def module_level(x: int) -> int:
+    return x
+
+
+def test_callable_refs() -> None:
+    ref = callable_ref(module_level, what="handler")
+    assert ref == "tests.unit.test_misc:module_level"
+    assert resolve_ref(ref) is module_level
+    with pytest.raises(UserError, match="module-level"):
+        callable_ref(lambda x: x, what="handler")
+    with pytest.raises(UserError, match="cannot import"):
+        resolve_ref("no_such_module_xyz:f")
+    with pytest.raises(UserError, match="has no attribute"):
+        resolve_ref("tests.unit.test_misc:missing")
+
+
+def test_encryption_codec_round_trip_and_rotation() -> None:
+    k1 = base64.b64encode(b"1" * 32).decode()
+    k2 = base64.b64encode(b"2" * 32).decode()
+    old = EncryptionCodec(*parse_keys(f"old:{k1}"))
+    rotated = EncryptionCodec(*parse_keys(f"new:{k2},old:{k1}"))
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=b'{"card": "4111"}')
+    sealed = asyncio.run(old.encode([plain]))[0]
+    assert b"4111" not in sealed.data
+    assert asyncio.run(rotated.decode([sealed]))[0] == plain, "old keys still decrypt"
+    assert asyncio.run(rotated.encode([plain]))[0].metadata["encryption-key-id"] == b"new"
+    with pytest.raises(ValueError, match="unknown key id"):
+        asyncio.run(EncryptionCodec(*parse_keys(k2)).decode([sealed]))
+    with pytest.raises(UserError, match="32 bytes"):
+        parse_keys("k:" + base64.b64encode(b"short").decode())
+
+
+def test_connect_config_reads_the_cli_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "temporal.example:7233")
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", "backoffice")
+    cfg = connect_config()
+    assert (cfg["target_host"], cfg["namespace"]) == ("temporal.example:7233", "backoffice")
+    monkeypatch.delenv("TEMPORAL_ADDRESS")
+    monkeypatch.delenv("TEMPORAL_NAMESPACE")
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", "/nonexistent/temporal.toml")
+    assert connect_config()["target_host"] == "localhost:7233"
+    assert connect_config(address="h:1")["target_host"] == "h:1"
