@@ -16,27 +16,39 @@ from hitl.run_config import RunErrorHandlerInput, RunErrorHandlerResult
 from hitl.wire import (
     ACT_HANDLE_RUN_ERROR,
     ACT_RESOLVE_AGENT,
-    AgentGraph,
     HandleRunErrorInput,
     HandleRunErrorOutput,
     ModelSpec,
     ResolveAgentInput,
+    ResolvedRun,
 )
 
 
 class AgentActivities:
-    """Graph capture and error handlers for the agents in `registry`."""
+    """Graph capture and error handlers for the agents in `registry`.
 
-    def __init__(self, registry: AgentRegistry) -> None:
+    Args:
+        registry: The agents this worker serves.
+        search_attributes: Whether the namespace has our search attributes (checked at worker
+            start); recorded per run so the workflow stays deterministic.
+    """
+
+    def __init__(self, registry: AgentRegistry, search_attributes: bool = False) -> None:
         self.registry = registry
+        self.search_attributes = search_attributes
 
     @activity.defn(name=ACT_RESOLVE_AGENT)
-    async def resolve_agent(self, inp: ResolveAgentInput) -> AgentGraph:
+    async def resolve_agent(self, inp: ResolveAgentInput) -> ResolvedRun:
         """Capture the graph of the named agent (recorded in history: the run is pinned to it)."""
         try:
             graph = self.registry.resolve(inp.agent).graph
             cfg = inp.run_config
-            refs = [cfg.tool_error_formatter, cfg.context_type, *cfg.error_handlers.values()]
+            refs = [
+                cfg.tool_error_formatter,
+                cfg.context_type,
+                cfg.approver,
+                *cfg.error_handlers.values(),
+            ]
             for ref in refs:
                 if ref:
                     resolve_ref(ref)
@@ -54,7 +66,7 @@ class AgentActivities:
                 )
         except UserError as exc:
             raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
-        return graph
+        return ResolvedRun(graph=graph, search_attributes=self.search_attributes)
 
     @activity.defn(name=ACT_HANDLE_RUN_ERROR)
     async def handle_run_error(self, inp: HandleRunErrorInput) -> HandleRunErrorOutput:

@@ -1,9 +1,14 @@
-"""Activities around tools: planning (approval predicates, argument checks) and execution."""
+"""Activities around tools: planning, execution, and the text a rejected call leaves.
+
+Planning covers the approval policy, approval requests and argument checks.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,30 +17,72 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.context import rebuild_context
+from hitl.agent import Agent
+from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied, UserAction
 from hitl.context import RunContextWrapper, ToolContext
 from hitl.errors import UserError
 from hitl.refs import resolve_ref
 from hitl.registry import AgentRegistry
 from hitl.run_config import ToolErrorFormatterArgs
-from hitl.tools import ToolArgumentsError, tool_output_text
+from hitl.tools import FunctionTool, ToolArgumentsError, tool_output_text
 from hitl.wire import (
     ACT_EXECUTE_TOOL,
-    ACT_FORMAT_TOOL_ERROR,
     ACT_PLAN_TOOLS,
+    ACT_REJECTION_TEXT,
+    ApprovalRequestData,
     CallPlan,
     ExecuteToolInput,
-    FormatToolErrorInput,
-    FormatToolErrorOutput,
+    PlanCall,
     PlanToolsInput,
     PlanToolsOutput,
+    PolicyDecision,
+    RejectionTextInput,
+    RejectionTextOutput,
     ToolOutput,
 )
 
 log = logging.getLogger("hitl.activities")
 
+MAX_PREVIEW_CHARS = 32_000
+"""Previews are stored with the pending approval (history, queries); longer ones are cut."""
+
 
 def _user_error(exc: UserError) -> ApplicationError:
     return ApplicationError(exc.message, type="UserError", non_retryable=True)
+
+
+def default_request(
+    agent: Agent[Any], tool: FunctionTool, params: dict[str, Any]
+) -> ApprovalRequest:
+    """What a person sees for a tool without its own `approval_request`."""
+    args = json.dumps(params, indent=2, default=str, ensure_ascii=False)
+    summary = tool.description.split("\n\n")[0] if tool.description else tool.name
+    return ApprovalRequest(
+        title=f"{agent.name} wants to run {tool.name}",
+        message=f"{summary}\n\nArguments:\n{args}",
+    )
+
+
+def _request_data(
+    req: ApprovalRequest, agent: Agent[Any], tool: FunctionTool, note: str | None = None
+) -> ApprovalRequestData:
+    preview = req.preview
+    if preview is not None and len(preview) > MAX_PREVIEW_CHARS:
+        cut = len(preview) - MAX_PREVIEW_CHARS
+        preview = preview[:MAX_PREVIEW_CHARS] + f"\n[preview cut: {cut} more characters]"
+    return ApprovalRequestData(
+        title=req.title or f"{agent.name} wants to run {tool.name}",
+        message=req.message,
+        preview=preview,
+        preview_label=req.preview_label,
+        primary_label=req.primary_label,
+        secondary_label=req.secondary_label,
+        note=note,
+    )
+
+
+def _callable_name(fn: Any) -> str:
+    return f"policy:{getattr(fn, '__qualname__', None) or type(fn).__name__}"
 
 
 class ToolActivities:
@@ -46,45 +93,86 @@ class ToolActivities:
 
     @activity.defn(name=ACT_PLAN_TOOLS)
     async def plan_tools(self, inp: PlanToolsInput) -> PlanToolsOutput:
-        """Check arguments and evaluate `needs_approval` for calls that may need a person."""
+        """Check arguments, evaluate `needs_approval`, render requests, consult approvers.
+
+        Only for calls that may need a person; everything here is side-effect free.
+        """
         try:
             agent = self.registry.agent(inp.root_agent, inp.agent_id)
             context = rebuild_context(inp.context)
+            run_approver = resolve_ref(inp.run_approver) if inp.run_approver else None
         except UserError as exc:
             raise _user_error(exc) from None
-        plans: list[CallPlan] = []
-        for call in inp.calls:
-            tool = self.registry.tool(inp.root_agent, inp.agent_id, call.tool_name)
-            if tool is None:
-                plans.append(
-                    CallPlan(
-                        call_id=call.call_id,
-                        refusal=f"Tool {call.tool_name} is no longer available.",
-                    )
-                )
-                continue
-            try:
-                params = tool.parse_arguments(call.arguments)
-            except ToolArgumentsError as exc:
-                plans.append(CallPlan(call_id=call.call_id, refusal=f"{exc}. Retry."))
-                continue
-            ctx = RunContextWrapper(
-                context=context, workflow_id=inp.workflow_id, agent_name=agent.name
-            )
-            try:
-                needs = await tool.evaluate_needs_approval(ctx, params, call.call_id)
-                plans.append(CallPlan(call_id=call.call_id, needs_approval=needs))
-            except Exception as exc:
-                # Fail safe: when the policy cannot decide, a person does.
-                log.warning("needs_approval of %s failed: %r", call.tool_name, exc)
-                plans.append(
-                    CallPlan(
-                        call_id=call.call_id,
-                        needs_approval=True,
-                        note=f"approval predicate failed ({exc!r}); a person must decide",
-                    )
-                )
+        ctx = RunContextWrapper(context=context, workflow_id=inp.workflow_id, agent_name=agent.name)
+        plans = [
+            await self._plan_one(agent, call, ctx, run_approver, inp.skip_policy)
+            for call in inp.calls
+        ]
         return PlanToolsOutput(plans=plans)
+
+    async def _plan_one(
+        self,
+        agent: Agent[Any],
+        call: PlanCall,
+        ctx: RunContextWrapper[Any],
+        run_approver: Any,
+        skip_policy: list[str],
+    ) -> CallPlan:
+        tool = next((t for t in agent.tools if t.name == call.tool_name), None)
+        if tool is None:
+            return CallPlan(
+                call_id=call.call_id, refusal=f"Tool {call.tool_name} is no longer available."
+            )
+        try:
+            params = tool.parse_arguments(call.arguments)
+        except ToolArgumentsError as exc:
+            return CallPlan(call_id=call.call_id, refusal=f"{exc}. Retry.")
+        notes: list[str] = []
+        try:
+            needs = await tool.evaluate_needs_approval(ctx, params, call.call_id)
+        except Exception as exc:
+            # Fail safe: when the policy cannot decide, a person does.
+            log.warning("needs_approval of %s failed: %r", call.tool_name, exc)
+            needs = True
+            notes.append(f"the approval predicate failed ({exc!r}), so a person must decide")
+        if not needs:
+            return CallPlan(call_id=call.call_id, needs_approval=False)
+
+        try:
+            request = await tool.render_request(ctx, params) or default_request(agent, tool, params)
+        except Exception as exc:
+            log.warning("approval_request of %s failed: %r", call.tool_name, exc)
+            request = default_request(agent, tool, params)
+            notes.append(f"the tool's approval request failed to render ({exc!r})")
+
+        policy: PolicyDecision | None = None
+        if call.tool_name not in skip_policy:
+            approval_call = ApprovalCall(
+                tool_name=call.tool_name,
+                call_id=call.call_id,
+                params=params,
+                arguments=call.arguments,
+                agent_name=agent.name,
+                request=request,
+            )
+            for fn in (tool.approver, run_approver):
+                if fn is None:
+                    continue
+                try:
+                    policy = await _consult(fn, ctx, approval_call)
+                except Exception as exc:
+                    log.warning("approver %s failed: %r", _callable_name(fn), exc)
+                    notes.append(f"{_callable_name(fn)} failed ({exc!r}), so a person must decide")
+                    break
+                if policy is not None:
+                    break
+        return CallPlan(
+            call_id=call.call_id,
+            needs_approval=True,
+            request=_request_data(request, agent, tool, "; ".join(notes) or None),
+            policy=policy,
+            note="; ".join(notes) or None,
+        )
 
     @activity.defn(name=ACT_EXECUTE_TOOL)
     async def execute_tool(self, inp: ExecuteToolInput) -> ToolOutput:
@@ -97,27 +185,11 @@ class ToolActivities:
                 non_retryable=True,
             )
         info = activity.info()
-        try:
-            agent_name = self.registry.agent(inp.root_agent, inp.agent_id).name
-            context = rebuild_context(inp.context)
-        except UserError as exc:
-            raise _user_error(exc) from None
-        ctx: ToolContext[Any] = ToolContext(
-            context=context,
-            workflow_id=inp.workflow_id,
-            agent_name=agent_name,
-            tool_name=inp.tool_name,
-            tool_call_id=inp.call_id,
-            tool_arguments=inp.arguments,
-            idempotency_key=inp.idempotency_key,
-            attempt=info.attempt,
-            decision=inp.decision,
-        )
-        async with _heartbeating(
-            info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else None
-        ):
+        ctx = self._tool_context(inp.root_agent, inp.agent_id, inp, info.attempt)
+        timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else None
+        async with _heartbeating(timeout):
             try:
-                result = await tool.invoke(ctx, inp.arguments)
+                result = await tool.invoke(ctx, inp.arguments, UserAction(primary_confirmed=True))
             except ToolArgumentsError as exc:
                 raise ApplicationError(
                     str(exc), type="ToolArgumentsInvalid", non_retryable=True
@@ -130,10 +202,23 @@ class ToolActivities:
             return ToolOutput(output=cut + note, truncated=True)
         return ToolOutput(output=text)
 
-    @activity.defn(name=ACT_FORMAT_TOOL_ERROR)
-    async def format_tool_error(self, inp: FormatToolErrorInput) -> FormatToolErrorOutput:
-        """Run the run's `tool_error_formatter` for a rejected call."""
+    @activity.defn(name=ACT_REJECTION_TEXT)
+    async def rejection_text(self, inp: RejectionTextInput) -> RejectionTextOutput:
+        """The text the model sees for a rejected call without a message.
+
+        A tool that takes a `UserAction` is asked (with `primary_confirmed=False`, so it does no
+        real work); otherwise the run's `tool_error_formatter`; otherwise the default.
+        """
+        tool = self.registry.tool(inp.root_agent, inp.agent_id, inp.tool_name)
         try:
+            if tool is not None and tool.receives_user_action:
+                expired = inp.decision is not None and inp.decision.source == "deadline"
+                action = UserAction(primary_confirmed=False, secondary_confirmed=not expired)
+                ctx = self._tool_context(inp.root_agent, inp.agent_id, inp, 1)
+                result = await tool.invoke(ctx, inp.arguments, action)
+                return RejectionTextOutput(message=tool_output_text(result))
+            if not inp.formatter:
+                return RejectionTextOutput()
             formatter = resolve_ref(inp.formatter)
             context = rebuild_context(inp.context)
         except UserError as exc:
@@ -147,9 +232,47 @@ class ToolActivities:
             run_context=RunContextWrapper(context=context),
         )
         result = formatter(args)
-        if asyncio.iscoroutine(result):
+        if inspect.isawaitable(result):
             result = await result
-        return FormatToolErrorOutput(message=result if isinstance(result, str) else None)
+        return RejectionTextOutput(message=result if isinstance(result, str) else None)
+
+    def _tool_context(
+        self, root: str, agent_id: str, inp: ExecuteToolInput | RejectionTextInput, attempt: int
+    ) -> ToolContext[Any]:
+        try:
+            agent_name = self.registry.agent(root, agent_id).name
+            context = rebuild_context(inp.context)
+        except UserError as exc:
+            raise _user_error(exc) from None
+        return ToolContext(
+            context=context,
+            workflow_id=inp.workflow_id,
+            agent_name=agent_name,
+            tool_name=inp.tool_name,
+            tool_call_id=inp.call_id,
+            tool_arguments=inp.arguments,
+            idempotency_key=f"{inp.workflow_id}:{inp.call_id}",
+            attempt=attempt,
+            decision=inp.decision,
+        )
+
+
+async def _consult(
+    fn: Any, ctx: RunContextWrapper[Any], call: ApprovalCall
+) -> PolicyDecision | None:
+    result = fn(ctx, call)
+    if inspect.isawaitable(result):
+        result = await result
+    name = _callable_name(fn)
+    if result is None:
+        return None
+    if isinstance(result, ToolApproved):
+        return PolicyDecision(kind="approve", reason=result.reason, approver=name)
+    if isinstance(result, ToolDenied):
+        return PolicyDecision(
+            kind="reject", message=result.message, reason=result.reason, approver=name
+        )
+    raise TypeError(f"expected ToolApproved, ToolDenied or None, got {type(result).__name__}")
 
 
 @contextlib.asynccontextmanager

@@ -282,10 +282,10 @@ async def serve_agents(
     Scripts in the style of the OpenAI Agents SDK examples can wrap their `main()` in it;
     production runs dedicated workers (`python -m worker`).
     """
-    from worker.build import WorkerOptions, build_worker
+    from worker.build import WorkerOptions, build_worker, detect_features
 
     client = await connect(client)
-    opts = WorkerOptions(task_queue=task_queue)
+    opts = await detect_features(client, WorkerOptions(task_queue=task_queue))
     if max_cached_workflows is not None:
         opts.max_cached_workflows = max_cached_workflows
     # A unique identity lets later calls ignore this worker's poller entry once it stopped

@@ -10,6 +10,7 @@ from hitl.context import RunContextWrapper, TContext
 from hitl.errors import UserError
 from hitl.model import Model
 from hitl.refs import callable_ref
+from hitl.tools import ApproverFunction
 from hitl.wire import ModelSettings, RunConfigSpec, RunItem
 
 
@@ -90,6 +91,10 @@ class RunConfig:
             `ModelBehaviorError`.
         continue_as_new_after_events: Continue as new at this history length (besides
             Temporal's own suggestion).
+        auto_approve: The run's key of two-key auto-approval: calls of tools declared with
+            `auto_approve=True` are approved without a person (recorded as `auto_approval`).
+        approver: A programmatic approver for every call that needs approval, consulted after
+            the tool's own (`(ctx, ApprovalCall) -> ToolApproved | ToolDenied | None`).
     """
 
     model: str | Model | None = None
@@ -104,6 +109,8 @@ class RunConfig:
     max_tool_output_bytes: int = 128 * 1024
     max_consecutive_bad_turns: int = 3
     continue_as_new_after_events: int | None = None
+    auto_approve: bool = False
+    approver: ApproverFunction | None = None
 
     def spec(self) -> RunConfigSpec:
         """The config as data (callables become import references)."""
@@ -132,4 +139,6 @@ class RunConfig:
             max_tool_output_bytes=self.max_tool_output_bytes,
             max_consecutive_bad_turns=self.max_consecutive_bad_turns,
             continue_as_new_after_events=self.continue_as_new_after_events,
+            auto_approve=self.auto_approve,
+            approver=callable_ref(self.approver, what="approver") if self.approver else None,
         )

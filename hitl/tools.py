@@ -12,6 +12,7 @@ from typing import Any, TypeAlias, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied, UserAction
 from hitl.context import RunContextWrapper, ToolContext, is_context_annotation
 from hitl.errors import UserError
 from hitl.schema import ensure_strict_json_schema, parse_docstring
@@ -21,6 +22,14 @@ ApprovalPredicate: TypeAlias = Callable[
     [RunContextWrapper[Any], dict[str, Any], str], bool | Awaitable[bool]
 ]
 """`(ctx, params, call_id) -> bool`, sync or async; runs in an activity, never in the workflow."""
+
+ApprovalRequestFunction: TypeAlias = Callable[..., Any]
+"""`(params) -> ApprovalRequest | str` or `(ctx, params) -> ...`, sync or async, no side effects."""
+
+ApproverFunction: TypeAlias = Callable[
+    [RunContextWrapper[Any], ApprovalCall], ToolApproved | ToolDenied | Awaitable[Any] | None
+]
+"""`(ctx, call) -> ToolApproved | ToolDenied | None`; `None` defers to a person."""
 
 
 class ToolArgumentsError(ValueError):
@@ -45,6 +54,11 @@ class FunctionTool:
         max_attempts: Attempts for retryable failures; keep it low for side effects.
         approval_timeout: Seconds a call may wait for a decision before it is rejected as
             expired; `None` waits forever.
+        approval_request: Renders the approval request (title, message, preview).
+        auto_approve: This tool's key of two-key auto-approval: with the run's preset also on
+            (`RunConfig(auto_approve=True)`), calls are approved without a person.
+        approver: A programmatic approver `(ctx, ApprovalCall) -> ToolApproved | ToolDenied |
+            None` consulted before a person (`None` defers to a person).
     """
 
     name: str
@@ -57,8 +71,12 @@ class FunctionTool:
     heartbeat_timeout: float | None = 30.0
     max_attempts: int = 3
     approval_timeout: float | None = None
+    approval_request: ApprovalRequestFunction | None = None
+    auto_approve: bool = False
+    approver: ApproverFunction | None = None
     _args_model: type[BaseModel] | None = field(default=None, repr=False)
     _takes_context: bool = field(default=False, repr=False)
+    _user_action_param: str | None = field(default=None, repr=False)
 
     @property
     def approval_mode(self) -> ApprovalMode:
@@ -79,6 +97,10 @@ class FunctionTool:
             heartbeat_timeout_seconds=self.heartbeat_timeout,
             max_attempts=self.max_attempts,
             approval_timeout_seconds=self.approval_timeout,
+            auto_approve=self.auto_approve,
+            approval_request=self.approval_request is not None,
+            approver=self.approver is not None,
+            user_action=self._user_action_param is not None,
         )
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
@@ -101,15 +123,48 @@ class FunctionTool:
             raise ToolArgumentsError(f"invalid arguments for {self.name}: {problems}") from None
         return {name: getattr(parsed, name) for name in type(parsed).model_fields}
 
-    async def invoke(self, ctx: ToolContext[Any], arguments: str) -> Any:
+    @property
+    def receives_user_action(self) -> bool:
+        """True when the tool takes a `UserAction` parameter."""
+        return self._user_action_param is not None
+
+    async def invoke(
+        self, ctx: ToolContext[Any], arguments: str, action: UserAction | None = None
+    ) -> Any:
         """Validate the arguments and call the function (sync functions run in a thread)."""
         kwargs = self.parse_arguments(arguments)
+        if self._user_action_param is not None:
+            kwargs[self._user_action_param] = action or UserAction(primary_confirmed=True)
         args: tuple[Any, ...] = (ctx,) if self._takes_context else ()
         if inspect.iscoroutinefunction(self.func):
             return await self.func(*args, **kwargs)
         result = await asyncio.to_thread(self.func, *args, **kwargs)
         if inspect.isawaitable(result):
             result = await result
+        return result
+
+    async def render_request(
+        self, ctx: RunContextWrapper[Any], params: dict[str, Any]
+    ) -> ApprovalRequest | None:
+        """Run the tool's `approval_request` function (in an activity); `None` if it has none."""
+        fn = self.approval_request
+        if fn is None:
+            return None
+        positional = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        result = fn(ctx, params) if len(positional) >= 2 else fn(params)
+        if inspect.isawaitable(result):
+            result = await result
+        if isinstance(result, str):
+            return ApprovalRequest(message=result)
+        if not isinstance(result, ApprovalRequest):
+            raise TypeError(
+                f"approval_request of {self.name!r} must return an ApprovalRequest or str, "
+                f"got {type(result).__name__}"
+            )
         return result
 
     async def evaluate_needs_approval(
@@ -127,7 +182,7 @@ class FunctionTool:
 
 def _build_args_model(
     func: Callable[..., Any], name: str, param_docs: dict[str, str]
-) -> tuple[type[BaseModel], bool]:
+) -> tuple[type[BaseModel], bool, str | None]:
     sig = inspect.signature(func)
     try:
         hints = get_type_hints(func, include_extras=True)
@@ -139,7 +194,11 @@ def _build_args_model(
         takes_context = True
         params = params[1:]
     fields: dict[str, Any] = {}
+    user_action: str | None = None
     for p in params:
+        if hints.get(p.name) is UserAction:
+            user_action = p.name  # filled in at execution, never shown to the model
+            continue
         if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             raise UserError(f"tool {name!r}: *args and **kwargs cannot be described to a model")
         if is_context_annotation(hints.get(p.name)):
@@ -148,7 +207,7 @@ def _build_args_model(
         default = ... if p.default is inspect.Parameter.empty else p.default
         fields[p.name] = (annotation, Field(default, description=param_docs.get(p.name)))
     model = create_model(f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields)
-    return model, takes_context
+    return model, takes_context, user_action
 
 
 ToolFunction: TypeAlias = Callable[..., Any]
@@ -169,6 +228,9 @@ def function_tool(
     heartbeat_timeout: float | None = 30.0,
     max_attempts: int = 3,
     approval_timeout: float | None = None,
+    approval_request: ApprovalRequestFunction | None = None,
+    auto_approve: bool = False,
+    approver: ApproverFunction | None = None,
 ) -> Callable[[ToolFunction], FunctionTool]: ...
 
 
@@ -184,6 +246,9 @@ def function_tool(
     heartbeat_timeout: float | None = 30.0,
     max_attempts: int = 3,
     approval_timeout: float | None = None,
+    approval_request: ApprovalRequestFunction | None = None,
+    auto_approve: bool = False,
+    approver: ApproverFunction | None = None,
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
     """Turn a function into a tool; its JSON schema comes from the signature and docstring.
 
@@ -203,6 +268,13 @@ def function_tool(
             idempotency key: `ctx.idempotency_key`).
         approval_timeout: Seconds a call may wait for a decision before it is rejected as
             expired (`None`: wait forever).
+        approval_request: `(params) -> ApprovalRequest` (or `(ctx, params)`), rendered in an
+            activity before the run pauses; default: the tool's name and arguments.
+        auto_approve: Allow auto-approval when the run's preset enables it (both keys needed).
+        approver: A programmatic approver consulted before a person.
+
+    A parameter annotated `UserAction` receives the person's action at execution (and is not
+    shown to the model); the tool must act only when `action.primary_confirmed` is true.
     """
 
     def build(fn: ToolFunction) -> FunctionTool:
@@ -212,7 +284,7 @@ def function_tool(
             raise UserError("needs_approval must be True, False or a callable")
         name = name_override or fn.__name__
         description, param_docs = parse_docstring(fn.__doc__)
-        model, takes_context = _build_args_model(fn, name, param_docs)
+        model, takes_context, user_action = _build_args_model(fn, name, param_docs)
         schema = model.model_json_schema()
         schema.pop("title", None)
         if strict_mode:
@@ -228,8 +300,12 @@ def function_tool(
             heartbeat_timeout=heartbeat_timeout,
             max_attempts=max_attempts,
             approval_timeout=approval_timeout,
+            approval_request=approval_request,
+            auto_approve=auto_approve,
+            approver=approver,
             _args_model=model,
             _takes_context=takes_context,
+            _user_action_param=user_action,
         )
 
     if func is not None:

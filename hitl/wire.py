@@ -24,7 +24,7 @@ ACT_RESOLVE_AGENT = "resolve_agent"
 ACT_CALL_MODEL = "call_model"
 ACT_PLAN_TOOLS = "plan_tools"
 ACT_EXECUTE_TOOL = "execute_tool"
-ACT_FORMAT_TOOL_ERROR = "format_tool_error"
+ACT_REJECTION_TEXT = "rejection_text"
 ACT_HANDLE_RUN_ERROR = "handle_run_error"
 
 Phase = Literal["starting", "running", "awaiting_approval", "completed", "failed"]
@@ -34,6 +34,18 @@ DecisionKind = Literal["approve", "reject"]
 DecisionSource = Literal["person", "always_rule", "policy", "auto_approval", "deadline"]
 DecisionVia = Literal["update", "signal", "workflow"]
 ApprovalMode = Literal["never", "always", "predicate"]
+
+# Custom search attributes the workflow keeps current (never arguments or personal data).
+SA_STATUS = "HitlStatus"
+SA_PENDING_TOOLS = "HitlPendingTools"
+SA_AGENT = "HitlAgent"
+SA_PENDING_SINCE = "HitlPendingSince"
+SEARCH_ATTRIBUTES = {
+    SA_STATUS: "Keyword",
+    SA_PENDING_TOOLS: "KeywordList",
+    SA_AGENT: "Keyword",
+    SA_PENDING_SINCE: "Datetime",
+}
 
 
 class _Model(BaseModel):
@@ -90,6 +102,14 @@ class ToolSpec(_Model):
     max_attempts: int = 3
     approval_timeout_seconds: float | None = None
     """How long a call may wait for a decision; `None` waits forever."""
+    auto_approve: bool = False
+    """The tool's key of two-key auto-approval (the run's preset is the other key)."""
+    approval_request: bool = False
+    """The tool renders its own approval request (title, message, preview)."""
+    approver: bool = False
+    """The tool has a programmatic approver callback."""
+    user_action: bool = False
+    """The tool receives the person's action (`UserAction`) when it executes."""
 
 
 class HandoffSpec(_Model):
@@ -154,6 +174,10 @@ class RunConfigSpec(_Model):
     """Force continue-as-new once history reaches this many events (tests, tuning)."""
     context_type: str | None = None
     """Import reference of the context's type; workers rebuild the context object with it."""
+    auto_approve: bool = False
+    """The run's key of two-key auto-approval: tools with `auto_approve=True` need no person."""
+    approver: str | None = None
+    """Import reference of a programmatic approver consulted for every call needing approval."""
 
 
 # --------------------------------------------------------------------------- transcript
@@ -215,6 +239,27 @@ class RunInput(_Model):
     """Set only by continue-as-new: the whole state of the previous run."""
 
 
+class ApprovalRequestData(_Model):
+    """What a person sees before deciding (rendered in an activity, before the run pauses)."""
+
+    title: str
+    message: str
+    preview: str | None = None
+    preview_label: str | None = None
+    primary_label: str = "Approve"
+    secondary_label: str = "Reject"
+    note: str | None = None
+
+
+class PolicyDecision(_Model):
+    """A decision made by an approver callback instead of a person."""
+
+    kind: DecisionKind
+    message: str | None = None
+    reason: str | None = None
+    approver: str
+
+
 class CallRecord(_Model):
     """A tool call of the current turn and everything decided about it."""
 
@@ -232,6 +277,7 @@ class CallRecord(_Model):
     decision: DecisionRecord | None = None
     output: str | None = None
     is_error: bool = False
+    request: ApprovalRequestData | None = None
 
 
 class DecisionRecord(_Model):
@@ -263,6 +309,7 @@ class CarriedState(_Model):
     decisions: list[DecisionRecord] = Field(default_factory=list)
     refused: list[RefusedDecision] = Field(default_factory=list)
     continued_runs: int = 0
+    search_attributes: bool = False
 
 
 class RunOutput(_Model):
@@ -325,6 +372,7 @@ class PendingApproval(_Model):
     arguments: str
     turn: int
     requested_at: datetime | None = None
+    request: ApprovalRequestData | None = None
 
 
 class RefusedDecision(_Model):
@@ -467,6 +515,9 @@ class PlanToolsInput(_Model):
     calls: list[PlanCall]
     context: RunContextData | None = None
     workflow_id: str = ""
+    run_approver: str | None = None
+    skip_policy: list[str] = Field(default_factory=list)
+    """Tools with a standing always-rule: their approver callbacks need not run."""
 
 
 class CallPlan(_Model):
@@ -476,6 +527,8 @@ class CallPlan(_Model):
     needs_approval: bool = False
     refusal: str | None = None
     note: str | None = None
+    request: ApprovalRequestData | None = None
+    policy: PolicyDecision | None = None
 
 
 class PlanToolsOutput(_Model):
@@ -507,21 +560,34 @@ class ToolOutput(_Model):
     truncated: bool = False
 
 
-class FormatToolErrorInput(_Model):
-    """Input of `format_tool_error`: the run's formatter and what happened."""
+class RejectionTextInput(_Model):
+    """Input of `rejection_text`: what the model should see for a rejected call."""
 
-    formatter: str
-    kind: Literal["approval_rejected"] = "approval_rejected"
+    root_agent: str
+    agent_id: str
     tool_name: str
     call_id: str
+    arguments: str
+    formatter: str | None = None
+    kind: Literal["approval_rejected"] = "approval_rejected"
     default_message: str
     context: RunContextData | None = None
+    decision: DecisionRecord | None = None
+    workflow_id: str = ""
 
 
-class FormatToolErrorOutput(_Model):
-    """Output of `format_tool_error`: `None` keeps the default message."""
+class RejectionTextOutput(_Model):
+    """Output of `rejection_text`: `None` keeps the default message."""
 
     message: str | None = None
+
+
+class ResolvedRun(_Model):
+    """Output of `resolve_agent`: the pinned graph plus what the worker's cluster supports."""
+
+    graph: AgentGraph
+    search_attributes: bool = False
+    """The custom search attributes are registered, so the run keeps them current."""
 
 
 class HandleRunErrorInput(_Model):

@@ -19,7 +19,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from hitl.agent import Agent
-from worker.build import WorkerOptions, build_worker
+from worker.build import WorkerOptions, build_worker, detect_features
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,11 +35,10 @@ async def serving(
 ) -> AsyncIterator[str]:
     """Run a worker for `agents` on a private task queue; yields the queue name."""
     tq = task_queue or queue_name()
-    worker = build_worker(
-        client,
-        agents,
-        WorkerOptions(task_queue=tq, max_cached_workflows=cache, graceful_shutdown=0),
+    options = await detect_features(
+        client, WorkerOptions(task_queue=tq, max_cached_workflows=cache, graceful_shutdown=0)
     )
+    worker = build_worker(client, agents, options)
     async with worker:
         yield tq
 

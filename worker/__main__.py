@@ -19,7 +19,12 @@ from hitl.client import connect
 from hitl.errors import UserError
 from hitl.registry import AgentRegistry, load_agents
 from hitl.wire import DEFAULT_TASK_QUEUE
-from worker.build import DEFAULT_MAX_CACHED_WORKFLOWS, WorkerOptions, build_worker
+from worker.build import (
+    DEFAULT_MAX_CACHED_WORKFLOWS,
+    WorkerOptions,
+    build_worker,
+    detect_features,
+)
 
 log = logging.getLogger("hitl.worker")
 
@@ -85,6 +90,7 @@ async def main(argv: list[str] | None = None) -> int:
         max_concurrent_workflow_tasks=args.max_concurrent_workflow_tasks,
         graceful_shutdown=args.graceful_shutdown,
     )
+    options = await detect_features(client, options)
     worker = build_worker(client, registry, options, identity=args.identity)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -14,6 +15,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.agents import AgentActivities
 from activities.model import ModelActivities
 from activities.tools import ToolActivities
+from hitl.admin import search_attributes_ready
 from hitl.agent import Agent
 from hitl.registry import AgentRegistry
 from hitl.wire import DEFAULT_TASK_QUEUE
@@ -40,10 +42,17 @@ class WorkerOptions:
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
+    search_attributes: bool = False
+    """Keep `HitlStatus` & co. current (set by `detect_features` when they are registered)."""
     max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS
     max_concurrent_activities: int | None = None
     max_concurrent_workflow_tasks: int | None = None
     graceful_shutdown: float = 10.0
+
+
+async def detect_features(client: Client, options: WorkerOptions) -> WorkerOptions:
+    """Fill in what the cluster supports (our search attributes registered or not)."""
+    return dataclasses.replace(options, search_attributes=await search_attributes_ready(client))
 
 
 def build_worker(
@@ -58,7 +67,7 @@ def build_worker(
     registry = agents if isinstance(agents, AgentRegistry) else AgentRegistry(agents)
     model = ModelActivities(registry)
     tools = ToolActivities(registry)
-    agent_acts = AgentActivities(registry)
+    agent_acts = AgentActivities(registry, search_attributes=opts.search_attributes)
     kwargs: dict[str, Any] = {}
     if identity:
         kwargs["identity"] = identity
@@ -72,7 +81,7 @@ def build_worker(
             model.call_model,
             tools.plan_tools,
             tools.execute_tool,
-            tools.format_tool_error,
+            tools.rejection_text,
         ],
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)

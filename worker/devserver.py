@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hitl.errors import UserError
-
-SEARCH_ATTRIBUTES: dict[str, str] = {}
-"""Custom search attributes our workflow keeps current (registered at server start)."""
+from hitl.wire import SEARCH_ATTRIBUTES
 
 # The dev server's single history shard reads its transfer queue at 20 polls/s by default,
 # adding 10-56 ms before each workflow task that follows an activity or a start.

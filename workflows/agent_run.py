@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
@@ -24,10 +24,14 @@ with workflow.unsafe.imports_passed_through():
     from hitl.wire import (
         ACT_CALL_MODEL,
         ACT_EXECUTE_TOOL,
-        ACT_FORMAT_TOOL_ERROR,
         ACT_HANDLE_RUN_ERROR,
         ACT_PLAN_TOOLS,
+        ACT_REJECTION_TEXT,
         ACT_RESOLVE_AGENT,
+        SA_AGENT,
+        SA_PENDING_SINCE,
+        SA_PENDING_TOOLS,
+        SA_STATUS,
         WORKFLOW_TYPE,
         AgentGraph,
         AgentSpec,
@@ -40,8 +44,6 @@ with workflow.unsafe.imports_passed_through():
         DecisionRecord,
         DecisionVia,
         ExecuteToolInput,
-        FormatToolErrorInput,
-        FormatToolErrorOutput,
         HandleRunErrorInput,
         HandleRunErrorOutput,
         ModelResponse,
@@ -50,8 +52,12 @@ with workflow.unsafe.imports_passed_through():
         PlanCall,
         PlanToolsInput,
         PlanToolsOutput,
+        PolicyDecision,
         RefusedDecision,
+        RejectionTextInput,
+        RejectionTextOutput,
         ResolveAgentInput,
+        ResolvedRun,
         RunContextData,
         RunErrorInfo,
         RunInput,
@@ -80,6 +86,14 @@ with workflow.unsafe.imports_passed_through():
         normalize_input,
         parse_model_output,
     )
+
+SA_STATUS_KEY = SearchAttributeKey.for_keyword(SA_STATUS)
+SA_PENDING_TOOLS_KEY = SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS)
+SA_AGENT_KEY = SearchAttributeKey.for_keyword(SA_AGENT)
+SA_PENDING_SINCE_KEY = SearchAttributeKey.for_datetime(SA_PENDING_SINCE)
+
+Visible = tuple[str, tuple[str, ...], datetime | None]
+"""(status, pending tool names, waiting since): what operators see of a run."""
 
 DEFAULT_MAX_TURNS = 10
 MAX_REFUSED_KEPT = 50
@@ -162,6 +176,10 @@ class AgentRun:
         self._output: RunOutput | None = None
         self._error: RunErrorInfo | None = None
         self._continuing = False
+        self._sa = False
+        # What operators last saw (search attributes, UI details); nothing is published for a
+        # run that only started, so a run that never pauses costs one upsert (at the end).
+        self._published: Visible = ("running", (), None)
         carried = inp.carried
         if carried is not None:
             self._graph = carried.graph
@@ -176,6 +194,7 @@ class AgentRun:
             )
             self._refused = carried.refused
             self._continued_runs = carried.continued_runs
+            self._sa = carried.search_attributes
 
     # ================================================================= main loop
 
@@ -183,15 +202,19 @@ class AgentRun:
     async def run(self, inp: RunInput) -> RunOutput:
         try:
             if self._graph is None:
-                self._graph = await self._resolve()
+                resolved = await self._resolve()
+                self._graph, self._sa = resolved.graph, resolved.search_attributes
                 self._current = self._graph.root
                 try:
                     self._input_items = normalize_input(inp.input)
                 except BadInput as exc:
                     raise RunFailure("UserError", str(exc)) from None
+            publisher = asyncio.create_task(self._keep_published())
             self._output = await self._loop()
+            publisher.cancel()
         except RunFailure as failure:
             self._error = failure.info
+            self._publish()
             await workflow.wait_condition(workflow.all_handlers_finished)
             raise ApplicationError(
                 failure.info.message,
@@ -199,6 +222,7 @@ class AgentRun:
                 type=failure.info.type,
                 non_retryable=True,
             ) from None
+        self._publish()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._output
 
@@ -296,22 +320,33 @@ class AgentRun:
         to_plan = [
             r for r in records if r.state == "planning" and self._tool(agent, r).approval != "never"
         ]
+        # (A tool with approval "never" needs no plan: nothing to ask, render or decide.)
+        policies: dict[str, PolicyDecision] = {}
         if to_plan:
             plans = await self._plan(agent, to_plan)
             for rec, plan in zip(to_plan, plans.plans, strict=True):
                 if plan.refusal is not None:
                     self._refuse(rec, plan.refusal)
-                else:
-                    rec.needs_approval = plan.needs_approval
+                    continue
+                rec.needs_approval = plan.needs_approval
+                rec.request = plan.request
+                if plan.policy is not None:
+                    policies[rec.call_id] = plan.policy
         now = workflow.now()
         for rec in records:
             if rec.state != "planning":
                 continue
-            if rec.needs_approval and not self._book.apply_rule(rec, now):
+            if not rec.needs_approval:
+                rec.state = "approved"
+            elif self._book.apply_rule(rec, now):
+                pass  # a standing always-approve / always-reject rule decided it
+            elif rec.call_id in policies:
+                self._book.decide_by(rec, policies[rec.call_id], now)
+            elif cfg.auto_approve and self._tool(agent, rec).auto_approve:
+                self._book.auto_approve(rec, now)  # both keys on: the run's and the tool's
+            else:
                 rec.state = "awaiting_approval"
                 rec.requested_at = now
-            elif not rec.needs_approval:
-                rec.state = "approved"
 
         if any(r.state == "refused" for r in records) and all(
             r.state == "refused" for r in records if r.call_id != handoff_call
@@ -352,7 +387,7 @@ class AgentRun:
                 )
         decision = rec.decision
         if decision is not None and decision.kind == "reject":
-            rec.output = decision.message or await self._rejection_text(rec)
+            rec.output = decision.message or await self._rejection_text(agent, rec)
             rec.state = "rejected"
             return
         rec.state = "running"
@@ -394,43 +429,48 @@ class AgentRun:
         except ActivityError as err:
             return ToolOutput(output=TOOL_ERROR_PREFIX + _error_text(err), is_error=True)
 
-    async def _rejection_text(self, rec: CallRecord) -> str:
+    async def _rejection_text(self, agent: AgentSpec, rec: CallRecord) -> str:
         formatter = self._inp.run_config.tool_error_formatter
-        if not formatter:
+        if not formatter and not self._tool(agent, rec).user_action:
             return REJECTION_MESSAGE
         try:
-            out: FormatToolErrorOutput = await workflow.execute_local_activity(
-                ACT_FORMAT_TOOL_ERROR,
-                FormatToolErrorInput(
-                    formatter=formatter,
+            out: RejectionTextOutput = await workflow.execute_local_activity(
+                ACT_REJECTION_TEXT,
+                RejectionTextInput(
+                    root_agent=self._inp.agent,
+                    agent_id=agent.id,
                     tool_name=rec.tool_name,
                     call_id=rec.call_id,
+                    arguments=rec.arguments,
+                    formatter=formatter,
                     default_message=REJECTION_MESSAGE,
                     context=self._context(),
+                    decision=rec.decision,
+                    workflow_id=workflow.info().workflow_id,
                 ),
-                result_type=FormatToolErrorOutput,
+                result_type=RejectionTextOutput,
                 start_to_close_timeout=LOCAL_TIMEOUT,
                 retry_policy=LOCAL_RETRY,
             )
         except ACTIVITY_FAILURES:
-            workflow.logger.warning("tool_error_formatter failed; using the default message")
+            workflow.logger.warning("rejection text for %s failed; using the default", rec.call_id)
             return REJECTION_MESSAGE
         return out.message or REJECTION_MESSAGE
 
     # ================================================================= activities
 
-    async def _resolve(self) -> AgentGraph:
+    async def _resolve(self) -> ResolvedRun:
         try:
-            graph: AgentGraph = await workflow.execute_local_activity(
+            resolved: ResolvedRun = await workflow.execute_local_activity(
                 ACT_RESOLVE_AGENT,
                 ResolveAgentInput(agent=self._inp.agent, run_config=self._inp.run_config),
-                result_type=AgentGraph,
+                result_type=ResolvedRun,
                 start_to_close_timeout=LOCAL_TIMEOUT,
                 retry_policy=LOCAL_RETRY,
             )
         except ACTIVITY_FAILURES as err:
             raise _failure_from_activity(err, "resolving the agent") from None
-        return graph
+        return resolved
 
     async def _call_model(self, agent: AgentSpec) -> ModelResponse:
         cfg = self._inp.run_config
@@ -518,6 +558,8 @@ class AgentRun:
                     ],
                     context=self._context(),
                     workflow_id=workflow.info().workflow_id,
+                    run_approver=self._inp.run_config.approver,
+                    skip_policy=sorted(self._book.always_rules),
                 ),
                 result_type=PlanToolsOutput,
                 start_to_close_timeout=LOCAL_TIMEOUT,
@@ -597,6 +639,7 @@ class AgentRun:
                     decisions=self._book.all_decisions(),
                     refused=self._refused,
                     continued_runs=self._continued_runs + 1,
+                    search_attributes=self._sa,
                 ),
             )
         )
@@ -719,6 +762,78 @@ class AgentRun:
         """The model input items (what the model activity reads)."""
         items = model_input(self._input_items, self._new_items)
         return TranscriptPage(items=items[q.start : q.end], total=len(items))
+
+    # ================================================================= visibility
+
+    def _visible(self) -> Visible:
+        awaiting = self._book.awaiting()
+        phase = self._phase()
+        status = "awaiting_approval" if awaiting and phase == "running" else phase
+        since = min((c.requested_at for c in awaiting if c.requested_at), default=None)
+        return (status, tuple(sorted({c.tool_name for c in awaiting})), since)
+
+    async def _keep_published(self) -> None:
+        """Keep search attributes and the UI's current details in step with the run."""
+        while True:
+            await workflow.wait_condition(lambda: self._visible() != self._published)
+            self._publish()
+
+    def _publish(self) -> None:
+        visible = self._visible()
+        if visible == self._published:
+            return
+        self._published = visible
+        status, tools, since = visible
+        if self._sa:
+            workflow.upsert_search_attributes(
+                [
+                    SA_STATUS_KEY.value_set(status),
+                    SA_PENDING_TOOLS_KEY.value_set(list(tools)),
+                    SA_AGENT_KEY.value_set(self._inp.agent),
+                    SA_PENDING_SINCE_KEY.value_set(since)
+                    if since is not None
+                    else SA_PENDING_SINCE_KEY.value_unset(),
+                ]
+            )
+        workflow.set_current_details(self._details())
+
+    def _details(self) -> str:
+        """Markdown for the Temporal UI: what the run waits for and how to decide it."""
+        wid = workflow.info().workflow_id
+        awaiting = self._book.awaiting()
+        phase = self._phase()
+        if phase == "completed":
+            return f"**Completed** after {self._turn} model turns."
+        if phase == "failed" and self._error is not None:
+            return f"**Failed** ({self._error.type}): {self._error.message}"
+        if not awaiting:
+            return f"**Running** (turn {self._turn}, agent {self._current or self._inp.agent})."
+        lines = [f"**Waiting for approval** ({len(awaiting)} call(s)), agent {self._inp.agent}", ""]
+        for c in awaiting:
+            title = c.request.title if c.request else f"{c.agent_name} wants to run {c.tool_name}"
+            lines += [
+                f"### {title}",
+                f"Tool `{c.tool_name}`, call `{c.call_id}`, waiting since {c.requested_at}",
+                "",
+            ]
+            if c.request is not None:
+                lines += [c.request.message, ""]
+                if c.request.preview:
+                    label = c.request.preview_label or "Preview"
+                    lines += [f"**{label}**", "```", c.request.preview[:4000], "```", ""]
+            approve = json.dumps({"call_id": c.call_id, "approver": "you@example.com"})
+            reject = json.dumps({"call_id": c.call_id, "message": "why, for the model"})
+            lines += [
+                "Decide with *Send an Update* (name `approve` or `reject`), or:",
+                "```",
+                f"temporal workflow update execute --workflow-id {wid} --name approve "
+                f"--input '{approve}'",
+                f"temporal workflow update execute --workflow-id {wid} --name reject "
+                f"--input '{reject}'",
+                "```",
+                "",
+            ]
+        return "\n".join(lines)
 
     # ================================================================= helpers
 

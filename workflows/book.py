@@ -21,6 +21,7 @@ from hitl.wire import (
     DecisionSource,
     DecisionVia,
     PendingApproval,
+    PolicyDecision,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -96,6 +97,7 @@ class ApprovalBook:
                 arguments=c.arguments,
                 turn=c.turn,
                 requested_at=c.requested_at,
+                request=c.request,
             )
             for c in self.awaiting()
         ]
@@ -172,6 +174,36 @@ class ApprovalBook:
             return False
         self._apply(call, self._rule_record(call, kind, now))
         return True
+
+    def decide_by(self, call: CallRecord, policy: PolicyDecision, now: datetime) -> DecisionRecord:
+        """Record an approver callback's decision (source `policy`)."""
+        rec = DecisionRecord(
+            call_id=call.call_id,
+            tool_name=call.tool_name,
+            kind=policy.kind,
+            message=policy.message if policy.kind == "reject" else None,
+            approver=policy.approver,
+            reason=policy.reason,
+            source="policy",
+            via="workflow",
+            decided_at=now,
+        )
+        self._apply(call, rec)
+        return rec
+
+    def auto_approve(self, call: CallRecord, now: datetime) -> DecisionRecord:
+        """Record a two-key auto-approval (the run's preset and the tool both allow it)."""
+        rec = DecisionRecord(
+            call_id=call.call_id,
+            tool_name=call.tool_name,
+            kind="approve",
+            reason="auto-approved: the run's preset and the tool both allow it",
+            source="auto_approval",
+            via="workflow",
+            decided_at=now,
+        )
+        self._apply(call, rec)
+        return rec
 
     def expire(self, call: CallRecord, now: datetime, message: str) -> DecisionRecord:
         """Reject a call whose approval deadline passed (recorded as `deadline`)."""

@@ -1,0 +1,88 @@
+"""Cluster setup: the custom search attributes runs keep current (`hitl setup`)."""
+
+from __future__ import annotations
+
+import logging
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.api.workflowservice.v1 import GetSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from hitl.wire import SEARCH_ATTRIBUTES
+
+log = logging.getLogger("hitl")
+
+_TYPES = {
+    "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "KeywordList": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+    "Datetime": IndexedValueType.INDEXED_VALUE_TYPE_DATETIME,
+    "Int": IndexedValueType.INDEXED_VALUE_TYPE_INT,
+    "Text": IndexedValueType.INDEXED_VALUE_TYPE_TEXT,
+    "Bool": IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
+    "Double": IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE,
+}
+
+
+async def registered_search_attributes(client: Client) -> dict[str, int] | None:
+    """Search attributes of the client's namespace, `{name: IndexedValueType}`.
+
+    `None` when the server does not say (e.g. the time-skipping test server).
+    """
+    try:
+        resp = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+        return {**dict(resp.system_attributes), **dict(resp.custom_attributes)}
+    except RPCError:
+        pass
+    try:
+        resp2 = await client.workflow_service.get_search_attributes(GetSearchAttributesRequest())
+        return dict(resp2.keys)
+    except RPCError:
+        return None
+
+
+async def missing_search_attributes(client: Client) -> list[str] | None:
+    """Our search attributes that are absent or of the wrong type (`None`: unknown)."""
+    have = await registered_search_attributes(client)
+    if have is None:
+        return None
+    return [name for name, kind in SEARCH_ATTRIBUTES.items() if have.get(name) != _TYPES[kind]]
+
+
+async def search_attributes_ready(client: Client) -> bool:
+    """True when runs may upsert our search attributes (registered with the right types).
+
+    Upserting an unregistered attribute would fail every workflow task of a run, so workers
+    check once at start and runs skip the attributes when they are missing.
+    """
+    missing = await missing_search_attributes(client)
+    if missing:
+        log.warning(
+            "search attributes %s are not registered in namespace %r: runs will not be "
+            "listable by status. Register them with `hitl setup`.",
+            ", ".join(missing),
+            client.namespace,
+        )
+    return missing == []
+
+
+async def register_search_attributes(client: Client) -> list[str]:
+    """Register our search attributes where missing; returns the names added."""
+    missing = await missing_search_attributes(client)
+    if missing is None:
+        missing = list(SEARCH_ATTRIBUTES)
+    if not missing:
+        return []
+    await client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=client.namespace,
+            search_attributes={name: _TYPES[SEARCH_ATTRIBUTES[name]] for name in missing},
+        )
+    )
+    return missing
