@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 ISOLATE := $(shell unshare -n sh -c 'ip link set lo up' >/dev/null 2>&1 && echo yes)
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test lint format typecheck check worker histories clean
+.PHONY: help install demo dev test lint format typecheck check worker histories clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -28,6 +28,9 @@ install: $(STAMP) ## Create .venv and install the project with its dev tools
 
 demo: $(STAMP) ## Set up, then run the refund-desk demo on the embedded dev server
 	$(PY) -m examples.demo
+
+dev: $(STAMP) ## The local stack: dev server (UI :8233), search attributes, a worker; Ctrl-C stops
+	$(VENV)/bin/hitl dev --agents examples.refund_desk:agent --agents examples.file_editor:agent
 
 test: $(STAMP) ## Set up, then run the test suite (unit, time-skipping, dev server, replay)
 ifeq ($(ISOLATE),yes)

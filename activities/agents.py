@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import time
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.context import rebuild_context
+from hitl.admin import search_attributes_ready
 from hitl.errors import UserError
 from hitl.model import model_spec_for
 from hitl.refs import resolve_ref
@@ -29,13 +31,29 @@ class AgentActivities:
 
     Args:
         registry: The agents this worker serves.
-        search_attributes: Whether the namespace has our search attributes (checked at worker
-            start); recorded per run so the workflow stays deterministic.
+        search_attributes: Whether the namespace has our search attributes; `None` checks
+            (again at most once a minute, so `hitl setup` takes effect without a restart). The
+            answer is recorded per run, so the workflow stays deterministic.
     """
 
-    def __init__(self, registry: AgentRegistry, search_attributes: bool = False) -> None:
+    RECHECK_SECONDS = 60.0
+
+    def __init__(self, registry: AgentRegistry, search_attributes: bool | None = None) -> None:
         self.registry = registry
         self.search_attributes = search_attributes
+        self._checked: tuple[float, bool] | None = None
+
+    async def _search_attributes_ready(self) -> bool:
+        if self.search_attributes is not None:
+            return self.search_attributes
+        now = time.monotonic()
+        if self._checked is None or now - self._checked[0] > self.RECHECK_SECONDS:
+            try:
+                ready = await search_attributes_ready(activity.client())
+            except Exception:
+                ready = False
+            self._checked = (now, ready)
+        return self._checked[1]
 
     @activity.defn(name=ACT_RESOLVE_AGENT)
     async def resolve_agent(self, inp: ResolveAgentInput) -> ResolvedRun:
@@ -66,7 +84,7 @@ class AgentActivities:
                 )
         except UserError as exc:
             raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
-        return ResolvedRun(graph=graph, search_attributes=self.search_attributes)
+        return ResolvedRun(graph=graph, search_attributes=await self._search_attributes_ready())
 
     @activity.defn(name=ACT_HANDLE_RUN_ERROR)
     async def handle_run_error(self, inp: HandleRunErrorInput) -> HandleRunErrorOutput:

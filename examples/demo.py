@@ -167,4 +167,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hitl.cli import hard_exit
+
+    hard_exit(main())

@@ -18,6 +18,7 @@ from typing import Any
 from examples import backoffice
 from hitl import (
     Agent,
+    ApprovalRequest,
     ModelReply,
     ModelRequest,
     RunContextWrapper,
@@ -49,7 +50,41 @@ def refund_needs_approval(
     return float(params.get("amount", 0)) > REFUND_APPROVAL_LIMIT
 
 
-@function_tool(needs_approval=refund_needs_approval, max_attempts=5)
+def refund_request(params: dict[str, Any]) -> ApprovalRequest:
+    """What the approver sees for a refund (reads only)."""
+    order = backoffice.ORDERS.get(int(params["order_id"]), {})
+    customer = order.get("customer", "unknown customer")
+    total = order.get("total")
+    share = f" of the ${total:.2f} order" if total else ""
+    return ApprovalRequest(
+        title=f"Refund ${float(params['amount']):.2f} to {customer} (order {params['order_id']})",
+        message=(
+            f"The agent wants to refund ${float(params['amount']):.2f}{share} "
+            f"({order.get('item', 'item unknown')}) because: {params['reason']}. Refunds above "
+            f"${REFUND_APPROVAL_LIMIT:.0f} need a person."
+        ),
+        primary_label="Refund",
+        secondary_label="Decline",
+    )
+
+
+def cancel_request(params: dict[str, Any]) -> ApprovalRequest:
+    """What the approver sees for a cancellation."""
+    order = backoffice.ORDERS.get(int(params["order_id"]), {})
+    return ApprovalRequest(
+        title=f"Cancel order {params['order_id']} ({order.get('item', 'unknown item')})",
+        message=(
+            f"The agent wants to cancel order {params['order_id']} of "
+            f"{order.get('customer', 'an unknown customer')}. Cancellations always need a person."
+        ),
+        primary_label="Cancel order",
+        secondary_label="Keep order",
+    )
+
+
+@function_tool(
+    needs_approval=refund_needs_approval, approval_request=refund_request, max_attempts=5
+)
 def refund(ctx: ToolContext[Any], order_id: int, amount: float, reason: str) -> str:
     """Refund part or all of an order to the customer's card.
 
@@ -62,7 +97,7 @@ def refund(ctx: ToolContext[Any], order_id: int, amount: float, reason: str) -> 
     return f"Refunded ${amount:.2f} on order {order_id} (receipt {receipt})"
 
 
-@function_tool(needs_approval=True, max_attempts=5)
+@function_tool(needs_approval=True, approval_request=cancel_request, max_attempts=5)
 def cancel_order(ctx: ToolContext[Any], order_id: int) -> str:
     """Cancel an order that has not shipped.
 

@@ -16,6 +16,7 @@ the Temporal UI or the `hitl` CLI.
 """
 
 from hitl.agent import Agent, Handoff, handoff
+from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied, UserAction
 from hitl.client import connect, data_converter
 from hitl.context import RunContextWrapper, ToolContext
 from hitl.errors import (
@@ -62,6 +63,8 @@ __all__ = [
     "WORKFLOW_TYPE",
     "Agent",
     "AgentsException",
+    "ApprovalCall",
+    "ApprovalRequest",
     "AlreadyDecidedError",
     "DecisionError",
     "DecisionRecord",
@@ -93,11 +96,14 @@ __all__ = [
     "ScriptedModel",
     "StateVersionError",
     "ToolApprovalItem",
+    "ToolApproved",
     "ToolContext",
+    "ToolDenied",
     "ToolErrorFormatterArgs",
     "ToolTimeoutError",
     "UnknownCallError",
     "Usage",
+    "UserAction",
     "UserError",
     "connect",
     "data_converter",

@@ -327,8 +327,9 @@ def _context_value(context: Any) -> tuple[Any, str | None]:
     return value, callable_ref(cls, what="the run context's type")
 
 
-def _new_workflow_id(agent: Agent[Any]) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", agent.name.lower()).strip("-") or "agent"
+def new_workflow_id(agent_name: str) -> str:
+    """A fresh workflow id for a run of `agent_name` (`run-<slug>-<random>`)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", agent_name.lower()).strip("-") or "agent"
     return f"run-{slug}-{uuid.uuid4().hex[:12]}"
 
 
@@ -352,7 +353,7 @@ async def _start(
     spec = cfg.spec()
     value, ctx_type = _context_value(context)
     spec.context_type = ctx_type
-    wid = workflow_id or _new_workflow_id(agent)
+    wid = workflow_id or new_workflow_id(agent.name)
     run_input = RunInput(
         agent=agent.name,
         input=user_input,

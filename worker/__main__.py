@@ -110,4 +110,6 @@ async def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    from hitl.cli import hard_exit
+
+    hard_exit(asyncio.run(main()))

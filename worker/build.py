@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -42,8 +41,8 @@ class WorkerOptions:
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
-    search_attributes: bool = False
-    """Keep `HitlStatus` & co. current (set by `detect_features` when they are registered)."""
+    search_attributes: bool | None = None
+    """Keep `HitlStatus` & co. current: `None` checks the cluster (and rechecks every minute)."""
     max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS
     max_concurrent_activities: int | None = None
     max_concurrent_workflow_tasks: int | None = None
@@ -51,8 +50,9 @@ class WorkerOptions:
 
 
 async def detect_features(client: Client, options: WorkerOptions) -> WorkerOptions:
-    """Fill in what the cluster supports (our search attributes registered or not)."""
-    return dataclasses.replace(options, search_attributes=await search_attributes_ready(client))
+    """Check once at start what the cluster supports, to warn early (`hitl setup`)."""
+    await search_attributes_ready(client)
+    return options
 
 
 def build_worker(

@@ -1,0 +1,653 @@
+"""`hitl`: the operator's console for durable agent runs.
+
+    hitl dev                                   the local stack (dev server, UI, worker)
+    hitl setup                                 register our search attributes on a cluster
+    hitl run AGENT "input" [--id ID] [--wait]  start a run
+    hitl pending [--agent A] [--json]          every pending approval, across all runs
+    hitl show RUN [--json]                     a run: status, transcript, pending requests
+    hitl approve RUN [CALL_ID | --all] [--always] [--as NAME] [--reason TEXT]
+    hitl reject RUN [CALL_ID | --all] [--always] [--message TEXT] [--as NAME]
+    hitl watch RUN                             follow a run until it finishes
+
+Exit codes: 0 done, 1 refused or failed (the typed reason is printed), 2 usage error.
+Connection settings are the `temporal` CLI's (envconfig profile, TEMPORAL_ADDRESS, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, NoReturn
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from hitl.client import connect
+from hitl.errors import UserError
+from hitl.wire import (
+    DEFAULT_TASK_QUEUE,
+    SA_AGENT,
+    SA_STATUS,
+    WORKFLOW_TYPE,
+    DecideInput,
+    DecisionInput,
+    DecisionKind,
+    DecisionRequest,
+    RunInput,
+    RunOutput,
+    RunSnapshot,
+    RunStatus,
+    WaitInput,
+)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class Refused(Exception):
+    """A command could not do what was asked; the message says why (exit 1)."""
+
+
+# ----------------------------------------------------------------------------- output helpers
+
+
+def _ago(when: datetime | None) -> str:
+    if when is None:
+        return "-"
+    seconds = max(0, int((datetime.now(UTC) - when).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def _table(rows: list[list[str]], headers: list[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in
+              enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line.rstrip()]
+    for r in rows:
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return "\n".join(out)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str)
+
+
+def _short(text: str, width: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+async def _handle(client: Client, run_id: str) -> WorkflowHandle[Any, Any]:
+    return client.get_workflow_handle(run_id, result_type=RunOutput)
+
+
+async def _status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
+    try:
+        status: RunStatus = await handle.query("status", result_type=RunStatus)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise Refused(f"no run {handle.id!r} in this namespace") from None
+        raise Refused(f"cannot read run {handle.id}: {exc.message}") from None
+    return status
+
+
+async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
+    """List every pending approval across runs."""
+    clauses = [f"{SA_STATUS} = 'awaiting_approval'", "ExecutionStatus = 'Running'"]
+    if args.agent:
+        clauses.append(f"{SA_AGENT} = '{args.agent}'")
+    if args.task_queue_filter:
+        clauses.append(f"TaskQueue = '{args.task_queue_filter}'")
+    query = " AND ".join(clauses)
+    try:
+        ids = [w.id async for w in client.list_workflows(query, limit=args.limit)]
+    except RPCError as exc:
+        if "HitlStatus" not in exc.message and "search attribute" not in exc.message.lower():
+            raise
+        print(
+            "note: our search attributes are not registered here (run `hitl setup`); "
+            "scanning every running AgentRun instead",
+            file=sys.stderr,
+        )
+        fallback = f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'"
+        if args.task_queue_filter:
+            fallback += f" AND TaskQueue = '{args.task_queue_filter}'"
+        ids = [w.id async for w in client.list_workflows(fallback, limit=args.limit)]
+
+    semaphore = asyncio.Semaphore(16)
+
+    async def status_of(wid: str) -> RunStatus | None:
+        async with semaphore:
+            try:
+                return await _status(client.get_workflow_handle(wid))
+            except Refused:
+                return None
+
+    statuses = [s for s in await asyncio.gather(*(status_of(w) for w in ids)) if s is not None]
+    entries = [
+        (s, p)
+        for s in statuses
+        for p in s.pending
+        if not args.agent or s.agent == args.agent
+    ]
+    entries.sort(key=lambda e: e[1].requested_at or datetime.max.replace(tzinfo=UTC))
+    if args.json:
+        print(
+            _json(
+                [
+                    {
+                        "workflow_id": s.workflow_id,
+                        "agent": s.agent,
+                        **p.model_dump(mode="json"),
+                    }
+                    for s, p in entries
+                ]
+            )
+        )
+        return EXIT_OK
+    if not entries:
+        print("no pending approvals")
+        return EXIT_OK
+    rows = [
+        [
+            s.workflow_id,
+            p.call_id,
+            p.tool_name,
+            _short(p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}"),
+            _ago(p.requested_at),
+        ]
+        for s, p in entries
+    ]
+    print(_table(rows, ["RUN", "CALL ID", "TOOL", "TITLE", "WAITING SINCE"]))
+    return EXIT_OK
+
+
+def _transcript_lines(snap: RunSnapshot) -> list[str]:
+    lines: list[str] = []
+    for given in snap.input_items:
+        content = given.get("content")
+        text = content if isinstance(content, str) else json.dumps(content)
+        lines.append(f"  {given.get('role', 'input')}: {_short(str(text), 100)}")
+    outputs = {
+        i.raw_item.get("call_id"): i.raw_item.get("output")
+        for i in snap.new_items
+        if i.type in ("tool_call_output_item", "handoff_output_item")
+    }
+    for item in snap.new_items:
+        raw = item.raw_item
+        if item.type == "message_output_item":
+            texts = [p.get("text", "") for p in raw.get("content", []) if isinstance(p, dict)]
+            lines.append(f"  {item.agent_name}: {_short(''.join(texts), 100)}")
+        elif item.type in ("tool_call_item", "handoff_call_item"):
+            out = outputs.get(raw.get("call_id"))
+            result = "(pending)" if out is None else _short(str(out), 60)
+            lines.append(
+                f"  {item.agent_name} -> {raw.get('name')}({_short(raw.get('arguments', ''), 50)})"
+                f" = {result}"
+            )
+    return lines
+
+
+async def cmd_show(client: Client, args: argparse.Namespace) -> int:
+    """Show one run: status, transcript summary, pending requests with their preview."""
+    handle = await _handle(client, args.run)
+    try:
+        snap: RunSnapshot = await handle.query("snapshot", result_type=RunSnapshot)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise Refused(f"no run {args.run!r} in this namespace") from None
+        raise Refused(f"cannot read run {args.run}: {exc.message}") from None
+    if args.json:
+        print(snap.model_dump_json(indent=2))
+        return EXIT_OK
+    st = snap.status
+    print(f"Run {st.workflow_id}  agent {st.agent}  phase {st.phase}  turn {st.turn}")
+    print(
+        f"Usage: {st.usage.requests} model requests, {st.usage.input_tokens} in / "
+        f"{st.usage.output_tokens} out tokens"
+    )
+    if st.final_output is not None:
+        print(f"Final output: {st.final_output}")
+    if st.error is not None:
+        print(f"Failed: {st.error.type}: {st.error.message}")
+    print("\nTranscript:")
+    print("\n".join(_transcript_lines(snap)) or "  (empty)")
+    if st.pending:
+        print(f"\nPending approvals ({len(st.pending)}):")
+    for n, p in enumerate(st.pending, 1):
+        req = p.request
+        print(f"\n[{n}] {req.title if req else p.tool_name}")
+        print(f"    call {p.call_id}, tool {p.tool_name}, agent {p.agent_name}, "
+              f"waiting since {p.requested_at} ({_ago(p.requested_at)})")
+        if req is not None:
+            for line in req.message.splitlines():
+                print(f"    {line}")
+            if req.preview:
+                print(f"    --- {req.preview_label or 'Preview'} ---")
+                for line in req.preview.splitlines():
+                    print(f"    {line}")
+                print("    ---")
+            if req.note:
+                print(f"    note: {req.note}")
+            print(f"    [{req.primary_label}] hitl approve {st.workflow_id} {p.call_id}")
+            print(f"    [{req.secondary_label}] hitl reject {st.workflow_id} {p.call_id} "
+                  '--message "..."')
+        else:
+            print(f"    arguments: {p.arguments}")
+    if st.decisions:
+        print("\nDecisions:")
+        for d in st.decisions:
+            who = d.approver or d.source.replace("_", " ")
+            extra = f": {d.message}" if d.message else ""
+            print(f"  {d.call_id} {d.tool_name}: {d.kind} by {who} ({d.source}){extra}")
+    if st.refused:
+        print("\nRefused signals:")
+        for r in st.refused:
+            print(f"  {r.received_at} {r.name}: {r.error_type}: {r.message}")
+    return EXIT_OK
+
+
+def _decision_update_id(workflow_id: str, decisions: Sequence[DecisionRequest]) -> str:
+    # Deterministic per (run, calls, decision, approver): retrying after a timeout or while no
+    # worker runs attaches to the first request; a different decision reaches the validator.
+    key = "|".join(
+        f"{d.call_id}:{d.kind}:{d.approver}" for d in sorted(decisions, key=lambda d: d.call_id)
+    )
+    return "cli-" + hashlib.sha256(f"{workflow_id}|{key}".encode()).hexdigest()[:32]
+
+
+async def _no_worker_message(client: Client, handle: WorkflowHandle[Any, Any]) -> str:
+    from hitl.run import live_pollers
+
+    try:
+        desc = await handle.describe()
+        queue = desc.task_queue
+        pollers = await live_pollers(client, queue)
+    except RPCError:
+        queue, pollers = "?", 0
+    who = "no worker is polling" if pollers == 0 else "no worker answered on"
+    return (
+        f"{who} task queue {queue!r}: the decision is queued on the server and applies when a "
+        "worker runs. Re-run the same command to see its outcome (it is deduplicated)."
+    )
+
+
+async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKind) -> int:
+    """Approve or reject one call, or all pending calls of a run."""
+    handle = await _handle(client, args.run)
+    approver = args.as_ or os.environ.get("HITL_APPROVER") or getpass.getuser()
+    if args.all:
+        status = await _status(handle)
+        call_ids = [p.call_id for p in status.pending]
+        if not call_ids:
+            raise Refused(f"run {args.run} has no pending approvals")
+    else:
+        call_ids = [args.call_id]
+    message = getattr(args, "message", None)
+    decisions = [
+        DecisionRequest(
+            kind=kind,
+            call_id=c,
+            always=args.always,
+            message=message,
+            approver=approver,
+            reason=args.reason,
+        )
+        for c in call_ids
+    ]
+    uid = _decision_update_id(args.run, decisions)
+    timeout = timedelta(seconds=args.timeout)
+    try:
+        if len(decisions) == 1:
+            d = decisions[0]
+            payload = DecisionInput(
+                call_id=d.call_id, always=d.always, message=d.message, approver=d.approver,
+                reason=d.reason,
+            )
+            await handle.execute_update(kind, payload, id=uid, rpc_timeout=timeout)
+        else:
+            await handle.execute_update(
+                "decide", DecideInput(decisions=decisions, wait=False), id=uid,
+                rpc_timeout=timeout,
+            )
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError):
+            raise Refused(f"refused: {cause.message} ({cause.type})") from None
+        raise Refused(f"refused: {cause}") from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise Refused(await _no_worker_message(client, handle)) from None
+    except RPCError as exc:
+        raise Refused(f"cannot decide on run {args.run}: {exc.message}") from None
+    verb = "approved" if kind == "approve" else "rejected"
+    always = " (always, for the rest of the run)" if args.always else ""
+    print(f"{verb} {', '.join(call_ids)} on {args.run} as {approver}{always}")
+    return EXIT_OK
+
+
+async def cmd_run(client: Client, args: argparse.Namespace) -> int:
+    """Start a run by agent name; with --wait, wait until it pauses or finishes."""
+    from hitl.run import new_workflow_id
+
+    wid = args.id or new_workflow_id(args.agent)
+    try:
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE,
+            RunInput(agent=args.agent, input=args.input),
+            id=wid,
+            task_queue=args.task_queue,
+            result_type=RunOutput,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=(
+                WorkflowIDReusePolicy.REJECT_DUPLICATE
+                if args.id
+                else WorkflowIDReusePolicy.ALLOW_DUPLICATE
+            ),
+            static_summary=f"{args.agent}: {_short(args.input, 100)}",
+        )
+    except RPCError as exc:
+        raise Refused(f"cannot start {wid}: {exc.message}") from None
+    print(f"started {wid}")
+    if not args.wait:
+        return EXIT_OK
+    try:
+        status: RunStatus = await handle.execute_update(
+            "wait", WaitInput(), result_type=RunStatus, rpc_timeout=timedelta(seconds=args.timeout)
+        )
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise Refused(await _no_worker_message(client, handle)) from None
+    except WorkflowUpdateFailedError as exc:
+        raise Refused(f"the run failed: {exc.cause}") from None
+    except RPCError:
+        status = await _closed_status(handle)
+    return _report(status)
+
+
+async def _closed_status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
+    from hitl.run import _typed
+
+    try:
+        out: RunOutput = await handle.result()
+    except Exception as exc:
+        err = _typed(exc)
+        raise Refused(f"the run failed: {err.type_name}: {err.message}") from None
+    return RunStatus(
+        workflow_id=handle.id, run_id=out.run_id, phase="completed", agent="",
+        final_output=out.final_output, decisions=out.decisions, usage=out.usage,
+    )
+
+
+def _report(status: RunStatus) -> int:
+    if status.phase == "failed" and status.error:
+        print(f"failed: {status.error.type}: {status.error.message}")
+        return EXIT_FAILED
+    if status.phase == "completed":
+        print(f"completed: {status.final_output}")
+        return EXIT_OK
+    print(f"{status.phase}: {len(status.pending)} pending approval(s)")
+    for p in status.pending:
+        title = p.request.title if p.request else p.tool_name
+        print(f"  {p.call_id}  {p.tool_name}  {_short(title)}")
+    print(f"see them with: hitl show {status.workflow_id}")
+    return EXIT_OK
+
+
+async def cmd_watch(client: Client, args: argparse.Namespace) -> int:
+    """Follow a run, printing what happens, until it finishes."""
+    handle = await _handle(client, args.run)
+    seen_items = 0
+    last: tuple[str, tuple[str, ...]] | None = None
+    delay = 0.2
+    while True:
+        try:
+            snap: RunSnapshot = await handle.query("snapshot", result_type=RunSnapshot)
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise Refused(f"no run {args.run!r} in this namespace") from None
+            desc = await handle.describe()
+            if desc.status != WorkflowExecutionStatus.RUNNING:
+                return _report(await _closed_status(handle))
+            raise Refused(f"cannot read run {args.run}: {exc.message}") from None
+        lines = _transcript_lines(
+            RunSnapshot(status=snap.status, input_items=[], new_items=snap.new_items[seen_items:])
+        )
+        for line in lines:
+            print(line.strip(), flush=True)
+        seen_items = len(snap.new_items)
+        st = snap.status
+        state = (st.phase, tuple(p.call_id for p in st.pending))
+        if state != last:
+            last = state
+            print(f"[{st.phase}] turn {st.turn}" + (
+                f", waiting for: {', '.join(p.tool_name + ' ' + p.call_id for p in st.pending)}"
+                if st.pending else ""), flush=True)
+            delay = 0.2
+        if st.phase in ("completed", "failed"):
+            return EXIT_OK if st.phase == "completed" else EXIT_FAILED
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 2.0)
+
+
+async def cmd_setup(client: Client, args: argparse.Namespace) -> int:
+    """Register our search attributes on the connected namespace."""
+    from hitl.admin import register_search_attributes
+
+    try:
+        added = await register_search_attributes(client)
+    except RPCError as exc:
+        raise Refused(
+            f"cannot register search attributes in {client.namespace!r}: {exc.message}. On "
+            "Temporal Cloud add them with `tcld namespace search-attributes add` "
+            "(HitlStatus Keyword, HitlPendingTools KeywordList, HitlAgent Keyword, "
+            "HitlPendingSince Datetime)."
+        ) from None
+    if added:
+        print(f"registered {', '.join(added)} in namespace {client.namespace!r}")
+    else:
+        print(f"search attributes already registered in namespace {client.namespace!r}")
+    return EXIT_OK
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    """The local stack: dev server (persistent, UI), search attributes, a worker. Ctrl-C stops."""
+    from worker.devserver import DevServer, free_port, port_free
+
+    state = Path(args.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    port = args.port or (7233 if port_free(7233) else free_port())
+    ui_port = args.ui_port or (8233 if port_free(8233) else free_port())
+    server = DevServer(
+        port=port, ui_port=ui_port, db_filename=state / "dev.sqlite",
+        log_file=state / "dev-server.log",
+    )
+    stop = {"now": False}
+
+    def on_signal(*_: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    server.start()
+    agents = args.agents or os.environ.get("HITL_AGENTS", "examples.refund_desk:agent").split(",")
+    cmd = [sys.executable, "-m", "worker", "--address", server.address,
+           "--task-queue", args.task_queue]
+    for a in agents:
+        cmd += ["--agents", a]
+    worker = subprocess.Popen(cmd)
+    print(f"Temporal dev server  {server.address}  (SQLite {state / 'dev.sqlite'})")
+    print(f"Web UI               http://127.0.0.1:{ui_port}")
+    print(f"Approval inbox       http://127.0.0.1:{ui_port}/namespaces/default/workflows"
+          f"?query=HitlStatus%3D%22awaiting_approval%22")
+    print(f"Worker               {', '.join(agents)} on task queue {args.task_queue!r}")
+    print(f"Connect              export TEMPORAL_ADDRESS={server.address}")
+    print("Ctrl-C stops everything.", flush=True)
+    code = EXIT_OK
+    try:
+        while not stop["now"]:
+            if worker.poll() is not None:
+                print(f"the worker exited with code {worker.returncode}", file=sys.stderr)
+                code = EXIT_FAILED
+                break
+            if server.process is None or server.process.poll() is not None:
+                print("the dev server exited", file=sys.stderr)
+                code = EXIT_FAILED
+                break
+            time.sleep(0.2)
+    finally:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(20)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        server.stop()
+        print("stopped")
+    return code
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    p = argparse.ArgumentParser(
+        prog="hitl", description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--address", help="Temporal frontend host:port (default: envconfig)")
+    p.add_argument("--namespace", help="namespace (default: envconfig, else default)")
+    p.add_argument("--profile", help="envconfig profile")
+    p.add_argument(
+        "--task-queue", default=os.environ.get("HITL_TASK_QUEUE", DEFAULT_TASK_QUEUE)
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    dev = sub.add_parser("dev", help="run the local stack (dev server, UI, worker)")
+    dev.add_argument("--agents", action="append", help="module:attr to serve (repeatable)")
+    dev.add_argument("--port", type=int, default=None)
+    dev.add_argument("--ui-port", type=int, default=None)
+    dev.add_argument("--state-dir", default=".hitl")
+
+    sub.add_parser("setup", help="register the search attributes on the cluster")
+
+    run = sub.add_parser("run", help="start a run of a registered agent")
+    run.add_argument("agent")
+    run.add_argument("input")
+    run.add_argument("--id", help="business workflow id (never started twice)")
+    run.add_argument("--wait", action="store_true", help="wait until it pauses or finishes")
+    run.add_argument("--timeout", type=float, default=30.0)
+
+    pending = sub.add_parser("pending", help="list pending approvals across runs")
+    pending.add_argument("--agent")
+    pending.add_argument("--queue", dest="task_queue_filter", help="only this task queue")
+    pending.add_argument("--json", action="store_true")
+    pending.add_argument("--limit", type=int, default=1000)
+
+    show = sub.add_parser("show", help="show a run with its pending requests")
+    show.add_argument("run")
+    show.add_argument("--json", action="store_true")
+
+    for name in ("approve", "reject"):
+        d = sub.add_parser(name, help=f"{name} a pending call (or --all)")
+        d.add_argument("run")
+        d.add_argument("call_id", nargs="?")
+        d.add_argument("--all", action="store_true", help="every pending call of the run")
+        d.add_argument("--always", action="store_true", help="also for later calls of the tool")
+        d.add_argument("--as", dest="as_", metavar="NAME", help="approver (default: OS user)")
+        d.add_argument("--reason")
+        d.add_argument("--timeout", type=float, default=10.0,
+                       help="seconds to wait for a worker to take the decision")
+        if name == "reject":
+            d.add_argument("--message", help="what the model sees instead of the tool output")
+
+    watch = sub.add_parser("watch", help="follow a run until it finishes")
+    watch.add_argument("run")
+    return p
+
+
+async def _main(args: argparse.Namespace) -> int:
+    client = await connect(profile=args.profile, address=args.address, namespace=args.namespace)
+    if args.command == "pending":
+        return await cmd_pending(client, args)
+    if args.command == "show":
+        return await cmd_show(client, args)
+    if args.command == "approve":
+        return await cmd_decide(client, args, "approve")
+    if args.command == "reject":
+        return await cmd_decide(client, args, "reject")
+    if args.command == "run":
+        return await cmd_run(client, args)
+    if args.command == "watch":
+        return await cmd_watch(client, args)
+    if args.command == "setup":
+        return await cmd_setup(client, args)
+    raise AssertionError(args.command)
+
+
+def _usage(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    parser.error(message)
+
+
+def hard_exit(code: int) -> NoReturn:
+    """Exit without interpreter teardown.
+
+    The Temporal client's Rust threads can outlive the event loop, and CPython's finalization
+    then sometimes aborts with `PyGILState_Release` (temporalio/sdk-python#300). Short-lived
+    commands flush their output and leave directly.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `hitl` console script."""
+    hard_exit(run(argv))
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` and run the command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command in ("approve", "reject") and bool(args.call_id) == bool(args.all):
+        _usage(parser, f"{args.command} needs a CALL_ID or --all (not both)")
+    if args.command == "dev":
+        return cmd_dev(args)
+    try:
+        return asyncio.run(_main(args))
+    except Refused as exc:
+        print(f"hitl: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except UserError as exc:
+        print(f"hitl: {exc.message}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    main()
