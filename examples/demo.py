@@ -105,7 +105,10 @@ async def demo(address: str, mode: str) -> RunResult:
     while result.interruptions:
         state = result.to_state()
         for item in result.interruptions:
-            print(f"\n  {item.agent.name} wants to call {item.name}({item.arguments})")
+            if item.request is not None:
+                print(f"\n  {item.request.title}\n  {item.request.message}")
+            else:
+                print(f"\n  {item.agent.name} wants to call {item.name}({item.arguments})")
             if mode == "ask":
                 approved = await asyncio.get_running_loop().run_in_executor(
                     None, ask, f"  Approve {item.name}?"

@@ -80,8 +80,9 @@ def _ago(when: datetime | None) -> str:
 
 
 def _table(rows: list[list[str]], headers: list[str]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in
-              enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
     out = [line.rstrip()]
     for r in rows:
@@ -149,10 +150,7 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
 
     statuses = [s for s in await asyncio.gather(*(status_of(w) for w in ids)) if s is not None]
     entries = [
-        (s, p)
-        for s in statuses
-        for p in s.pending
-        if not args.agent or s.agent == args.agent
+        (s, p) for s in statuses for p in s.pending if not args.agent or s.agent == args.agent
     ]
     entries.sort(key=lambda e: e[1].requested_at or datetime.max.replace(tzinfo=UTC))
     if args.json:
@@ -241,8 +239,10 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
     for n, p in enumerate(st.pending, 1):
         req = p.request
         print(f"\n[{n}] {req.title if req else p.tool_name}")
-        print(f"    call {p.call_id}, tool {p.tool_name}, agent {p.agent_name}, "
-              f"waiting since {p.requested_at} ({_ago(p.requested_at)})")
+        print(
+            f"    call {p.call_id}, tool {p.tool_name}, agent {p.agent_name}, "
+            f"waiting since {p.requested_at} ({_ago(p.requested_at)})"
+        )
         if req is not None:
             for line in req.message.splitlines():
                 print(f"    {line}")
@@ -254,8 +254,10 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
             if req.note:
                 print(f"    note: {req.note}")
             print(f"    [{req.primary_label}] hitl approve {st.workflow_id} {p.call_id}")
-            print(f"    [{req.secondary_label}] hitl reject {st.workflow_id} {p.call_id} "
-                  '--message "..."')
+            print(
+                f"    [{req.secondary_label}] hitl reject {st.workflow_id} {p.call_id} "
+                '--message "..."'
+            )
         else:
             print(f"    arguments: {p.arguments}")
     if st.decisions:
@@ -325,13 +327,18 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
         if len(decisions) == 1:
             d = decisions[0]
             payload = DecisionInput(
-                call_id=d.call_id, always=d.always, message=d.message, approver=d.approver,
+                call_id=d.call_id,
+                always=d.always,
+                message=d.message,
+                approver=d.approver,
                 reason=d.reason,
             )
             await handle.execute_update(kind, payload, id=uid, rpc_timeout=timeout)
         else:
             await handle.execute_update(
-                "decide", DecideInput(decisions=decisions, wait=False), id=uid,
+                "decide",
+                DecideInput(decisions=decisions, wait=False),
+                id=uid,
                 rpc_timeout=timeout,
             )
     except WorkflowUpdateFailedError as exc:
@@ -396,8 +403,13 @@ async def _closed_status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
         err = _typed(exc)
         raise Refused(f"the run failed: {err.type_name}: {err.message}") from None
     return RunStatus(
-        workflow_id=handle.id, run_id=out.run_id, phase="completed", agent="",
-        final_output=out.final_output, decisions=out.decisions, usage=out.usage,
+        workflow_id=handle.id,
+        run_id=out.run_id,
+        phase="completed",
+        agent="",
+        final_output=out.final_output,
+        decisions=out.decisions,
+        usage=out.usage,
     )
 
 
@@ -442,9 +454,15 @@ async def cmd_watch(client: Client, args: argparse.Namespace) -> int:
         state = (st.phase, tuple(p.call_id for p in st.pending))
         if state != last:
             last = state
-            print(f"[{st.phase}] turn {st.turn}" + (
-                f", waiting for: {', '.join(p.tool_name + ' ' + p.call_id for p in st.pending)}"
-                if st.pending else ""), flush=True)
+            print(
+                f"[{st.phase}] turn {st.turn}"
+                + (
+                    f", waiting for: {', '.join(p.tool_name + ' ' + p.call_id for p in st.pending)}"
+                    if st.pending
+                    else ""
+                ),
+                flush=True,
+            )
             delay = 0.2
         if st.phase in ("completed", "failed"):
             return EXIT_OK if st.phase == "completed" else EXIT_FAILED
@@ -481,7 +499,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     port = args.port or (7233 if port_free(7233) else free_port())
     ui_port = args.ui_port or (8233 if port_free(8233) else free_port())
     server = DevServer(
-        port=port, ui_port=ui_port, db_filename=state / "dev.sqlite",
+        port=port,
+        ui_port=ui_port,
+        db_filename=state / "dev.sqlite",
         log_file=state / "dev-server.log",
     )
     stop = {"now": False}
@@ -493,15 +513,24 @@ def cmd_dev(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     server.start()
     agents = args.agents or os.environ.get("HITL_AGENTS", "examples.refund_desk:agent").split(",")
-    cmd = [sys.executable, "-m", "worker", "--address", server.address,
-           "--task-queue", args.task_queue]
+    cmd = [
+        sys.executable,
+        "-m",
+        "worker",
+        "--address",
+        server.address,
+        "--task-queue",
+        args.task_queue,
+    ]
     for a in agents:
         cmd += ["--agents", a]
     worker = subprocess.Popen(cmd)
     print(f"Temporal dev server  {server.address}  (SQLite {state / 'dev.sqlite'})")
     print(f"Web UI               http://127.0.0.1:{ui_port}")
-    print(f"Approval inbox       http://127.0.0.1:{ui_port}/namespaces/default/workflows"
-          f"?query=HitlStatus%3D%22awaiting_approval%22")
+    print(
+        f"Approval inbox       http://127.0.0.1:{ui_port}/namespaces/default/workflows"
+        f"?query=HitlStatus%3D%22awaiting_approval%22"
+    )
     print(f"Worker               {', '.join(agents)} on task queue {args.task_queue!r}")
     print(f"Connect              export TEMPORAL_ADDRESS={server.address}")
     print("Ctrl-C stops everything.", flush=True)
@@ -535,15 +564,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The command line."""
     p = argparse.ArgumentParser(
-        prog="hitl", description=__doc__.splitlines()[0],
+        prog="hitl",
+        description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--address", help="Temporal frontend host:port (default: envconfig)")
     p.add_argument("--namespace", help="namespace (default: envconfig, else default)")
     p.add_argument("--profile", help="envconfig profile")
-    p.add_argument(
-        "--task-queue", default=os.environ.get("HITL_TASK_QUEUE", DEFAULT_TASK_QUEUE)
-    )
+    p.add_argument("--task-queue", default=os.environ.get("HITL_TASK_QUEUE", DEFAULT_TASK_QUEUE))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     dev = sub.add_parser("dev", help="run the local stack (dev server, UI, worker)")
@@ -579,8 +607,12 @@ def build_parser() -> argparse.ArgumentParser:
         d.add_argument("--always", action="store_true", help="also for later calls of the tool")
         d.add_argument("--as", dest="as_", metavar="NAME", help="approver (default: OS user)")
         d.add_argument("--reason")
-        d.add_argument("--timeout", type=float, default=10.0,
-                       help="seconds to wait for a worker to take the decision")
+        d.add_argument(
+            "--timeout",
+            type=float,
+            default=10.0,
+            help="seconds to wait for a worker to take the decision",
+        )
         if name == "reject":
             d.add_argument("--message", help="what the model sees instead of the tool output")
 

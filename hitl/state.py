@@ -14,7 +14,7 @@ from typing import Any
 
 from hitl.agent import Agent, capture_graph
 from hitl.errors import StateVersionError, UnknownCallError, UserError
-from hitl.wire import DEFAULT_TASK_QUEUE, DecisionRequest, PendingApproval
+from hitl.wire import DEFAULT_TASK_QUEUE, ApprovalRequestData, DecisionRequest, PendingApproval
 
 CURRENT_SCHEMA_VERSION = 1
 SCHEMA_VERSIONS = {
@@ -42,6 +42,7 @@ class ToolApprovalItem:
         agent_id: The agent's stable id in the run's graph.
         requested_at: When the run started waiting for this decision.
         workflow_id: The run's workflow id.
+        request: The approval request (title, message, preview) rendered for this call.
     """
 
     call_id: str
@@ -51,6 +52,7 @@ class ToolApprovalItem:
     agent_id: str
     requested_at: datetime | None = None
     workflow_id: str = ""
+    request: ApprovalRequestData | None = None
 
     @property
     def tool_name(self) -> str:
@@ -76,6 +78,7 @@ class ToolApprovalItem:
             "agent_name": self.agent.name,
             "agent_id": self.agent_id,
             "requested_at": self.requested_at.isoformat() if self.requested_at else None,
+            "request": self.request.model_dump(mode="json") if self.request else None,
         }
 
 
@@ -93,6 +96,7 @@ def items_from_pending(
             agent_id=p.agent_id,
             requested_at=p.requested_at,
             workflow_id=workflow_id,
+            request=p.request,
         )
         for p in pending
     ]
@@ -216,6 +220,11 @@ class RunState:
                         datetime.fromisoformat(i["requested_at"]) if i.get("requested_at") else None
                     ),
                     workflow_id=data["workflow_id"],
+                    request=(
+                        ApprovalRequestData.model_validate(i["request"])
+                        if i.get("request")
+                        else None
+                    ),
                 )
                 for i in data.get("interruptions", [])
             ]

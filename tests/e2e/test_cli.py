@@ -18,7 +18,6 @@ from tests.helpers import ROOT, WorkerProcess, queue_name, temporal_cli, wait_fo
 from worker.devserver import DevServer
 
 
-
 def hitl(address: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run the `hitl` console script."""
     return subprocess.run(
@@ -71,8 +70,13 @@ async def test_operator_flow_pending_show_approve_reject(
 ) -> None:
     address, tq, tmp = cli_stack
     refund_run, edit_run, support_run = (f"{tq}-refund", f"{tq}-edit", f"{tq}-support")
-    start(address, tq, "Refund desk",
-          "Order 1001 arrived broken: refund $250. Also cancel order 1002.", refund_run)
+    start(
+        address,
+        tq,
+        "Refund desk",
+        "Order 1001 arrived broken: refund $250. Also cancel order 1002.",
+        refund_run,
+    )
     start(address, tq, "File editor", 'In notes.txt, replace "world" with "there"', edit_run)
     start(address, tq, "Support agent", "cancel order 3", support_run)
 
@@ -97,14 +101,20 @@ async def test_operator_flow_pending_show_approve_reject(
     table = hitl(address, "pending", "--queue", tq)
     assert "Refund $250.00 to Ada Lovelace (order 1001)" in table.stdout
     assert "Edit notes.txt" in table.stdout
-    only_editor = json.loads(hitl(address, "pending", "--queue", tq, "--agent", "File editor",
-                                  "--json").stdout)
+    only_editor = json.loads(
+        hitl(address, "pending", "--queue", tq, "--agent", "File editor", "--json").stdout
+    )
     assert [e["workflow_id"] for e in only_editor] == [edit_run]
 
     # The plain Temporal CLI finds exactly the paused runs by search attribute.
     found = temporal_cli(
-        "workflow", "list", "--query",
-        f"HitlStatus='awaiting_approval' AND TaskQueue='{tq}'", "-o", "json", address=address,
+        "workflow",
+        "list",
+        "--query",
+        f"HitlStatus='awaiting_approval' AND TaskQueue='{tq}'",
+        "-o",
+        "json",
+        address=address,
     )
     assert sorted(w["execution"]["workflowId"] for w in json.loads(found.stdout)) == sorted(
         [refund_run, edit_run, support_run]
@@ -136,7 +146,8 @@ async def test_operator_flow_pending_show_approve_reject(
     assert [(d.approver, d.source) for d in out.decisions] == [("alice", "person")]
 
     cancel = next(
-        e["call_id"] for e in listing
+        e["call_id"]
+        for e in listing
         if e["workflow_id"] == refund_run and e["tool_name"] == "cancel_order"
     )
     rej = hitl(address, "reject", refund_run, str(cancel), "--message", "1002 already shipped.")
@@ -146,7 +157,7 @@ async def test_operator_flow_pending_show_approve_reject(
     rest = hitl(address, "approve", refund_run, "--all", "--always", "--as", "bob")
     assert rest.returncode == 0, rest.stderr
     out = await dev_client.get_workflow_handle(refund_run, result_type=RunOutput).result()
-    assert "cancel_order({\"order_id\": 1002}): 1002 already shipped." in out.final_output
+    assert 'cancel_order({"order_id": 1002}): 1002 already shipped.' in out.final_output
     assert "Refunded $250.00 on order 1001" in out.final_output
     assert sorted((d.tool_name, d.kind, d.always) for d in out.decisions) == [
         ("cancel_order", "reject", False),
@@ -156,8 +167,13 @@ async def test_operator_flow_pending_show_approve_reject(
     # Once nothing waits, the search attributes say so.
     def settled() -> bool:
         found = temporal_cli(
-            "workflow", "list", "--query",
-            f"HitlStatus='awaiting_approval' AND TaskQueue='{tq}'", "-o", "json", address=address,
+            "workflow",
+            "list",
+            "--query",
+            f"HitlStatus='awaiting_approval' AND TaskQueue='{tq}'",
+            "-o",
+            "json",
+            address=address,
         )
         return [w["execution"]["workflowId"] for w in json.loads(found.stdout or "[]")] == [
             support_run
@@ -165,8 +181,13 @@ async def test_operator_flow_pending_show_approve_reject(
 
     await wait_for(settled, what="only the support run to remain awaiting approval")
     done = temporal_cli(
-        "workflow", "list", "--query", f"HitlStatus='completed' AND TaskQueue='{tq}'",
-        "-o", "json", address=address,
+        "workflow",
+        "list",
+        "--query",
+        f"HitlStatus='completed' AND TaskQueue='{tq}'",
+        "-o",
+        "json",
+        address=address,
     )
     assert sorted(w["execution"]["workflowId"] for w in json.loads(done.stdout)) == sorted(
         [refund_run, edit_run]
@@ -200,7 +221,8 @@ async def test_approving_while_no_worker_runs(
     assert [(d.approver, d.kind) for d in out.decisions] == [("carol", "approve")]
     hist = await dev_client.get_workflow_handle(wid).fetch_history()
     accepted = [
-        e for e in hist.events
+        e
+        for e in hist.events
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
         and e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
         == "approve"

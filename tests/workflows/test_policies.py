@@ -80,7 +80,10 @@ housekeeper = Agent(
     ],
 )
 async def test_two_key_auto_approval_truth_table(
-    ts_env: WorkflowEnvironment, cache_size: int, ledger: Ledger, preset: bool,
+    ts_env: WorkflowEnvironment,
+    cache_size: int,
+    ledger: Ledger,
+    preset: bool,
     expected_pending: list[str],
 ) -> None:
     """The four cases: (run preset, tool flag) in {off,on}^2; only on+on skips the person."""
@@ -103,8 +106,9 @@ async def test_two_key_auto_approval_truth_table(
         state = result.to_state()
         for item in result.interruptions:
             state.approve(item)
-        result = await Runner.run(housekeeper, state, client=ts_env.client, task_queue=tq,
-                                  serve=False)
+        result = await Runner.run(
+            housekeeper, state, client=ts_env.client, task_queue=tq, serve=False
+        )
     assert result.final_output == "archived 1, purged 1"
 
 
@@ -195,8 +199,11 @@ async def test_file_edit_preview_and_cancelled_action(
     (tmp_path / "notes.txt").write_text("hello world\nsecond line\n")
     async with serving(ts_env.client, editor, cache=cache_size) as tq:
         result = await Runner.run(
-            editor, 'In notes.txt, replace "world" with "there"', client=ts_env.client,
-            task_queue=tq, serve=False,
+            editor,
+            'In notes.txt, replace "world" with "there"',
+            client=ts_env.client,
+            task_queue=tq,
+            serve=False,
         )
         handle = ts_env.client.get_workflow_handle(result.workflow_id)
         status = await handle.query("status", result_type=RunStatus)
@@ -206,11 +213,14 @@ async def test_file_edit_preview_and_cancelled_action(
         assert pending.request.primary_label == "Apply changes"
         assert "-hello world\n+hello there\n" in (pending.request.preview or "")
         assert (tmp_path / "notes.txt").read_text().startswith("hello world"), "nothing written"
+        assert result.interruptions[0].request == pending.request, "interruptions carry it too"
 
         state = result.to_state()
         state.reject(result.interruptions[0])  # no message: the tool words the cancellation
         result = await Runner.run(editor, state, client=ts_env.client, task_queue=tq, serve=False)
-    assert result.final_output == "The user cancelled the edit of notes.txt; the file was not changed."
+    assert (
+        result.final_output == "The user cancelled the edit of notes.txt; the file was not changed."
+    )
     assert (tmp_path / "notes.txt").read_text() == "hello world\nsecond line\n"
     hist = await ts_env.client.get_workflow_handle(result.workflow_id).fetch_history()
     assert activity_count(hist, "execute_tool") == 1, "only read_file ran as a tool activity"
@@ -225,8 +235,11 @@ async def test_file_edit_applies_only_when_approved(
     (tmp_path / "notes.txt").write_text("hello world\n")
     async with serving(ts_env.client, editor) as tq:
         result = await Runner.run(
-            editor, 'In notes.txt, replace "hello" with "goodbye"', client=ts_env.client,
-            task_queue=tq, serve=False,
+            editor,
+            'In notes.txt, replace "hello" with "goodbye"',
+            client=ts_env.client,
+            task_queue=tq,
+            serve=False,
         )
         state = result.to_state()
         state.approve(result.interruptions[0])
