@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import inspect
 import json
+from datetime import timedelta
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 from temporalio import activity
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
 from activities.context import rebuild_context
@@ -18,8 +20,10 @@ from hitl.model import ModelRequest, ScriptedModel
 from hitl.registry import AgentRegistry
 from hitl.wire import (
     ACT_CALL_MODEL,
+    EVENTS_TOPIC,
     CallModelInput,
     ModelResponse,
+    RunEvent,
     TranscriptPage,
     TranscriptQuery,
     TranscriptRef,
@@ -76,7 +80,14 @@ class ModelActivities:
                 from activities.openai_model import OpenAIProvider
 
                 self.openai = OpenAIProvider()
-            output, usage, response_id = await self.openai.respond(inp, instructions, transcript)
+            if inp.stream:
+                output, usage, response_id = await self._respond_streaming(
+                    inp, instructions, transcript
+                )
+            else:
+                output, usage, response_id = await self.openai.respond(
+                    inp, instructions, transcript
+                )
 
         output = _cap_output(output, inp.max_argument_bytes)
         response = ModelResponse(output=output, usage=usage, response_id=response_id)
@@ -87,6 +98,34 @@ class ModelActivities:
                 response.final_output = _validate_output(agent, text)
                 response.has_final_output = True
         return response
+
+    async def _respond_streaming(
+        self, inp: CallModelInput, instructions: str | None, transcript: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], Usage, str | None]:
+        """Stream the model's answer, publishing text deltas to the run's event stream."""
+        attempt = activity.info().attempt
+        publisher = WorkflowStreamClient.from_within_activity(
+            batch_interval=timedelta(milliseconds=150)
+        )
+        topic = publisher.topic(EVENTS_TOPIC, type=RunEvent)
+
+        def on_delta(text: str) -> None:
+            # A retried call streams again; `attempt` lets a UI drop the earlier partial text.
+            topic.publish(
+                RunEvent(
+                    type="model_text_delta",
+                    turn=inp.turn,
+                    agent=inp.agent_name,
+                    text=text,
+                    data={"attempt": attempt},
+                )
+            )
+
+        async with publisher:
+            result: tuple[list[dict[str, Any]], Usage, str | None] = await self.openai.respond(
+                inp, instructions, transcript, on_delta
+            )
+        return result
 
     async def _instructions(
         self, inp: CallModelInput, agent: Agent[Any], context: Any

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +20,9 @@ from openai import AsyncOpenAI
 from temporalio.exceptions import ApplicationError
 
 from hitl.wire import CallModelInput, ModelSettings, ModelSpec, ModelTool, Usage
+
+OnDelta = Callable[[str], None]
+"""Receives each text delta of a streamed model answer."""
 
 CLIENT_TIMEOUT = 120.0
 """Seconds one HTTP request may take; the activity's start-to-close timeout is longer."""
@@ -66,14 +69,21 @@ class OpenAIProvider:
         return client, key
 
     async def respond(
-        self, inp: CallModelInput, instructions: str | None, transcript: list[dict[str, Any]]
+        self,
+        inp: CallModelInput,
+        instructions: str | None,
+        transcript: list[dict[str, Any]],
+        on_delta: OnDelta | None = None,
     ) -> tuple[list[dict[str, Any]], Usage, str | None]:
-        """One model turn as Responses output items, its usage, and the response id."""
+        """One model turn as Responses output items, its usage, and the response id.
+
+        With `on_delta`, the model is asked to stream and each text delta is passed on.
+        """
         client, key = self.client(inp.model)
         try:
             if inp.model.api == "chat":
-                return await _chat(client, inp, instructions, transcript)
-            return await _responses(client, inp, instructions, transcript)
+                return await _chat(client, inp, instructions, transcript, on_delta)
+            return await _responses(client, inp, instructions, transcript, on_delta)
         except openai.APIError as exc:
             raise map_error(exc, inp.model, key) from None
 
@@ -113,6 +123,7 @@ async def _responses(
     inp: CallModelInput,
     instructions: str | None,
     transcript: list[dict[str, Any]],
+    on_delta: OnDelta | None = None,
 ) -> tuple[list[dict[str, Any]], Usage, str | None]:
     kwargs: dict[str, Any] = {"model": inp.model.name, "input": transcript}
     if instructions:
@@ -138,7 +149,22 @@ async def _responses(
             }
         }
     kwargs.update(_settings_responses(inp.settings))
-    resp = await client.responses.create(**kwargs)
+    if on_delta is None:
+        resp = await client.responses.create(**kwargs)
+    else:
+        final = None
+        stream = await client.responses.create(**kwargs, stream=True)
+        async for event in stream:
+            if event.type == "response.output_text.delta":
+                on_delta(event.delta)
+            elif event.type in ("response.completed", "response.incomplete"):
+                final = event.response
+            elif event.type in ("response.failed", "error"):
+                detail = getattr(getattr(event, "response", None), "error", None) or event
+                raise ApplicationError(f"the model failed: {detail}", type="ModelUnavailable")
+        if final is None:
+            raise ApplicationError("the stream ended without a response", type="ModelUnavailable")
+        resp = final
     output = [item.model_dump(mode="json", exclude_none=True) for item in resp.output]
     usage = Usage(requests=1)
     if resp.usage is not None:
@@ -229,6 +255,7 @@ async def _chat(
     inp: CallModelInput,
     instructions: str | None,
     transcript: list[dict[str, Any]],
+    on_delta: OnDelta | None = None,
 ) -> tuple[list[dict[str, Any]], Usage, str | None]:
     s = inp.settings
     kwargs: dict[str, Any] = {
@@ -256,46 +283,86 @@ async def _chat(
         kwargs["reasoning_effort"] = s.reasoning_effort
     if s.extra_args:
         kwargs["extra_body"] = s.extra_args
+    if on_delta is not None:
+        return await _chat_streamed(client, kwargs, on_delta)
     resp = await client.chat.completions.create(**kwargs)
     if not resp.choices:
         raise ApplicationError(
             "the model returned no choices", type="ModelBehaviorError", non_retryable=False
         )
     msg = resp.choices[0].message
+    calls = [
+        (tc.id, tc.function.name, tc.function.arguments or "")
+        for tc in msg.tool_calls or []
+        if getattr(tc, "function", None) is not None
+    ]
+    return _chat_output(resp.id, msg.content, calls, resp.usage)
+
+
+async def _chat_streamed(
+    client: AsyncOpenAI, kwargs: dict[str, Any], on_delta: OnDelta
+) -> tuple[list[dict[str, Any]], Usage, str | None]:
+    stream = await client.chat.completions.create(
+        **kwargs, stream=True, stream_options={"include_usage": True}
+    )
+    rid: str | None = None
+    text: list[str] = []
+    calls: dict[int, list[str]] = {}
+    usage = None
+    async for chunk in stream:
+        rid = chunk.id or rid
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            delta = choice.delta
+            if delta.content:
+                text.append(delta.content)
+                on_delta(delta.content)
+            for tc in delta.tool_calls or []:
+                slot = calls.setdefault(tc.index, ["", "", ""])
+                if tc.id:
+                    slot[0] = tc.id
+                if tc.function is not None:
+                    slot[1] += tc.function.name or ""
+                    slot[2] += tc.function.arguments or ""
+    ordered = [(c[0], c[1], c[2]) for _, c in sorted(calls.items())]
+    return _chat_output(rid or "stream", "".join(text) or None, ordered, usage)
+
+
+def _chat_output(
+    rid: str, content: str | None, calls: list[tuple[str, str, str]], usage: Any
+) -> tuple[list[dict[str, Any]], Usage, str | None]:
     output: list[dict[str, Any]] = []
-    if msg.content:
+    if content:
         output.append(
             {
                 "type": "message",
-                "id": f"msg_{resp.id}",
+                "id": f"msg_{rid}",
                 "role": "assistant",
                 "status": "completed",
-                "content": [{"type": "output_text", "text": msg.content, "annotations": []}],
+                "content": [{"type": "output_text", "text": content, "annotations": []}],
             }
         )
-    for tc in msg.tool_calls or []:
-        fn = getattr(tc, "function", None)
-        if fn is None:
-            continue
+    for call_id, name, arguments in calls:
         output.append(
             {
                 "type": "function_call",
-                "id": f"fc_{tc.id}",
-                "call_id": tc.id,
-                "name": fn.name,
-                "arguments": fn.arguments or "",
+                "id": f"fc_{call_id}",
+                "call_id": call_id,
+                "name": name,
+                "arguments": arguments,
                 "status": "completed",
             }
         )
-    usage = Usage(requests=1)
-    if resp.usage is not None:
-        usage = Usage(
+    total = Usage(requests=1)
+    if usage is not None:
+        total = Usage(
             requests=1,
-            input_tokens=resp.usage.prompt_tokens,
-            output_tokens=resp.usage.completion_tokens,
-            total_tokens=resp.usage.total_tokens,
+            input_tokens=usage.prompt_tokens,
+            output_tokens=usage.completion_tokens,
+            total_tokens=usage.total_tokens,
         )
-    return output, usage, resp.id
+    return output, total, rid
 
 
 # ----------------------------------------------------------------------------- errors

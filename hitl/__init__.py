@@ -38,14 +38,16 @@ from hitl.errors import (
 )
 from hitl.model import Model, ModelReply, ModelRequest, OpenAIModel, ScriptedModel
 from hitl.result import RunResult
-from hitl.run import Runner, serve_agents
+from hitl.run import Runner, RunResultStreaming, serve_agents
 from hitl.run_config import (
     RunConfig,
     RunErrorHandlerInput,
     RunErrorHandlerResult,
     ToolErrorFormatterArgs,
 )
+from hitl.session import TemporalSession
 from hitl.state import RunState, ToolApprovalItem
+from hitl.stream import stream_events
 from hitl.tools import FunctionTool, function_tool
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
@@ -53,6 +55,7 @@ from hitl.wire import (
     DecisionRecord,
     ModelSettings,
     PendingApproval,
+    RunEvent,
     RunItem,
     RunStatus,
     Usage,
@@ -86,15 +89,18 @@ __all__ = [
     "RunContextWrapper",
     "RunErrorHandlerInput",
     "RunErrorHandlerResult",
+    "RunEvent",
     "RunFailedError",
     "RunFinishedError",
     "RunItem",
     "RunResult",
+    "RunResultStreaming",
     "RunState",
     "RunStatus",
     "Runner",
     "ScriptedModel",
     "StateVersionError",
+    "TemporalSession",
     "ToolApprovalItem",
     "ToolApproved",
     "ToolContext",
@@ -110,4 +116,5 @@ __all__ = [
     "function_tool",
     "handoff",
     "serve_agents",
+    "stream_events",
 ]

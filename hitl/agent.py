@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeAlias
+from typing import Any, Generic, Literal, TypeAlias
 
 from pydantic import TypeAdapter
 
@@ -15,8 +16,14 @@ from hitl.context import RunContextWrapper, TContext
 from hitl.errors import UserError
 from hitl.model import Model, model_spec_for
 from hitl.schema import ensure_strict_json_schema
-from hitl.tools import FunctionTool
-from hitl.wire import AgentGraph, AgentSpec, HandoffSpec, ModelSettings
+from hitl.tools import (
+    ApprovalPredicate,
+    ApprovalRequestFunction,
+    ApproverFunction,
+    FunctionTool,
+    function_tool,
+)
+from hitl.wire import AgentGraph, AgentSpec, HandoffSpec, ModelSettings, ToolSpec
 
 InstructionsFunction: TypeAlias = Callable[
     [RunContextWrapper[Any], "Agent[Any]"], str | Awaitable[str]
@@ -63,11 +70,72 @@ class Agent(Generic[TContext]):
                 raise UserError(f"agent {self.name!r} has two tools named {tool.name!r}")
             seen.add(tool.name)
 
+    def as_tool(
+        self,
+        tool_name: str | None = None,
+        tool_description: str | None = None,
+        *,
+        needs_approval: bool | ApprovalPredicate = False,
+        approval_request: ApprovalRequestFunction | None = None,
+        auto_approve: bool = False,
+        approver: ApproverFunction | None = None,
+        on_failure: Literal["error_message", "raise"] = "error_message",
+        timeout: float = 3600.0,
+    ) -> AgentTool:
+        """This agent as a tool of another agent; each call runs it as a child workflow.
+
+        The nested run has its own history (under its parent in the Temporal UI). Approvals its
+        tools raise appear in the root run's interruptions and are decided there.
+
+        Args:
+            tool_name: Name the model calls it by (default: the agent's name, snake_case).
+            tool_description: What it does, for the model (default: `handoff_description`).
+            needs_approval: Approval to *start* the nested agent (as for function tools).
+            approval_request: Renders the approval request for starting it.
+            auto_approve: This tool's key of two-key auto-approval.
+            approver: A programmatic approver for starting it.
+            on_failure: A failed nested run becomes a tool error the model sees
+                (`"error_message"`) or fails the calling run too (`"raise"`).
+            timeout: Seconds the nested run may take.
+        """
+        name = tool_name or re.sub(r"[^a-zA-Z0-9]+", "_", self.name).strip("_").lower()
+        description = tool_description or self.handoff_description or f"Ask the {self.name} agent."
+        base = function_tool(
+            name_override=name,
+            description_override=description,
+            needs_approval=needs_approval,
+            approval_request=approval_request,
+            auto_approve=auto_approve,
+            approver=approver,
+            timeout=timeout,
+            heartbeat_timeout=None,
+            max_attempts=1,
+        )(_agent_tool_input)
+        fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+        return AgentTool(**fields, agent=self, on_failure=on_failure)
+
     def clone(self, **changes: Any) -> Agent[TContext]:
         """A copy of this agent with some fields changed."""
         data = {f: getattr(self, f) for f in self.__dataclass_fields__}
         data.update(changes)
         return Agent(**data)
+
+
+def _agent_tool_input(input: str) -> str:
+    """Run the agent.
+
+    Args:
+        input: The input to the agent.
+    """
+    raise RuntimeError("agent tools run as child workflows, never as a function")
+
+
+@dataclass(eq=False)
+class AgentTool(FunctionTool):
+    """An agent used as a tool (`agent.as_tool()`): each call is a nested run (child workflow)."""
+
+    agent: Agent[Any] | None = None
+    on_failure: Literal["error_message", "raise"] = "error_message"
 
 
 @dataclass(eq=False)
@@ -172,6 +240,9 @@ def capture_graph(root: Agent[Any], *, default_model: str | None = None) -> Capt
         order.append(agent)
         for h in agent.handoffs:
             visit(_as_handoff(h).agent)
+        for t in agent.tools:
+            if isinstance(t, AgentTool) and t.agent is not None:
+                visit(t.agent)
 
     if not isinstance(root, Agent):
         raise UserError(f"expected an Agent, got {type(root).__name__}")
@@ -196,7 +267,7 @@ def capture_graph(root: Agent[Any], *, default_model: str | None = None) -> Capt
             handoff_description=agent.handoff_description,
             model=model_spec_for(agent.model, default_model),
             model_settings=agent.model_settings,
-            tools=[t.spec() for t in agent.tools],
+            tools=[_tool_spec(t, ids) for t in agent.tools],
             handoffs=[
                 HandoffSpec(
                     tool_name=h.tool_name,
@@ -215,6 +286,15 @@ def capture_graph(root: Agent[Any], *, default_model: str | None = None) -> Capt
         fingerprint=hashlib.sha256(canonical.encode()).hexdigest()[:16],
     )
     return CapturedGraph(graph=graph, agents=objects)
+
+
+def _tool_spec(tool: FunctionTool, ids: dict[int, str]) -> ToolSpec:
+    spec = tool.spec()
+    if isinstance(tool, AgentTool) and tool.agent is not None:
+        spec.kind = "agent"
+        spec.agent_id = ids[id(tool.agent)]
+        spec.on_failure = tool.on_failure
+    return spec
 
 
 def _type_name(tp: type[Any] | None) -> str | None:

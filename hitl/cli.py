@@ -32,7 +32,6 @@ from typing import Any, NoReturn
 
 from temporalio.client import (
     Client,
-    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
@@ -52,6 +51,7 @@ from hitl.wire import (
     DecisionInput,
     DecisionKind,
     DecisionRequest,
+    RunEvent,
     RunInput,
     RunOutput,
     RunSnapshot,
@@ -428,46 +428,54 @@ def _report(status: RunStatus) -> int:
     return EXIT_OK
 
 
+def format_event(event: RunEvent) -> str:
+    """One line per event for `hitl watch`."""
+    head = f"[{event.offset}] turn {event.turn}"
+    who = f" {event.agent}" if event.agent else ""
+    kind = event.type
+    if kind == "message":
+        return f"{head}{who}: {_short(event.text or '', 100)}"
+    if kind == "model_text_delta":
+        return f"{head}{who} ...{event.text}"
+    if kind == "tool_called":
+        args = _short(str(event.data.get("arguments", "")), 60)
+        return f"{head}{who} calls {event.tool}({args})  [{event.call_id}]"
+    if kind == "tool_started":
+        return f"{head} running {event.tool} [{event.call_id}]"
+    if kind == "tool_finished":
+        return f"{head} {event.call_id} -> {_short(event.text or '', 80)}"
+    if kind == "approval_requested":
+        return f"{head} WAITING FOR APPROVAL {event.tool} [{event.call_id}]: {event.text or ''}"
+    if kind == "approval_decided":
+        who_decided = event.data.get("approver") or event.data.get("source")
+        return f"{head} {event.text} {event.tool} [{event.call_id}] by {who_decided}"
+    if kind == "handoff":
+        return f"{head} handoff {event.data.get('from')} -> {event.data.get('to')}"
+    if kind == "paused":
+        return f"{head} paused: waiting for {', '.join(event.data.get('pending', []))}"
+    if kind == "final_output":
+        return f"{head} final output: {event.text}"
+    if kind == "run_failed":
+        return f"{head} FAILED ({event.data.get('type')}): {event.text}"
+    return f"{head} {kind}"
+
+
 async def cmd_watch(client: Client, args: argparse.Namespace) -> int:
-    """Follow a run, printing what happens, until it finishes."""
-    handle = await _handle(client, args.run)
-    seen_items = 0
-    last: tuple[str, tuple[str, ...]] | None = None
-    delay = 0.2
-    while True:
-        try:
-            snap: RunSnapshot = await handle.query("snapshot", result_type=RunSnapshot)
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                raise Refused(f"no run {args.run!r} in this namespace") from None
-            desc = await handle.describe()
-            if desc.status != WorkflowExecutionStatus.RUNNING:
-                return _report(await _closed_status(handle))
-            raise Refused(f"cannot read run {args.run}: {exc.message}") from None
-        lines = _transcript_lines(
-            RunSnapshot(status=snap.status, input_items=[], new_items=snap.new_items[seen_items:])
-        )
-        for line in lines:
-            print(line.strip(), flush=True)
-        seen_items = len(snap.new_items)
-        st = snap.status
-        state = (st.phase, tuple(p.call_id for p in st.pending))
-        if state != last:
-            last = state
-            print(
-                f"[{st.phase}] turn {st.turn}"
-                + (
-                    f", waiting for: {', '.join(p.tool_name + ' ' + p.call_id for p in st.pending)}"
-                    if st.pending
-                    else ""
-                ),
-                flush=True,
-            )
-            delay = 0.2
-        if st.phase in ("completed", "failed"):
-            return EXIT_OK if st.phase == "completed" else EXIT_FAILED
-        await asyncio.sleep(delay)
-        delay = min(delay * 1.5, 2.0)
+    """Follow a run's event stream, as it runs and while it waits, until it finishes."""
+    from hitl.stream import stream_events
+
+    last: RunEvent | None = None
+    try:
+        async for event in stream_events(client, args.run, from_offset=args.from_offset):
+            print(format_event(event), flush=True)
+            last = event
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise Refused(f"no run {args.run!r} in this namespace") from None
+        raise Refused(f"cannot follow run {args.run}: {exc.message}") from None
+    if last is not None and last.type == "run_failed":
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 async def cmd_setup(client: Client, args: argparse.Namespace) -> int:
@@ -616,8 +624,14 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "reject":
             d.add_argument("--message", help="what the model sees instead of the tool output")
 
-    watch = sub.add_parser("watch", help="follow a run until it finishes")
+    watch = sub.add_parser("watch", help="follow a run's events until it finishes")
     watch.add_argument("run")
+    watch.add_argument(
+        "--from-offset",
+        type=int,
+        default=0,
+        help="resume after a disconnect: the offset after the last one seen",
+    )
     return p
 
 

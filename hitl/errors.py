@@ -99,6 +99,12 @@ class RunFinishedError(DecisionError):
     type_name = "RunFinished"
 
 
+class NotRootError(DecisionError):
+    """The decision was sent to a nested run; approvals are decided on the root run."""
+
+    type_name = "NotRoot"
+
+
 class InvalidDecisionError(DecisionError):
     """The decision payload is malformed (wrong types, unknown fields)."""
 
@@ -123,6 +129,7 @@ _BY_TYPE: dict[str, type[AgentsException]] = {
         NotPendingError,
         RunFinishedError,
         InvalidDecisionError,
+        NotRootError,
     )
 }
 

@@ -50,13 +50,17 @@ from hitl.errors import (
 from hitl.refs import callable_ref
 from hitl.result import RunResult, resolve_agent, typed_final_output
 from hitl.run_config import RunConfig, RunErrorHandler
-from hitl.state import RunState, items_from_pending
+from hitl.session import TemporalSession
+from hitl.state import RunState, ToolApprovalItem, items_from_pending
+from hitl.stream import current_offset, events_until_settled
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
     WORKFLOW_TYPE,
     DecideInput,
     DecisionRequest,
+    RunEvent,
     RunInput,
+    RunItem,
     RunOutput,
     RunSnapshot,
     RunStatus,
@@ -89,6 +93,7 @@ class Runner:
         workflow_id: str | None = None,
         serve: ServeMode = "auto",
         approver: str | None = None,
+        session: str | TemporalSession | None = None,
     ) -> RunResult:
         """Start a run (or resume one from a `RunState`) and return once it finishes or pauses.
 
@@ -113,6 +118,8 @@ class Runner:
                 fail with `NoWorkerError` when no worker polls.
             approver: Recorded as the approver of decisions sent from a `RunState` that do not
                 name one (default: the OS user).
+            session: A conversation that spans runs (an id or a `TemporalSession`): the run
+                starts from its transcript and appends its own turn when it completes.
 
         Raises:
             MaxTurnsExceeded, ModelBehaviorError, UserError, ...: the run failed (typed).
@@ -124,13 +131,30 @@ class Runner:
         client = await connect(client)
         tq = task_queue or (input.task_queue if isinstance(input, RunState) else None)
         tq = tq or os.environ.get("HITL_TASK_QUEUE") or DEFAULT_TASK_QUEUE
-        async with _Session(client, starting_agent, tq, serve) as session:
+        async with _Session(client, starting_agent, tq, serve) as sess:
             if isinstance(input, RunState):
-                return await _resume(session, input, approver)
-            cfg = dataclasses.replace(run_config) if run_config else RunConfig()
-            if error_handlers:
-                cfg.error_handlers = {**cfg.error_handlers, **dict(error_handlers)}
-            return await _start(session, input, context, max_turns, cfg, workflow_id)
+                return await _resume(sess, input, approver)
+            request = _StartRequest.build(
+                sess, input, context, max_turns, run_config, error_handlers, workflow_id, session
+            )
+            return await _start(sess, request)
+
+    @classmethod
+    def run_streamed(
+        cls,
+        starting_agent: Agent[Any],
+        input: str | list[dict[str, Any]] | RunState,
+        **kwargs: Any,
+    ) -> RunResultStreaming:
+        """Like `run`, but `await`/`async for` over `result.stream_events()` to follow the run.
+
+        Events arrive while the run works and up to the moment it pauses or finishes; then the
+        result's `final_output`, `interruptions` and `to_state()` are available, as for `run`.
+        Takes the same keyword arguments as `run`.
+        """
+        if not isinstance(starting_agent, Agent):
+            raise UserError(f"starting_agent must be an Agent, got {type(starting_agent).__name__}")
+        return RunResultStreaming(starting_agent, input, kwargs)
 
     @classmethod
     def run_sync(
@@ -339,48 +363,76 @@ def _summary(agent: Agent[Any], user_input: str | list[dict[str, Any]]) -> str:
     return f"{agent.name}: {text[:100]}{'...' if len(text) > 100 else ''}"
 
 
-async def _start(
-    session: _Session,
-    user_input: str | list[dict[str, Any]],
-    context: Any,
-    max_turns: int | None,
-    cfg: RunConfig,
-    workflow_id: str | None,
-) -> RunResult:
-    agent, task_queue = session.agent, session.task_queue
-    if not isinstance(user_input, str | list):
-        raise UserError("input must be a string, a list of input items, or a RunState")
-    spec = cfg.spec()
-    value, ctx_type = _context_value(context)
-    spec.context_type = ctx_type
-    wid = workflow_id or new_workflow_id(agent.name)
-    run_input = RunInput(
-        agent=agent.name,
-        input=user_input,
-        context=value,
-        max_turns=max_turns,
-        run_config=spec,
-    )
+@dataclasses.dataclass
+class _StartRequest:
+    """A new run, normalized: its input for the workflow and how to start it."""
 
-    def op() -> WithStartWorkflowOperation[Any, Any]:
+    workflow_id: str
+    business_id: bool
+    run_input: RunInput
+    summary: str
+
+    @classmethod
+    def build(
+        cls,
+        session: _Session,
+        user_input: Any,
+        context: Any,
+        max_turns: int | None,
+        run_config: RunConfig | None,
+        error_handlers: Mapping[str, RunErrorHandler] | None,
+        workflow_id: str | None,
+        conversation: str | TemporalSession | None,
+    ) -> _StartRequest:
+        if not isinstance(user_input, str | list):
+            raise UserError("input must be a string, a list of input items, or a RunState")
+        cfg = dataclasses.replace(run_config) if run_config else RunConfig()
+        if error_handlers:
+            cfg.error_handlers = {**cfg.error_handlers, **dict(error_handlers)}
+        spec = cfg.spec()
+        value, ctx_type = _context_value(context)
+        spec.context_type = ctx_type
+        if isinstance(conversation, TemporalSession):
+            conversation = conversation.session_id
+        agent = session.agent
+        return cls(
+            workflow_id=workflow_id or new_workflow_id(agent.name),
+            business_id=workflow_id is not None,
+            run_input=RunInput(
+                agent=agent.name,
+                input=user_input,
+                context=value,
+                max_turns=max_turns,
+                run_config=spec,
+                session=conversation,
+            ),
+            summary=_summary(agent, user_input),
+        )
+
+    def operation(self, task_queue: str) -> WithStartWorkflowOperation[Any, Any]:
         return WithStartWorkflowOperation(
             WORKFLOW_TYPE,
-            run_input,
-            id=wid,
+            self.run_input,
+            id=self.workflow_id,
             task_queue=task_queue,
             result_type=RunOutput,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             # A business id names one run for good: never start it twice.
             id_reuse_policy=(
                 WorkflowIDReusePolicy.REJECT_DUPLICATE
-                if workflow_id
+                if self.business_id
                 else WorkflowIDReusePolicy.ALLOW_DUPLICATE
             ),
-            static_summary=_summary(agent, user_input),
+            static_summary=self.summary,
         )
 
+
+async def _start(session: _Session, request: _StartRequest) -> RunResult:
+    wid = request.workflow_id
     try:
-        status = await session.update(wid, "wait", WaitInput(), start=op)
+        status = await session.update(
+            wid, "wait", WaitInput(), start=lambda: request.operation(session.task_queue)
+        )
     except WorkflowAlreadyStartedError:
         log.info("run %s already exists and is closed; returning its outcome", wid)
         return await _settle(session, wid, None)
@@ -418,20 +470,9 @@ async def _resume(session: _Session, state: RunState, approver: str | None) -> R
             f"this RunState belongs to agent {state.root_agent.name!r}, not {agent.name!r}"
         )
     handle = client.get_workflow_handle(state.workflow_id)
-    decisions = [
-        d if d.approver else d.model_copy(update={"approver": approver or _default_approver()})
-        for d in state.decisions.values()
-    ]
+    decisions = _decisions(state, approver)
     try:
-        if decisions:
-            status = await session.update(
-                state.workflow_id,
-                "decide",
-                DecideInput(decisions=decisions, wait=True),
-                update_id=_update_id(state.workflow_id, decisions),
-            )
-        else:
-            status = await session.update(state.workflow_id, "wait", WaitInput())
+        status = await _send_decisions(session, state.workflow_id, decisions)
     except WorkflowUpdateFailedError as exc:
         raise _typed(exc) from None
     except RPCError as exc:
@@ -444,6 +485,27 @@ async def _resume(session: _Session, state: RunState, approver: str | None) -> R
         _check_decisions_applied(result, decisions)
         return result
     return await _settle(session, state.workflow_id, status)
+
+
+def _decisions(state: RunState, approver: str | None) -> list[DecisionRequest]:
+    return [
+        d if d.approver else d.model_copy(update={"approver": approver or _default_approver()})
+        for d in state.decisions.values()
+    ]
+
+
+async def _send_decisions(
+    session: _Session, workflow_id: str, decisions: list[DecisionRequest]
+) -> RunStatus:
+    """Send the decisions (or nothing) and return once the run settles again."""
+    if not decisions:
+        return await session.update(workflow_id, "wait", WaitInput())
+    return await session.update(
+        workflow_id,
+        "decide",
+        DecideInput(decisions=decisions, wait=True),
+        update_id=_update_id(workflow_id, decisions),
+    )
 
 
 def _check_decisions_applied(result: RunResult, decisions: list[DecisionRequest]) -> None:
@@ -557,3 +619,105 @@ def _typed(exc: BaseException) -> AgentsException:
             return DecisionError(cause.message, details={"type": cause.type})
         return typed
     return RunFailedError(str(exc))
+
+
+class RunResultStreaming:
+    """A run being followed: iterate `stream_events()`, then read the result like `RunResult`.
+
+    The events are the run's `RunEvent`s (see `hitl.stream`), each with its stream offset.
+    """
+
+    def __init__(
+        self,
+        starting_agent: Agent[Any],
+        input: str | list[dict[str, Any]] | RunState,
+        kwargs: dict[str, Any],
+    ) -> None:
+        self._agent = starting_agent
+        self._input = input
+        self._kwargs = kwargs
+        self._result: RunResult | None = None
+        self.workflow_id: str | None = None
+        self.last_offset: int | None = None
+
+    async def stream_events(self) -> AsyncIterator[RunEvent]:
+        """Start (or resume) the run and yield its events until it pauses or finishes."""
+        kw = dict(self._kwargs)
+        client = await connect(kw.pop("client", None))
+        state = self._input if isinstance(self._input, RunState) else None
+        tq = kw.pop("task_queue", None) or (state.task_queue if state else None)
+        tq = tq or os.environ.get("HITL_TASK_QUEUE") or DEFAULT_TASK_QUEUE
+        async with _Session(client, self._agent, tq, kw.pop("serve", "auto")) as sess:
+            approver = kw.pop("approver", None)
+            if state is not None:
+                wid = state.workflow_id
+                offset = await current_offset(client, wid)
+                decisions = _decisions(state, approver)
+                settled = asyncio.create_task(_send_decisions(sess, wid, decisions))
+            else:
+                request = _StartRequest.build(
+                    sess,
+                    self._input,
+                    kw.pop("context", None),
+                    kw.pop("max_turns", None),
+                    kw.pop("run_config", None),
+                    kw.pop("error_handlers", None),
+                    kw.pop("workflow_id", None),
+                    kw.pop("session", None),
+                )
+                request.run_input.run_config.stream_text_deltas = True
+                wid, offset = request.workflow_id, 0
+                await client.start_workflow(
+                    WORKFLOW_TYPE,
+                    request.run_input,
+                    id=wid,
+                    task_queue=tq,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                    static_summary=request.summary,
+                )
+                settled = asyncio.create_task(sess.update(wid, "wait", WaitInput()))
+            self.workflow_id = wid
+            try:
+                async for event in events_until_settled(client, wid, settled, from_offset=offset):
+                    self.last_offset = event.offset
+                    yield event
+                status = await settled
+            except WorkflowUpdateFailedError as exc:
+                raise _typed(exc) from None
+            finally:
+                if not settled.done():
+                    settled.cancel()
+            self._result = await _settle(sess, wid, status)
+
+    def _done(self) -> RunResult:
+        if self._result is None:
+            raise UserError("iterate stream_events() until it ends before reading the result")
+        return self._result
+
+    @property
+    def final_output(self) -> Any:
+        """See `RunResult.final_output`."""
+        return self._done().final_output
+
+    @property
+    def interruptions(self) -> list[ToolApprovalItem]:
+        """See `RunResult.interruptions`."""
+        return self._done().interruptions
+
+    @property
+    def new_items(self) -> list[RunItem]:
+        """See `RunResult.new_items`."""
+        return self._done().new_items
+
+    def to_state(self) -> RunState:
+        """See `RunResult.to_state`."""
+        return self._done().to_state()
+
+    def to_input_list(self) -> list[dict[str, Any]]:
+        """See `RunResult.to_input_list`."""
+        return self._done().to_input_list()
+
+    @property
+    def result(self) -> RunResult:
+        """The settled `RunResult`."""
+        return self._done()

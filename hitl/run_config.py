@@ -95,6 +95,9 @@ class RunConfig:
             `auto_approve=True` are approved without a person (recorded as `auto_approval`).
         approver: A programmatic approver for every call that needs approval, consulted after
             the tool's own (`(ctx, ApprovalCall) -> ToolApproved | ToolDenied | None`).
+        model_task_queue: Task queue for remote model calls (default: the run's own queue).
+        tool_task_queue: Task queue for tool executions (default: the run's own queue), served
+            for example by `python -m worker --activities-only` inside a private network.
     """
 
     model: str | Model | None = None
@@ -111,6 +114,8 @@ class RunConfig:
     continue_as_new_after_events: int | None = None
     auto_approve: bool = False
     approver: ApproverFunction | None = None
+    model_task_queue: str | None = None
+    tool_task_queue: str | None = None
 
     def spec(self) -> RunConfigSpec:
         """The config as data (callables become import references)."""
@@ -141,4 +146,6 @@ class RunConfig:
             continue_as_new_after_events=self.continue_as_new_after_events,
             auto_approve=self.auto_approve,
             approver=callable_ref(self.approver, what="approver") if self.approver else None,
+            model_task_queue=self.model_task_queue or None,
+            tool_task_queue=self.tool_task_queue or None,
         )

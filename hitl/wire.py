@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 # Names that appear in histories, CLIs and docs. Changing one breaks stored runs.
 WORKFLOW_TYPE = "AgentRun"
@@ -26,13 +27,25 @@ ACT_PLAN_TOOLS = "plan_tools"
 ACT_EXECUTE_TOOL = "execute_tool"
 ACT_REJECTION_TEXT = "rejection_text"
 ACT_HANDLE_RUN_ERROR = "handle_run_error"
+ACT_LOAD_SESSION = "load_session"
+ACT_SAVE_SESSION = "save_session"
+
+SESSION_WORKFLOW_TYPE = "AgentSession"
+EVENTS_TOPIC = "events"
+"""The topic of a run's workflow stream that carries its `RunEvent`s."""
+
+
+def session_workflow_id(session_id: str) -> str:
+    """Workflow id of the `AgentSession` that holds a conversation's transcript."""
+    return f"hitl-session-{session_id}"
+
 
 Phase = Literal["starting", "running", "awaiting_approval", "completed", "failed"]
 """Where a run is. `awaiting_approval` means: nothing can progress until a person decides."""
 
 DecisionKind = Literal["approve", "reject"]
 DecisionSource = Literal["person", "always_rule", "policy", "auto_approval", "deadline"]
-DecisionVia = Literal["update", "signal", "workflow"]
+DecisionVia = Literal["update", "signal", "workflow", "root"]
 ApprovalMode = Literal["never", "always", "predicate"]
 
 # Custom search attributes the workflow keeps current (never arguments or personal data).
@@ -93,6 +106,13 @@ class ToolSpec(_Model):
     """A tool as recorded at run start: what the model sees and how approval is decided."""
 
     name: str
+    kind: Literal["function", "agent"] = "function"
+    """`agent`: an agent used as a tool (`agent.as_tool()`), run as a child workflow."""
+    agent_id: str | None = None
+    """For agent tools: the nested agent's id in the graph."""
+    on_failure: Literal["error_message", "raise"] = "error_message"
+    """For agent tools: a failed nested run becomes a tool error the model sees, or fails this
+    run too."""
     description: str = ""
     params_json_schema: dict[str, Any] = Field(default_factory=dict)
     strict_json_schema: bool = True
@@ -178,6 +198,14 @@ class RunConfigSpec(_Model):
     """The run's key of two-key auto-approval: tools with `auto_approve=True` need no person."""
     approver: str | None = None
     """Import reference of a programmatic approver consulted for every call needing approval."""
+    stream_text_deltas: bool = False
+    """Models that can stream publish text deltas as `model_text_delta` events (costs a
+    signal per batch of deltas; `Runner.run_streamed` turns it on)."""
+    model_task_queue: str | None = None
+    """Task queue of remote `call_model` activities (`None`: the run's own queue)."""
+    tool_task_queue: str | None = None
+    """Task queue of `execute_tool` activities (`None`: the run's own queue), e.g. tool workers
+    inside a private network (`python -m worker --activities-only`)."""
 
 
 # --------------------------------------------------------------------------- transcript
@@ -223,6 +251,20 @@ class RunItem(_Model):
 # --------------------------------------------------------------------------- workflow I/O
 
 
+class ParentLink(_Model):
+    """Set on a nested run (an agent used as a tool): where it reports and who decides."""
+
+    workflow_id: str
+    call_id: str
+    """The parent's call id of the agent tool this run answers."""
+    root_workflow_id: str
+    """Approvals of every nested run are decided on the root run only."""
+    path: list[str] = Field(default_factory=list)
+    """Agents and agent tools from the root down to this run's agent."""
+    call_path: list[str] = Field(default_factory=list)
+    """Agent-tool call ids from the root down to this run (its calls' prefix at the root)."""
+
+
 class RunInput(_Model):
     """Input of the `AgentRun` workflow. Only `agent` and `input` are needed from the CLI.
 
@@ -237,6 +279,17 @@ class RunInput(_Model):
     run_config: RunConfigSpec = Field(default_factory=RunConfigSpec)
     carried: CarriedState | None = None
     """Set only by continue-as-new: the whole state of the previous run."""
+    parent: ParentLink | None = None
+    """Set only for nested runs started by an agent tool."""
+    graph: AgentGraph | None = None
+    """Nested runs reuse the root's pinned graph instead of resolving it again."""
+    start_agent: str | None = None
+    """Nested runs start at this agent id of `graph`."""
+    always_rules: dict[str, DecisionKind] = Field(default_factory=dict)
+    """Standing rules inherited from the root (always_approve / always_reject per tool)."""
+    session: str | None = None
+    """A conversation that spans runs: its transcript is read at start and this run's turn is
+    appended when it completes (see `AgentSession`)."""
 
 
 class ApprovalRequestData(_Model):
@@ -310,6 +363,10 @@ class CarriedState(_Model):
     refused: list[RefusedDecision] = Field(default_factory=list)
     continued_runs: int = 0
     search_attributes: bool = False
+    session_base: int = 0
+    """How many input items came from the session (the rest is this run's own turn)."""
+    stream: WorkflowStreamState | None = None
+    """The run's event stream, carried so subscribers lose nothing across continue-as-new."""
 
 
 class RunOutput(_Model):
@@ -373,6 +430,63 @@ class PendingApproval(_Model):
     turn: int
     requested_at: datetime | None = None
     request: ApprovalRequestData | None = None
+    path: list[str] = Field(default_factory=list)
+    """Agents and agent tools from the root down to the agent whose tool this is."""
+    workflow_id: str | None = None
+    """The run that owns the call (a nested run's id for calls inside agent tools)."""
+
+
+class ChildReport(_Model):
+    """What a nested run tells its parent whenever its pending approvals or phase change."""
+
+    call_id: str
+    phase: Phase
+    pending: list[PendingApproval] = Field(default_factory=list)
+    seen: int = 0
+    """The last `FromRoot.seq` this run applied (so stale reports are recognized)."""
+
+
+class FromRoot(_Model):
+    """Decisions and standing rules a parent forwards to a nested run."""
+
+    seq: int
+    decisions: list[DecisionRecord] = Field(default_factory=list)
+    rules: dict[str, DecisionKind] = Field(default_factory=dict)
+
+
+RunEventType = Literal[
+    "agent_updated",
+    "message",
+    "model_text_delta",
+    "tool_called",
+    "approval_requested",
+    "approval_decided",
+    "tool_started",
+    "tool_finished",
+    "handoff",
+    "paused",
+    "resumed",
+    "final_output",
+    "run_failed",
+]
+
+
+class RunEvent(_Model):
+    """One thing that happened in a run, published on its event stream (topic `events`).
+
+    Offsets on the stream order events and let a subscriber resume after a disconnect without
+    loss or duplicates.
+    """
+
+    type: RunEventType
+    turn: int = 0
+    agent: str | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    text: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+    offset: int | None = None
+    """Position on the stream (set by subscribers; resume from `offset + 1`)."""
 
 
 class RefusedDecision(_Model):
@@ -487,6 +601,8 @@ class CallModelInput(_Model):
     context: RunContextData | None = None
     turn: int = 0
     max_argument_bytes: int = 64 * 1024
+    stream: bool = False
+    """Ask the model to stream and publish its text deltas on the run's event stream."""
 
 
 class ModelResponse(_Model):
@@ -580,6 +696,36 @@ class RejectionTextOutput(_Model):
     """Output of `rejection_text`: `None` keeps the default message."""
 
     message: str | None = None
+
+
+class SessionInput(_Model):
+    """Input of the `AgentSession` workflow (and its state across continue-as-new)."""
+
+    session_id: str
+    items: list[dict[str, Any]] = Field(default_factory=list)
+    applied: list[str] = Field(default_factory=list)
+    """Runs whose turn was appended (so a retried append is applied once)."""
+
+
+class SessionAppend(_Model):
+    """A run's turn, appended to a session when the run completes."""
+
+    run_id: str
+    items: list[dict[str, Any]]
+
+
+class SessionItems(_Model):
+    """A session's transcript (answer of the `items` query and of `load_session`)."""
+
+    items: list[dict[str, Any]]
+
+
+class SessionRef(_Model):
+    """Input of `load_session` / `save_session`."""
+
+    session_id: str
+    task_queue: str
+    append: SessionAppend | None = None
 
 
 class ResolvedRun(_Model):

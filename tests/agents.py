@@ -6,6 +6,8 @@ by the idempotency key, so tests can count effects across worker crashes.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import time
@@ -165,6 +167,43 @@ refund_agent = Agent(
     instructions="Refund what is asked.",
     tools=[slow_refund],
     model=ScriptedModel(refund_script, "tests.refund"),
+)
+
+# ----------------------------------------------------------------------------- scale-out
+
+
+@function_tool(needs_approval=True, heartbeat_timeout=2.0, max_attempts=5)
+async def ship_order(ctx: ToolContext[object], order_id: int) -> str:
+    """Ship an order (tests kill and stop workers while shipments run).
+
+    Args:
+        order_id: The order to ship.
+    """
+    # Effect first (with the process that did it), then linger on the first attempt only: a
+    # worker killed now leaves a committed effect and an unfinished activity.
+    path = os.environ.get("HITL_TEST_LEDGER")
+    if path:
+        who = json.dumps({"order_id": order_id, "pid": os.getpid(), "attempt": ctx.attempt})
+        Ledger(Path(path)).record(ctx.idempotency_key, "ship_order", who)
+    if ctx.attempt == 1:
+        await asyncio.sleep(float(os.environ.get("HITL_TEST_TOOL_SECONDS", "0")))
+    return f"Shipped order {order_id}"
+
+
+def shipping_script(req: ModelRequest) -> ModelReply:
+    """Ship the order in the message, then report the tool's output."""
+    results = req.results_for("ship_order")
+    if results:
+        return ModelReply.say(results[0].output or "")
+    order = re.search(r"\d+", req.last_user_text())
+    return ModelReply.call("ship_order", {"order_id": int(order.group()) if order else 0})
+
+
+shipping_agent = Agent(
+    name="Shipping desk",
+    instructions="Ship what is asked.",
+    tools=[ship_order],
+    model=ScriptedModel(shipping_script, "tests.shipping"),
 )
 
 ALL = [support_agent, weather_agent, refund_agent]

@@ -24,6 +24,8 @@ class Reply:
     body: dict[str, Any]
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
+    events: list[dict[str, Any]] | None = None
+    """Served as server-sent events (a streamed answer) instead of `body`."""
 
 
 @dataclass
@@ -78,6 +80,18 @@ class FakeOpenAI:
                     reply = queue.popleft() if queue else None
                 if reply is None:
                     reply = Reply({"error": {"message": f"no canned reply for {path}"}}, 500)
+                if reply.events is not None:
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.end_headers()
+                    for event in reply.events:
+                        if "type" in event and path.endswith("/responses"):
+                            self.wfile.write(f"event: {event['type']}\n".encode())
+                        self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                        self.wfile.flush()
+                    if path.endswith("/chat/completions"):
+                        self.wfile.write(b"data: [DONE]\n\n")
+                    return
                 data = json.dumps(reply.body).encode()
                 self.send_response(reply.status)
                 self.send_header("content-type", "application/json")
@@ -197,3 +211,62 @@ def chat_body(
 
 def error_body(message: str, code: str | None = None, kind: str = "invalid_request_error") -> dict:
     return {"error": {"message": message, "type": kind, "code": code, "param": None}}
+
+
+def responses_stream(text_parts: list[str], rid: str = "resp_s") -> list[dict[str, Any]]:
+    """A streamed Responses answer: text deltas, then the completed response."""
+    events: list[dict[str, Any]] = [
+        {
+            "type": "response.created",
+            "sequence_number": 0,
+            "response": {**response_body([], rid), "status": "in_progress"},
+        },
+    ]
+    for n, part in enumerate(text_parts, 1):
+        events.append(
+            {
+                "type": "response.output_text.delta",
+                "sequence_number": n,
+                "item_id": "msg_s",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": part,
+                "logprobs": [],
+            }
+        )
+    events.append(
+        {
+            "type": "response.completed",
+            "sequence_number": len(text_parts) + 1,
+            "response": response_body([responses_text("".join(text_parts), "msg_s")], rid),
+        }
+    )
+    return events
+
+
+def chat_stream(text_parts: list[str], cid: str = "chatcmpl-s") -> list[dict[str, Any]]:
+    """A streamed Chat Completions answer: content deltas, then usage."""
+    base = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": "llama-test",
+    }
+    chunks = [
+        {
+            **base,
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": part}, "finish_reason": None}
+            ],
+        }
+        for part in text_parts
+    ]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks.append(
+        {
+            **base,
+            "choices": [],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14},
+        }
+    )
+    return chunks

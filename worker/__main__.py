@@ -1,8 +1,9 @@
 """`python -m worker --agents module:attr [...]`: serve agents on a task queue.
 
 Connection settings come from `temporalio.envconfig` (the `temporal` CLI's profiles and
-`TEMPORAL_ADDRESS`, `TEMPORAL_NAMESPACE`, `TEMPORAL_API_KEY`, TLS variables). A wrong address or
-namespace exits non-zero with a one-line reason.
+`TEMPORAL_ADDRESS`, `TEMPORAL_NAMESPACE`, `TEMPORAL_API_KEY`, TLS variables). A wrong address,
+namespace or credential exits with code 2 and a one-line reason. Every option has an environment
+variable (`HITL_*`, listed in `--help`), so a container needs no command line.
 """
 
 from __future__ import annotations
@@ -13,60 +14,127 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from collections.abc import Callable
 
-from hitl.client import connect
+from hitl.client import check_namespace, connect
 from hitl.errors import UserError
 from hitl.registry import AgentRegistry, load_agents
 from hitl.wire import DEFAULT_TASK_QUEUE
 from worker.build import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
+    DEFAULT_STICKY_QUEUE_TIMEOUT,
     WorkerOptions,
     build_worker,
     detect_features,
 )
 
+__all__ = ["check_namespace", "main", "parse_args"]
+
 log = logging.getLogger("hitl.worker")
+
+EXIT_CONFIG = 2
+"""Bad options, unreachable server, unknown namespace, rejected credentials."""
+
+
+def _number(kind: Callable[[str], float], minimum: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum:g}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _flag(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Command-line options."""
-    p = argparse.ArgumentParser(prog="python -m worker", description=__doc__.splitlines()[0])
+    """Command-line options (each defaults to its environment variable)."""
+    env = os.environ.get
+    p = argparse.ArgumentParser(
+        prog="python -m worker",
+        description=(__doc__ or "").splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument(
         "--agents",
         action="append",
-        required=True,
         metavar="MODULE[:ATTR]",
-        help="agents to serve: an Agent, a list/dict of Agents, or a module (repeatable)",
+        help="agents to serve: an Agent, a list/dict of Agents, or a module (repeatable; "
+        "env HITL_AGENTS, comma-separated)",
     )
-    p.add_argument("--task-queue", default=os.environ.get("HITL_TASK_QUEUE", DEFAULT_TASK_QUEUE))
+    p.add_argument(
+        "--task-queue",
+        default=env("HITL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+        help="queue to poll (env HITL_TASK_QUEUE)",
+    )
     p.add_argument("--address", help="host:port (default: envconfig, else localhost:7233)")
     p.add_argument("--namespace", help="namespace (default: envconfig, else default)")
-    p.add_argument("--profile", help="envconfig profile name")
+    p.add_argument("--profile", help="envconfig profile name (env TEMPORAL_PROFILE)")
+    p.add_argument(
+        "--activities-only",
+        nargs="?",
+        const=True,
+        default=env("HITL_ACTIVITIES_ONLY", "false"),
+        type=_flag,
+        help="serve tools and model calls only, no workflows: a worker for a run's "
+        "tool_task_queue / model_task_queue (env HITL_ACTIVITIES_ONLY)",
+    )
     p.add_argument(
         "--max-cached-workflows",
-        type=int,
-        default=int(os.environ.get("HITL_MAX_CACHED_WORKFLOWS", DEFAULT_MAX_CACHED_WORKFLOWS)),
+        type=_number(int, 0),
+        default=env("HITL_MAX_CACHED_WORKFLOWS", str(DEFAULT_MAX_CACHED_WORKFLOWS)),
+        help="runs kept in memory; parked runs beyond it replay when woken "
+        "(env HITL_MAX_CACHED_WORKFLOWS)",
     )
-    p.add_argument("--max-concurrent-activities", type=int, default=None)
-    p.add_argument("--max-concurrent-workflow-tasks", type=int, default=None)
-    p.add_argument("--graceful-shutdown", type=float, default=10.0, metavar="SECONDS")
-    p.add_argument("--identity", default=None)
-    p.add_argument("--log-level", default=os.environ.get("HITL_LOG_LEVEL", "INFO"))
-    return p.parse_args(argv)
-
-
-async def check_namespace(client: Any) -> None:
-    """Fail fast when the namespace does not exist (the worker would poll forever)."""
-    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-    from temporalio.service import RPCError
-
-    try:
-        await client.workflow_service.describe_namespace(
-            DescribeNamespaceRequest(namespace=client.namespace)
-        )
-    except RPCError as exc:
-        raise UserError(f"namespace {client.namespace!r}: {exc.message}") from None
+    p.add_argument(
+        "--max-concurrent-activities",
+        type=_number(int, 1),
+        default=env("HITL_MAX_CONCURRENT_ACTIVITIES"),
+        help="tool and model calls at once (env HITL_MAX_CONCURRENT_ACTIVITIES; SDK default)",
+    )
+    p.add_argument(
+        "--max-concurrent-workflow-tasks",
+        type=_number(int, 2),
+        default=env("HITL_MAX_CONCURRENT_WORKFLOW_TASKS"),
+        help="workflow tasks at once (env HITL_MAX_CONCURRENT_WORKFLOW_TASKS; SDK default)",
+    )
+    p.add_argument(
+        "--graceful-shutdown",
+        type=_number(float, 0),
+        default=env("HITL_GRACEFUL_SHUTDOWN", "10"),
+        metavar="SECONDS",
+        help="on SIGTERM, in-flight activities get this long to finish before they are "
+        "cancelled and retried elsewhere (env HITL_GRACEFUL_SHUTDOWN)",
+    )
+    p.add_argument(
+        "--sticky-queue-timeout",
+        type=_number(float, 1),
+        default=env("HITL_STICKY_QUEUE_TIMEOUT", f"{DEFAULT_STICKY_QUEUE_TIMEOUT:g}"),
+        metavar="SECONDS",
+        help="how long a run's next task waits for the worker that cached it before another "
+        "worker takes it, e.g. after a crash (env HITL_STICKY_QUEUE_TIMEOUT)",
+    )
+    p.add_argument(
+        "--identity", default=env("HITL_WORKER_IDENTITY"), help="env HITL_WORKER_IDENTITY"
+    )
+    p.add_argument("--log-level", default=env("HITL_LOG_LEVEL", "INFO"), help="env HITL_LOG_LEVEL")
+    args = p.parse_args(argv)
+    if not args.agents:
+        args.agents = [a.strip() for a in env("HITL_AGENTS", "").split(",") if a.strip()]
+    if not args.agents:
+        p.error("no agents to serve: give --agents MODULE[:ATTR] or set HITL_AGENTS")
+    return args
 
 
 async def main(argv: list[str] | None = None) -> int:
@@ -78,32 +146,37 @@ async def main(argv: list[str] | None = None) -> int:
     try:
         agents = [a for ref in args.agents for a in load_agents(ref)]
         registry = AgentRegistry(agents)
+        # connect() also checks the namespace: a worker on a missing one would poll forever.
         client = await connect(profile=args.profile, address=args.address, namespace=args.namespace)
-        await check_namespace(client)
     except UserError as exc:
         print(f"worker: {exc.message}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     options = WorkerOptions(
         task_queue=args.task_queue,
         max_cached_workflows=args.max_cached_workflows,
         max_concurrent_activities=args.max_concurrent_activities,
         max_concurrent_workflow_tasks=args.max_concurrent_workflow_tasks,
         graceful_shutdown=args.graceful_shutdown,
+        activities_only=args.activities_only,
+        sticky_queue_timeout=args.sticky_queue_timeout,
     )
-    options = await detect_features(client, options)
+    if not options.activities_only:
+        options = await detect_features(client, options)
     worker = build_worker(client, registry, options, identity=args.identity)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    role = "activities only" if options.activities_only else "workflows and activities"
     async with worker:
         log.info(
-            "worker ready: task queue %r, namespace %r, agents %s",
+            "worker ready (%s): task queue %r, namespace %r, agents %s",
+            role,
             args.task_queue,
             client.namespace,
             ", ".join(registry.names),
         )
-        print(f"worker ready on task queue {args.task_queue!r}", flush=True)
+        print(f"worker ready on task queue {args.task_queue!r} ({role})", flush=True)
         await stop.wait()
         log.info("shutting down (in-flight activities get %gs)", args.graceful_shutdown)
     return 0

@@ -13,12 +13,14 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.agents import AgentActivities
 from activities.model import ModelActivities
+from activities.sessions import SessionActivities
 from activities.tools import ToolActivities
 from hitl.admin import search_attributes_ready
 from hitl.agent import Agent
 from hitl.registry import AgentRegistry
 from hitl.wire import DEFAULT_TASK_QUEUE
 from workflows.agent_run import AgentRun
+from workflows.session import AgentSession
 
 # Modules the workflow sandbox shares with the worker instead of re-importing per run: our
 # wire models and pure helpers (deterministic), and pydantic (saves ~13 ms CPU per run).
@@ -26,6 +28,9 @@ PASSTHROUGH = ("hitl", "pydantic", "pydantic_core", "annotated_types", "typing_i
 
 DEFAULT_MAX_CACHED_WORKFLOWS = 100
 """Bounded by default: parked runs are evicted and replayed (a few ms) when a decision comes."""
+
+DEFAULT_STICKY_QUEUE_TIMEOUT = 10.0
+"""Temporal's default `sticky_queue_schedule_to_start_timeout`, in seconds."""
 
 
 @dataclass
@@ -38,6 +43,13 @@ class WorkerOptions:
         max_concurrent_activities: Tool and model calls at once.
         max_concurrent_workflow_tasks: Workflow tasks at once.
         graceful_shutdown: Seconds in-flight activities get to finish on shutdown.
+        activities_only: Serve activities only (no `AgentRun` workflows): a tool or model worker
+            for a run whose `RunConfig(tool_task_queue=...)` / `model_task_queue` names this
+            queue.
+        sticky_queue_timeout: Seconds a run's next workflow task waits for the worker that has
+            it cached before any worker may take it (Temporal's default is 10). Lower means a
+            faster takeover after a worker crash, and more cache misses (replays) for a busy
+            worker.
     """
 
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -47,6 +59,8 @@ class WorkerOptions:
     max_concurrent_activities: int | None = None
     max_concurrent_workflow_tasks: int | None = None
     graceful_shutdown: float = 10.0
+    activities_only: bool = False
+    sticky_queue_timeout: float = DEFAULT_STICKY_QUEUE_TIMEOUT
 
 
 async def detect_features(client: Client, options: WorkerOptions) -> WorkerOptions:
@@ -62,11 +76,16 @@ def build_worker(
     *,
     identity: str | None = None,
 ) -> Worker:
-    """A worker for `agents` on `options.task_queue` (not started: use `async with` or `run()`)."""
+    """A worker for `agents` on `options.task_queue` (not started: use `async with` or `run()`).
+
+    Every worker registers all our activities, so any worker can run a run's model calls and
+    tools; `options.activities_only` leaves out the workflow (a tool or model worker).
+    """
     opts = options or WorkerOptions()
     registry = agents if isinstance(agents, AgentRegistry) else AgentRegistry(agents)
     model = ModelActivities(registry)
     tools = ToolActivities(registry)
+    sessions = SessionActivities()
     agent_acts = AgentActivities(registry, search_attributes=opts.search_attributes)
     kwargs: dict[str, Any] = {}
     if identity:
@@ -74,7 +93,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=opts.task_queue,
-        workflows=[AgentRun],
+        workflows=[] if opts.activities_only else [AgentRun, AgentSession],
         activities=[
             agent_acts.resolve_agent,
             agent_acts.handle_run_error,
@@ -82,6 +101,8 @@ def build_worker(
             tools.plan_tools,
             tools.execute_tool,
             tools.rejection_text,
+            sessions.load_session,
+            sessions.save_session,
         ],
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
@@ -90,5 +111,6 @@ def build_worker(
         max_concurrent_activities=opts.max_concurrent_activities,
         max_concurrent_workflow_tasks=opts.max_concurrent_workflow_tasks,
         graceful_shutdown_timeout=timedelta(seconds=opts.graceful_shutdown),
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=opts.sticky_queue_timeout),
         **kwargs,
     )

@@ -17,17 +17,28 @@ from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
+from temporalio.contrib.workflow_streams import WorkflowStream
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+)
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from hitl.wire import (
         ACT_CALL_MODEL,
         ACT_EXECUTE_TOOL,
         ACT_HANDLE_RUN_ERROR,
+        ACT_LOAD_SESSION,
         ACT_PLAN_TOOLS,
         ACT_REJECTION_TEXT,
         ACT_RESOLVE_AGENT,
+        ACT_SAVE_SESSION,
+        EVENTS_TOPIC,
         SA_AGENT,
         SA_PENDING_SINCE,
         SA_PENDING_TOOLS,
@@ -38,16 +49,19 @@ with workflow.unsafe.imports_passed_through():
         CallModelInput,
         CallRecord,
         CarriedState,
+        ChildReport,
         DecideInput,
         DecisionInput,
         DecisionKind,
         DecisionRecord,
         DecisionVia,
         ExecuteToolInput,
+        FromRoot,
         HandleRunErrorInput,
         HandleRunErrorOutput,
         ModelResponse,
         ModelTool,
+        ParentLink,
         Phase,
         PlanCall,
         PlanToolsInput,
@@ -60,19 +74,24 @@ with workflow.unsafe.imports_passed_through():
         ResolvedRun,
         RunContextData,
         RunErrorInfo,
+        RunEvent,
         RunInput,
         RunItem,
         RunOutput,
         RunSnapshot,
         RunStatus,
+        SessionAppend,
+        SessionItems,
+        SessionRef,
         ToolOutput,
+        ToolSpec,
         TranscriptPage,
         TranscriptQuery,
         TranscriptRef,
         Usage,
         WaitInput,
     )
-    from workflows.book import ApprovalBook, parse_payload, refusal
+    from workflows.book import ApprovalBook, ChildView, parse_payload, refusal
     from workflows.items import (
         REJECTION_MESSAGE,
         TOOL_ERROR_PREFIX,
@@ -94,6 +113,9 @@ SA_PENDING_SINCE_KEY = SearchAttributeKey.for_datetime(SA_PENDING_SINCE)
 
 Visible = tuple[str, tuple[str, ...], datetime | None]
 """(status, pending tool names, waiting since): what operators see of a run."""
+
+SIGNAL_CHILD_REPORT = "__hitl_child_report"
+SIGNAL_FROM_ROOT = "__hitl_from_root"
 
 DEFAULT_MAX_TURNS = 10
 MAX_REFUSED_KEPT = 50
@@ -144,6 +166,10 @@ def _failure_from_activity(err: FailureError, what: str) -> RunFailure:
     return RunFailure("RunFailedError", f"{what} failed: {message}")
 
 
+def _preview(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more]"
+
+
 def _error_text(err: ActivityError) -> str:
     cause: BaseException | None = err.cause
     while isinstance(cause, ActivityError) and cause.cause is not None:
@@ -180,6 +206,21 @@ class AgentRun:
         # What operators last saw (search attributes, UI details); nothing is published for a
         # run that only started, so a run that never pauses costs one upsert (at the end).
         self._published: Visible = ("running", (), None)
+        self._session_base = 0
+        self._paused = False
+        self._announced: set[str] = set()
+        self._stream = WorkflowStream(prior_state=inp.carried.stream if inp.carried else None)
+        self._events = self._stream.topic(EVENTS_TOPIC, type=RunEvent)
+        self._seen_from_root = 0
+        # A nested run reports only changes that matter to its parent: nothing while it merely
+        # runs, then whenever its pending approvals, phase or acknowledged decisions change.
+        self._reported: tuple[Any, ...] = ("running", (), 0)
+        if inp.graph is not None:
+            # A nested run: the root's pinned graph, its standing rules, no search attributes
+            # (its approvals are listed and decided on the root run).
+            self._graph = inp.graph
+            self._current = inp.start_agent or inp.graph.root
+            self._book = ApprovalBook(always_rules=inp.always_rules)
         carried = inp.carried
         if carried is not None:
             self._graph = carried.graph
@@ -195,6 +236,8 @@ class AgentRun:
             self._refused = carried.refused
             self._continued_runs = carried.continued_runs
             self._sa = carried.search_attributes
+            self._session_base = carried.session_base
+            self._announced = {f"decided:{d.call_id}" for d in carried.decisions}
 
     # ================================================================= main loop
 
@@ -205,17 +248,25 @@ class AgentRun:
                 resolved = await self._resolve()
                 self._graph, self._sa = resolved.graph, resolved.search_attributes
                 self._current = self._graph.root
+            if inp.carried is None:
                 try:
-                    self._input_items = normalize_input(inp.input)
+                    own = normalize_input(inp.input)
                 except BadInput as exc:
                     raise RunFailure("UserError", str(exc)) from None
-            publisher = asyncio.create_task(self._keep_published())
+                history = await self._load_session() if inp.session else []
+                self._session_base = len(history)
+                self._input_items = [*history, *own]
+            background = [asyncio.create_task(self._keep_published())]
+            if inp.parent is not None:
+                background.append(asyncio.create_task(self._keep_parent_informed()))
             self._output = await self._loop()
-            publisher.cancel()
+            for task in background:
+                task.cancel()
         except RunFailure as failure:
             self._error = failure.info
             self._publish()
-            await workflow.wait_condition(workflow.all_handlers_finished)
+            self._emit("run_failed", text=failure.info.message, data={"type": failure.info.type})
+            await self._finish_handlers()
             raise ApplicationError(
                 failure.info.message,
                 failure.info.details,
@@ -223,8 +274,96 @@ class AgentRun:
                 non_retryable=True,
             ) from None
         self._publish()
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        final = self._output.final_output
+        self._emit("final_output", text=final if isinstance(final, str) else json.dumps(final))
+        if inp.session:
+            await self._save_session()
+        await self._finish_handlers()
         return self._output
+
+    async def _finish_handlers(self) -> None:
+        # Stream subscribers long-poll with updates; release them so the run can close.
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    # ================================================================= sessions
+
+    async def _load_session(self) -> list[dict[str, Any]]:
+        assert self._inp.session is not None
+        try:
+            items: SessionItems = await workflow.execute_local_activity(
+                ACT_LOAD_SESSION,
+                SessionRef(session_id=self._inp.session, task_queue=workflow.info().task_queue),
+                result_type=SessionItems,
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=LOCAL_RETRY,
+            )
+        except ACTIVITY_FAILURES as err:
+            raise _failure_from_activity(err, "loading the session") from None
+        return items.items
+
+    async def _save_session(self) -> None:
+        """Append this run's turn to its session (once, even if the activity is retried)."""
+        assert self._inp.session is not None
+        turn = model_input(self._input_items[self._session_base :], self._new_items)
+        await workflow.execute_activity(
+            ACT_SAVE_SESSION,
+            SessionRef(
+                session_id=self._inp.session,
+                task_queue=workflow.info().task_queue,
+                append=SessionAppend(run_id=workflow.info().workflow_id, items=turn),
+            ),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
+        )
+
+    # ================================================================= events
+
+    def _emit(self, kind: Any, **fields: Any) -> None:
+        """Publish a `RunEvent` on the run's stream (no history event; rebuilt on replay)."""
+        self._events.publish(
+            RunEvent(type=kind, turn=self._turn, agent=self._agent_name(), **fields)
+        )
+
+    def _note_pause(self) -> None:
+        """Emit `paused` / `resumed` when the run starts or stops waiting for people only."""
+        paused = self._phase() == "awaiting_approval"
+        if paused and not self._paused:
+            self._emit("paused", data={"pending": [p.call_id for p in self._book.pending()]})
+        elif self._paused and not paused and self._output is None and self._error is None:
+            self._emit("resumed")
+        self._paused = paused
+
+    def _announce_request(self, call_id: str, tool: str, request: Any) -> None:
+        if call_id in self._announced:
+            return
+        self._announced.add(call_id)
+        self._emit(
+            "approval_requested",
+            call_id=call_id,
+            tool=tool,
+            text=request.title if request is not None else None,
+            data={"message": request.message} if request is not None else {},
+        )
+
+    def _announce_decisions(self) -> None:
+        for rec in self._book.all_decisions():
+            key = f"decided:{rec.call_id}"
+            if key in self._announced:
+                continue
+            self._announced.add(key)
+            self._emit(
+                "approval_decided",
+                call_id=rec.call_id,
+                tool=rec.tool_name,
+                text=rec.kind,
+                data={"source": rec.source, "approver": rec.approver, "message": rec.message},
+            )
+
+    def _agent_name(self) -> str | None:
+        if self._graph is None or self._current not in self._graph.agents:
+            return None
+        return self._graph.agents[self._current].name
 
     async def _loop(self) -> RunOutput:
         max_turns = self._inp.max_turns or self._inp.run_config.max_turns or DEFAULT_MAX_TURNS
@@ -347,6 +486,8 @@ class AgentRun:
             else:
                 rec.state = "awaiting_approval"
                 rec.requested_at = now
+                self._announce_request(rec.call_id, rec.tool_name, rec.request)
+        self._announce_decisions()
 
         if any(r.state == "refused" for r in records) and all(
             r.state == "refused" for r in records if r.call_id != handoff_call
@@ -362,7 +503,9 @@ class AgentRun:
             self._add_item(kind, function_output(rec.call_id, rec.output or ""), agent)
         self._book.end_turn()
         if handoff_target is not None:
+            previous = agent.name
             self._current = handoff_target
+            self._emit("handoff", data={"from": previous, "to": self._agent_name()})
 
     def _refuse(self, rec: CallRecord, message: str) -> None:
         rec.state = "refused"
@@ -385,14 +528,129 @@ class AgentRun:
                     workflow.now(),
                     f"Approval for {rec.tool_name} expired after {timeout:g}s without a decision.",
                 )
+                self._announce_decisions()
         decision = rec.decision
         if decision is not None and decision.kind == "reject":
             rec.output = decision.message or await self._rejection_text(agent, rec)
             rec.state = "rejected"
             return
         rec.state = "running"
-        out = await self._execute(agent, rec, tool.timeout_seconds)
+        self._emit("tool_started", call_id=rec.call_id, tool=rec.tool_name)
+        if tool.kind == "agent":
+            out = await self._run_nested(agent, rec, tool)
+        else:
+            out = await self._execute(agent, rec, tool.timeout_seconds)
         rec.output, rec.is_error, rec.state = out.output, out.is_error, "done"
+
+    async def _run_nested(self, agent: AgentSpec, rec: CallRecord, tool: ToolSpec) -> ToolOutput:
+        """Run an agent tool as a child workflow; its approvals surface and are decided here."""
+        info = workflow.info()
+        link = self._inp.parent
+        try:
+            text = json.loads(rec.arguments or "{}").get("input", "")
+        except (json.JSONDecodeError, AttributeError):
+            text = rec.arguments
+        child_id = f"{info.workflow_id}--{rec.call_id}"
+        view = self._book.add_child(rec.call_id, child_id)
+        child_input = RunInput(
+            agent=self._inp.agent,
+            input=str(text),
+            context=self._inp.context,
+            max_turns=self._inp.max_turns,
+            run_config=self._inp.run_config,
+            parent=ParentLink(
+                workflow_id=info.workflow_id,
+                call_id=rec.call_id,
+                root_workflow_id=link.root_workflow_id if link else info.workflow_id,
+                path=[*self._path(), agent.name, tool.name],
+                call_path=[*(link.call_path if link else []), rec.call_id],
+            ),
+            graph=self._graph,
+            start_agent=tool.agent_id,
+            always_rules=dict(self._book.always_rules),
+        )
+        handle = await workflow.start_child_workflow(
+            WORKFLOW_TYPE,
+            child_input,
+            id=child_id,
+            result_type=RunOutput,
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            execution_timeout=timedelta(seconds=tool.timeout_seconds),
+            static_summary=f"{tool.name} for {agent.name}: {str(text)[:100]}",
+        )
+        forwarder = asyncio.create_task(self._forward_to(view, handle))
+        try:
+            out: RunOutput = await handle
+        except ChildWorkflowError as err:
+            cause: BaseException | None = err.cause
+            message = cause.message if isinstance(cause, FailureError) else str(err)
+            if tool.on_failure == "raise":
+                kind = cause.type if isinstance(cause, ApplicationError) and cause.type else None
+                raise RunFailure(kind or "RunFailedError", message) from None
+            return ToolOutput(output=TOOL_ERROR_PREFIX + message, is_error=True)
+        finally:
+            view.done = True
+            forwarder.cancel()
+        final = out.final_output
+        return ToolOutput(output=final if isinstance(final, str) else json.dumps(final))
+
+    async def _forward_to(self, view: ChildView, handle: ChildWorkflowHandle[Any, Any]) -> None:
+        """Forward decisions and standing rules made here to a nested run, in order."""
+        while True:
+            await workflow.wait_condition(view.has_mail)
+            decisions, view.outbox = view.outbox, []
+            view.rules_dirty = False
+            view.seq += 1
+            await handle.signal(
+                SIGNAL_FROM_ROOT,
+                FromRoot(seq=view.seq, decisions=decisions, rules=dict(self._book.always_rules)),
+            )
+
+    async def _keep_parent_informed(self) -> None:
+        """A nested run reports its pending approvals and phase to its parent."""
+        link = self._inp.parent
+        assert link is not None
+        parent = workflow.get_external_workflow_handle(link.workflow_id)
+        while True:
+            await workflow.wait_condition(lambda: self._report_key() != self._reported)
+            self._reported = self._report_key()
+            await parent.signal(
+                SIGNAL_CHILD_REPORT,
+                ChildReport(
+                    call_id=link.call_id,
+                    phase=self._phase(),
+                    pending=self._book.pending(self._path(), workflow.info().workflow_id),
+                    seen=self._seen_from_root,
+                ),
+            )
+
+    def _report_key(self) -> tuple[Any, ...]:
+        pending = self._book.pending()
+        return (self._phase(), tuple(p.call_id for p in pending), self._seen_from_root)
+
+    @workflow.signal(name=SIGNAL_CHILD_REPORT)
+    def _on_child_report(self, report: ChildReport) -> None:
+        view = self._book.children.get(report.call_id)
+        if view is not None and not view.done:
+            view.report = report
+            for p in view.pending():
+                self._announce_request(f"{view.call_id}/{p.call_id}", p.tool_name, p.request)
+
+    @workflow.signal(name=SIGNAL_FROM_ROOT)
+    def _on_from_root(self, msg: FromRoot) -> None:
+        now = workflow.now()
+        for kind_tool, kind in msg.rules.items():
+            if self._book.always_rules.get(kind_tool) != kind:
+                self._book.add_rule(kind_tool, kind, now)
+        for rec in msg.decisions:
+            problem = self._book.apply_forwarded(rec)
+            if problem is not None:
+                self._record_refused(rec.kind, rec.call_id, "AlreadyDecided", problem)
+        self._seen_from_root = max(self._seen_from_root, msg.seq)
+
+    def _path(self) -> list[str]:
+        """Agents and agent tools from the root to this run (empty for the root)."""
+        return self._inp.parent.path if self._inp.parent else []
 
     async def _execute(self, agent: AgentSpec, rec: CallRecord, timeout: float) -> ToolOutput:
         tool = self._tool(agent, rec)
@@ -424,6 +682,7 @@ class AgentRun:
                     non_retryable_error_types=TOOL_NON_RETRYABLE,
                 ),
                 summary=rec.tool_name,
+                task_queue=self._inp.run_config.tool_task_queue,  # None: the run's own queue
             )
             return out
         except ActivityError as err:
@@ -511,6 +770,7 @@ class AgentRun:
             context=self._context(),
             turn=self._turn,
             max_argument_bytes=cfg.max_tool_argument_bytes,
+            stream=cfg.stream_text_deltas and agent.model.provider != "scripted",
         )
         self._busy += 1
         try:
@@ -537,6 +797,7 @@ class AgentRun:
                     start_to_close_timeout=MODEL_TIMEOUT,
                     retry_policy=MODEL_RETRY,
                     summary=f"{agent.name}: {agent.model.name}",
+                    task_queue=cfg.model_task_queue,  # None: the run's own queue
                 )
         except ACTIVITY_FAILURES as err:
             raise _failure_from_activity(err, "the model call") from None
@@ -620,6 +881,7 @@ class AgentRun:
     async def _continue_as_new(self) -> NoReturn:
         assert self._graph is not None
         self._continuing = True
+        self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(
             RunInput(
@@ -640,7 +902,10 @@ class AgentRun:
                     refused=self._refused,
                     continued_runs=self._continued_runs + 1,
                     search_attributes=self._sa,
+                    session_base=self._session_base,
+                    stream=self._stream.get_state(),
                 ),
+                session=self._inp.session,
             )
         )
 
@@ -648,11 +913,22 @@ class AgentRun:
 
     def _decide(self, kind: DecisionKind, d: DecisionInput, via: DecisionVia) -> DecisionRecord:
         """Validate and record one decision, synchronously (never awaits)."""
-        if self._output is not None or self._error is not None:
-            raise refusal("RunFinished", "the run has finished; it takes no more decisions")
-        return self._book.record(kind, d, now=workflow.now(), via=via)
+        self._check(kind, d)
+        rec = self._book.record(kind, d, now=workflow.now(), via=via)
+        self._announce_decisions()
+        self._note_pause()
+        return rec
 
     def _check(self, kind: DecisionKind, d: DecisionInput) -> None:
+        link = self._inp.parent
+        if link is not None:
+            # No approval path bypasses the root: it sees, validates and records every decision.
+            qualified = "/".join([*link.call_path, d.call_id])
+            raise refusal(
+                "NotRoot",
+                f"this is a nested run; decide on the root run {link.root_workflow_id} "
+                f"(call id '{qualified}')",
+            )
         if self._output is not None or self._error is not None:
             raise refusal("RunFinished", "the run has finished; it takes no more decisions")
         self._book.check(kind, d)
@@ -766,11 +1042,11 @@ class AgentRun:
     # ================================================================= visibility
 
     def _visible(self) -> Visible:
-        awaiting = self._book.awaiting()
+        pending = self._book.pending()
         phase = self._phase()
-        status = "awaiting_approval" if awaiting and phase == "running" else phase
-        since = min((c.requested_at for c in awaiting if c.requested_at), default=None)
-        return (status, tuple(sorted({c.tool_name for c in awaiting})), since)
+        status = "awaiting_approval" if pending and phase == "running" else phase
+        since = min((p.requested_at for p in pending if p.requested_at), default=None)
+        return (status, tuple(sorted({p.tool_name for p in pending})), since)
 
     async def _keep_published(self) -> None:
         """Keep search attributes and the UI's current details in step with the run."""
@@ -784,6 +1060,7 @@ class AgentRun:
             return
         self._published = visible
         status, tools, since = visible
+        self._note_pause()
         if self._sa:
             workflow.upsert_search_attributes(
                 [
@@ -800,7 +1077,7 @@ class AgentRun:
     def _details(self) -> str:
         """Markdown for the Temporal UI: what the run waits for and how to decide it."""
         wid = workflow.info().workflow_id
-        awaiting = self._book.awaiting()
+        awaiting = self._book.pending()
         phase = self._phase()
         if phase == "completed":
             return f"**Completed** after {self._turn} model turns."
@@ -808,11 +1085,19 @@ class AgentRun:
             return f"**Failed** ({self._error.type}): {self._error.message}"
         if not awaiting:
             return f"**Running** (turn {self._turn}, agent {self._current or self._inp.agent})."
+        if self._inp.parent is not None:
+            root = self._inp.parent.root_workflow_id
+            return (
+                f"**Waiting for approval** ({len(awaiting)} call(s)). This is a nested run: "
+                f"its approvals are decided on the root run `{root}`."
+            )
         lines = [f"**Waiting for approval** ({len(awaiting)} call(s)), agent {self._inp.agent}", ""]
         for c in awaiting:
             title = c.request.title if c.request else f"{c.agent_name} wants to run {c.tool_name}"
+            where = " -> ".join([*c.path, c.tool_name])
             lines += [
                 f"### {title}",
+                f"({where})",
                 f"Tool `{c.tool_name}`, call `{c.call_id}`, waiting since {c.requested_at}",
                 "",
             ]
@@ -844,7 +1129,7 @@ class AgentRun:
             return "failed"
         if self._graph is None:
             return "starting"
-        if self._busy == 0 and self._book.awaiting() and not self._book.active():
+        if self._busy == 0 and self._book.has_pending() and not self._book.active():
             return "awaiting_approval"
         return "running"
 
@@ -862,7 +1147,7 @@ class AgentRun:
             current_agent=current.id if current else None,
             current_agent_name=current.name if current else None,
             turn=self._turn,
-            pending=self._book.pending(),
+            pending=self._book.pending(self._path(), info.workflow_id),
             decisions=self._book.all_decisions(),
             refused=self._refused,
             usage=self._usage,
@@ -893,3 +1178,18 @@ class AgentRun:
         self._new_items.append(
             RunItem(type=kind, agent_id=agent.id, agent_name=agent.name, raw_item=raw)
         )
+        if kind == "message_output_item":
+            self._emit("message", text=message_text(raw))
+        elif kind in ("tool_call_item", "handoff_call_item"):
+            self._emit(
+                "tool_called",
+                call_id=raw.get("call_id"),
+                tool=raw.get("name"),
+                data={"arguments": _preview(str(raw.get("arguments", "")))},
+            )
+        elif kind in ("tool_call_output_item", "handoff_output_item"):
+            self._emit(
+                "tool_finished",
+                call_id=raw.get("call_id"),
+                text=_preview(str(raw.get("output", ""))),
+            )

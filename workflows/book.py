@@ -3,10 +3,16 @@
 Pure and deterministic (no Temporal calls besides raising `ApplicationError`), so it can be
 unit-tested without a server and used both by update validators (read-only `check`) and by
 handlers (`record`, which mutates synchronously, before any `await`).
+
+Nested runs (agents used as tools) report their pending approvals to their parent, which shows
+them under qualified call ids (`<agent tool call id>/<nested call id>`, recursively) and
+forwards decisions down. Every decision of the run graph is therefore made, validated and
+recorded at the root.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -15,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 
 from hitl.wire import (
     CallRecord,
+    ChildReport,
     DecisionInput,
     DecisionKind,
     DecisionRecord,
@@ -25,6 +32,8 @@ from hitl.wire import (
 )
 
 M = TypeVar("M", bound=BaseModel)
+SEP = "/"
+"""Separates the levels of a qualified call id (`agent tool call / nested call`)."""
 
 
 def refusal(type_name: str, message: str) -> ApplicationError:
@@ -46,6 +55,44 @@ def parse_payload(model: type[M], value: Any) -> M:
         raise refusal("InvalidDecision", f"invalid decision: {problems}") from None
 
 
+@dataclass
+class ChildView:
+    """What a run knows about one nested run it started (an agent-tool call in flight)."""
+
+    call_id: str
+    workflow_id: str
+    report: ChildReport | None = None
+    seq: int = 0
+    """The last `FromRoot.seq` sent to the nested run."""
+    outbox: list[DecisionRecord] = field(default_factory=list)
+    rules_dirty: bool = False
+    decided: dict[str, DecisionRecord] = field(default_factory=dict)
+    """Decisions forwarded to the nested run, by its (relative) call id."""
+    done: bool = False
+
+    def pending(self) -> list[PendingApproval]:
+        """The nested run's reported pending calls not yet decided here."""
+        if self.done or self.report is None:
+            return []
+        return [p for p in self.report.pending if p.call_id not in self.decided]
+
+    def waiting_for_person(self) -> bool:
+        """True when the nested run is blocked on a person and knows every decision sent."""
+        return (
+            not self.done
+            and self.report is not None
+            and self.report.phase == "awaiting_approval"
+            and self.report.seen == self.seq
+            and not self.outbox
+            and not self.rules_dirty
+            and bool(self.pending())
+        )
+
+    def has_mail(self) -> bool:
+        """True when decisions or rules wait to be forwarded."""
+        return not self.done and (bool(self.outbox) or self.rules_dirty)
+
+
 class ApprovalBook:
     """Calls of the current turn plus every decision and standing rule of the run."""
 
@@ -58,7 +105,8 @@ class ApprovalBook:
         self.calls: dict[str, CallRecord] = {}
         self.always_rules: dict[str, DecisionKind] = dict(always_rules or {})
         self.decisions: dict[str, DecisionRecord] = {d.call_id: d for d in decisions or []}
-        self.past_calls: set[str] = set(self.decisions)
+        self.past_calls: set[str] = {d.call_id for d in decisions or [] if SEP not in d.call_id}
+        self.children: dict[str, ChildView] = {}
 
     # ----------------------------------------------------------------- turn lifecycle
 
@@ -68,27 +116,55 @@ class ApprovalBook:
         self.calls = {r.call_id: r for r in records}
 
     def end_turn(self) -> None:
-        """Close the turn: its calls become past calls."""
+        """Close the turn: its calls become past calls, its nested runs are over."""
         self.past_calls.update(self.calls)
         self.calls = {}
+        self.children = {}
 
     def known(self, call_id: str) -> bool:
         """True when the run has seen this call id."""
         return call_id in self.calls or call_id in self.past_calls
 
+    def add_child(self, call_id: str, workflow_id: str) -> ChildView:
+        """Track the nested run started for agent-tool call `call_id`."""
+        view = ChildView(call_id=call_id, workflow_id=workflow_id)
+        self.children[call_id] = view
+        return view
+
     # ----------------------------------------------------------------- views
 
     def awaiting(self) -> list[CallRecord]:
-        """Calls waiting for a person, in call order."""
+        """This run's own calls waiting for a person, in call order."""
         return [c for c in self.calls.values() if c.state == "awaiting_approval"]
 
-    def active(self) -> bool:
-        """True while a call of this turn can still progress without a person."""
-        return any(c.output is None and c.state != "awaiting_approval" for c in self.calls.values())
+    def nested_pending(self) -> list[PendingApproval]:
+        """Pending calls of nested runs, under qualified call ids."""
+        out = []
+        for view in self.children.values():
+            for p in view.pending():
+                out.append(p.model_copy(update={"call_id": f"{view.call_id}{SEP}{p.call_id}"}))
+        return out
 
-    def pending(self) -> list[PendingApproval]:
-        """The interruptions: calls waiting for a person."""
-        return [
+    def has_pending(self) -> bool:
+        """True when any call of this run or a nested run waits for a person."""
+        return bool(self.awaiting()) or any(v.pending() for v in self.children.values())
+
+    def active(self) -> bool:
+        """True while some call can progress without a person."""
+        for c in self.calls.values():
+            if c.output is not None or c.state == "awaiting_approval":
+                continue
+            view = self.children.get(c.call_id)
+            if view is not None and c.state == "running" and view.waiting_for_person():
+                continue
+            return True
+        return False
+
+    def pending(
+        self, path: list[str] | None = None, workflow_id: str | None = None
+    ) -> list[PendingApproval]:
+        """The interruptions: own calls waiting for a person, then nested ones."""
+        own = [
             PendingApproval(
                 call_id=c.call_id,
                 tool_name=c.tool_name,
@@ -98,9 +174,12 @@ class ApprovalBook:
                 turn=c.turn,
                 requested_at=c.requested_at,
                 request=c.request,
+                path=[*(path or []), c.agent_name],
+                workflow_id=workflow_id,
             )
             for c in self.awaiting()
         ]
+        return own + self.nested_pending()
 
     # ----------------------------------------------------------------- decisions
 
@@ -121,6 +200,9 @@ class ApprovalBook:
             raise refusal(
                 "AlreadyDecided", f"call '{d.call_id}' already decided: {prior.kind} by {who}"
             )
+        if SEP in d.call_id:
+            self._nested_target(d.call_id)
+            return None
         call = self.calls.get(d.call_id)
         if call is None:
             if d.call_id in self.past_calls:
@@ -131,6 +213,13 @@ class ApprovalBook:
                 "NotPending", f"call '{d.call_id}' is not awaiting approval (it is {call.state})"
             )
         return None
+
+    def _nested_target(self, call_id: str) -> tuple[ChildView, str]:
+        head, rest = call_id.split(SEP, 1)
+        view = self.children.get(head)
+        if view is None or not any(p.call_id == rest for p in view.pending()):
+            raise refusal("UnknownCall", f"unknown call id '{call_id}'")
+        return view, rest
 
     def record(
         self,
@@ -145,10 +234,46 @@ class ApprovalBook:
         existing = self.check(kind, d)
         if existing is not None:
             return existing
-        call = self.calls[d.call_id]
-        rec = DecisionRecord(
-            call_id=d.call_id,
-            tool_name=call.tool_name,
+        if SEP in d.call_id:
+            view, rest = self._nested_target(d.call_id)
+            tool = next(p.tool_name for p in view.pending() if p.call_id == rest)
+            rec = self._new_record(d.call_id, tool, kind, d, now, source, via)
+            self.decisions[d.call_id] = rec
+            forwarded = rec.model_copy(update={"call_id": rest})
+            view.decided[rest] = forwarded
+            view.outbox.append(forwarded)
+        else:
+            call = self.calls[d.call_id]
+            rec = self._new_record(d.call_id, call.tool_name, kind, d, now, source, via)
+            self._apply(call, rec)
+        if d.always:
+            self.add_rule(rec.tool_name, kind, now)
+        return rec
+
+    def add_rule(self, tool_name: str, kind: DecisionKind, now: datetime) -> None:
+        """A standing always-approve / always-reject rule for a tool, everywhere in the run."""
+        self.always_rules[tool_name] = kind
+        # The rule also decides this turn's other waiting calls of the same tool...
+        for other in self.awaiting():
+            if other.tool_name == tool_name:
+                self._apply(other, self._rule_record(other, kind, now))
+        # ...and travels to every nested run in flight.
+        for view in self.children.values():
+            view.rules_dirty = True
+
+    def _new_record(
+        self,
+        call_id: str,
+        tool_name: str,
+        kind: DecisionKind,
+        d: DecisionInput,
+        now: datetime,
+        source: DecisionSource,
+        via: DecisionVia,
+    ) -> DecisionRecord:
+        return DecisionRecord(
+            call_id=call_id,
+            tool_name=tool_name,
             kind=kind,
             always=d.always,
             message=d.message if kind == "reject" else None,
@@ -158,14 +283,29 @@ class ApprovalBook:
             via=via,
             decided_at=now,
         )
-        self._apply(call, rec)
-        if d.always:
-            self.always_rules[call.tool_name] = kind
-            # The standing rule also decides this turn's other waiting calls of the same tool.
-            for other in self.awaiting():
-                if other.tool_name == call.tool_name:
-                    self._apply(other, self._rule_record(other, kind, now))
-        return rec
+
+    def apply_forwarded(self, rec: DecisionRecord) -> str | None:
+        """Apply a decision made at the root (in a nested run); the reason if it cannot."""
+        if SEP in rec.call_id:
+            try:
+                view, rest = self._nested_target(rec.call_id)
+            except ApplicationError as err:
+                return err.message
+            if rec.call_id in self.decisions:
+                return None
+            self.decisions[rec.call_id] = rec
+            forwarded = rec.model_copy(update={"call_id": rest})
+            view.decided[rest] = forwarded
+            view.outbox.append(forwarded)
+            return None
+        call = self.calls.get(rec.call_id)
+        prior = self.decisions.get(rec.call_id)
+        if prior is not None:
+            return None if prior.kind == rec.kind else f"already decided: {prior.kind}"
+        if call is None or call.state != "awaiting_approval":
+            return f"call '{rec.call_id}' is not awaiting approval"
+        self._apply(call, rec.model_copy(update={"via": "root"}))
+        return None
 
     def apply_rule(self, call: CallRecord, now: datetime) -> bool:
         """Decide `call` by a standing always-approve/always-reject rule, if one exists."""

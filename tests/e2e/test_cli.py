@@ -240,3 +240,40 @@ def test_usage_errors_exit_2(dev_server: DevServer) -> None:
 def test_show_unknown_run_exits_1(dev_server: DevServer) -> None:
     out = hitl(dev_server.address, "show", "no-such-run-xyz")
     assert out.returncode == 1 and "no run 'no-such-run-xyz'" in out.stderr
+
+
+async def test_watch_follows_a_run_through_its_pause(
+    cli_stack: tuple[str, str, Path], dev_client: Client
+) -> None:
+    import asyncio
+
+    address, tq, _ = cli_stack
+    wid = f"{tq}-watched"
+    start(address, tq, "Support agent", "cancel order 12", wid)
+    watcher = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "hitl.cli",
+        "--address",
+        address,
+        "watch",
+        wid,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert watcher.stdout is not None
+    lines: list[str] = []
+    while not any("WAITING FOR APPROVAL cancel_order" in line for line in lines):
+        line = (await asyncio.wait_for(watcher.stdout.readline(), 30)).decode()
+        assert line, "watch ended before the pause"
+        lines.append(line)
+    status = json.loads(hitl(address, "show", wid, "--json").stdout)["status"]
+    ok = hitl(address, "approve", wid, status["pending"][0]["call_id"], "--as", "erin")
+    assert ok.returncode == 0, ok.stderr
+    rest, _ = await asyncio.wait_for(watcher.communicate(), 30)
+    lines += rest.decode().splitlines()
+    assert watcher.returncode == 0
+    text = "\n".join(lines)
+    assert "approve cancel_order" in text and "by erin" in text
+    assert lines[-1].endswith("final output: cancel_order: Cancelled order 12")

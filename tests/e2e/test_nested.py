@@ -1,0 +1,372 @@
+"""Agents as tools: nested runs as child workflows, approvals decided at the root.
+
+These run on the real dev server: the Java time-skipping server stalls child workflows whose
+workflow tasks run local activities when the worker caches nothing (10 s task timeouts), which
+the real server does not do, and nothing here needs time skipping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+
+from hitl import (
+    Agent,
+    ModelReply,
+    ModelRequest,
+    Runner,
+    RunState,
+    ScriptedModel,
+    ToolContext,
+    function_tool,
+)
+from hitl.wire import DecisionInput, RunOutput, RunStatus
+from tests.helpers import ROOT, Ledger, activity_count, serving
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    monkeypatch.setenv("HITL_TEST_LEDGER", str(tmp_path / "ledger.db"))
+    return Ledger(tmp_path / "ledger.db")
+
+
+def _record(ctx: ToolContext[object], tool: str) -> None:
+    path = os.environ.get("HITL_TEST_LEDGER")
+    if path:
+        Ledger(Path(path)).record(ctx.idempotency_key, tool, ctx.tool_arguments)
+
+
+@function_tool(needs_approval=True)
+def fetch(ctx: ToolContext[object], url: str) -> str:
+    """Fetch a page (needs approval).
+
+    Args:
+        url: The page.
+    """
+    _record(ctx, "fetch")
+    return f"content of {url}"
+
+
+@function_tool
+def note(ctx: ToolContext[object], text: str) -> str:
+    """Take a note (no approval).
+
+    Args:
+        text: The note.
+    """
+    _record(ctx, "note")
+    return f"noted {text}"
+
+
+def researcher_script(req: ModelRequest) -> ModelReply:
+    tool = "fetch" if "fetch" in req.tool_names() else "note"
+    done = req.results_for(tool)
+    if not done:
+        arg = {"url": req.last_user_text()} if tool == "fetch" else {"text": req.last_user_text()}
+        return ModelReply.call(tool, arg)
+    return ModelReply.say(f"summary: {done[0].output}")
+
+
+researcher = Agent(
+    name="Researcher",
+    instructions="Research what you are asked.",
+    tools=[fetch],
+    model=ScriptedModel(researcher_script, "tests.nested.researcher"),
+)
+note_taker = Agent(
+    name="Note taker",
+    tools=[note],
+    model=ScriptedModel(researcher_script, "tests.nested.notes"),
+)
+
+
+def orchestrator_script(req: ModelRequest) -> ModelReply:
+    """Call the single agent tool once per URL in the message (one per turn), then report."""
+    tool = next(t for t in req.tool_names())
+    urls = req.last_user_text().split()
+    done = req.results_for(tool)
+    if len(done) < len(urls):
+        return ModelReply.call(tool, {"input": urls[len(done)]})
+    return ModelReply.say(" | ".join(r.output or "" for r in done))
+
+
+def orchestrator(name: str, tool: object) -> Agent[None]:
+    return Agent(
+        name=name,
+        tools=[tool],  # type: ignore[list-item]
+        model=ScriptedModel(orchestrator_script, f"tests.nested.{name}"),
+    )
+
+
+# nested tool needs approval; the agent tool itself does not
+desk = orchestrator("Desk", researcher.as_tool(tool_name="research"))
+# the agent tool needs approval; its tools do not
+gated = orchestrator("Gated", note_taker.as_tool(tool_name="take_notes", needs_approval=True))
+# both levels
+double = orchestrator("Double", researcher.as_tool(tool_name="research", needs_approval=True))
+
+
+def child_events(hist: object, kind: int) -> int:
+    return sum(1 for e in hist.events if e.event_type == kind)  # type: ignore[attr-defined]
+
+
+async def test_approval_to_start_an_agent_tool(
+    dev_client: Client, cache_size: int, ledger: Ledger
+) -> None:
+    client = dev_client
+    async with serving(client, gated, cache=cache_size) as tq:
+        result = await Runner.run(gated, "a b", client=client, task_queue=tq, serve=False)
+        [item] = result.interruptions
+        assert (item.name, item.arguments) == ("take_notes", '{"input": "a"}')
+        hist = await client.get_workflow_handle(result.workflow_id).fetch_history()
+        started = EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+        assert child_events(hist, started) == 0, "nothing starts before the decision"
+
+        state = result.to_state()
+        state.approve(item)
+        result = await Runner.run(gated, state, client=client, task_queue=tq, serve=False)
+        [second] = result.interruptions
+        state = result.to_state()
+        state.reject(second, message="Enough notes.")
+        result = await Runner.run(gated, state, client=client, task_queue=tq, serve=False)
+    assert result.final_output == "summary: noted a | Enough notes."
+    assert [r[2] for r in ledger.rows()] == ['{"text": "a"}']
+    hist = await client.get_workflow_handle(result.workflow_id).fetch_history()
+    assert child_events(hist, started) == 1, "the rejected agent tool never started a child"
+
+
+async def test_nested_tool_approval_is_decided_at_the_root(
+    dev_client: Client, cache_size: int, ledger: Ledger
+) -> None:
+    client = dev_client
+    async with serving(client, desk, cache=cache_size) as tq:
+        result = await Runner.run(desk, "x.org", client=client, task_queue=tq, serve=False)
+        [item] = result.interruptions
+        research_call, nested_call = item.call_id.split("/")
+        assert item.name == "fetch" and item.agent is researcher
+        root_status = await client.get_workflow_handle(result.workflow_id).query(
+            "status", result_type=RunStatus
+        )
+        [pending] = root_status.pending
+        assert pending.path == ["Desk", "research", "Researcher"]
+        child_id = f"{result.workflow_id}--{research_call}"
+        assert pending.workflow_id == child_id
+        assert root_status.phase == "awaiting_approval"
+
+        # No approval path bypasses the root: the nested run refuses direct decisions.
+        child = client.get_workflow_handle(child_id)
+        with pytest.raises(WorkflowUpdateFailedError) as err:
+            await child.execute_update("approve", DecisionInput(call_id=nested_call))
+        assert err.value.cause.type == "NotRoot"  # type: ignore[union-attr]
+        assert f"decide on the root run {result.workflow_id}" in str(err.value.cause)
+        assert ledger.count() == 0
+
+        state = result.to_state()
+        state.approve(item, approver="ann")
+        result = await Runner.run(desk, state, client=client, task_queue=tq, serve=False)
+    assert result.final_output == "summary: content of x.org"
+    assert [(d.call_id, d.approver, d.source) for d in result.decisions] == [
+        (item.call_id, "ann", "person")
+    ]
+    child_out = await client.get_workflow_handle(child_id, result_type=RunOutput).result()
+    assert [(d.call_id, d.via) for d in child_out.decisions] == [(nested_call, "root")]
+    assert ledger.count("fetch") == 1
+
+
+async def test_both_levels_in_one_run_and_reject_reaches_the_child(
+    dev_client: Client, cache_size: int, ledger: Ledger
+) -> None:
+    client = dev_client
+    async with serving(client, double, cache=cache_size) as tq:
+        result = await Runner.run(double, "y.org", client=client, task_queue=tq, serve=False)
+        [start] = result.interruptions
+        assert start.name == "research"
+        state = result.to_state()
+        state.approve(start)
+        result = await Runner.run(double, state, client=client, task_queue=tq, serve=False)
+        [inner] = result.interruptions
+        assert inner.name == "fetch" and inner.call_id.startswith(f"{start.call_id}/")
+        state = await RunState.from_string(double, result.to_state().to_string())
+        state.reject(inner, message="Not that site.")
+        result = await Runner.run(double, state, client=client, task_queue=tq, serve=False)
+    assert result.final_output == "summary: Not that site."
+    assert ledger.count() == 0
+    child_id = f"{result.workflow_id}--{start.call_id}"
+    child_hist = await client.get_workflow_handle(child_id).fetch_history()
+    assert activity_count(child_hist, "execute_tool") == 0, "the rejected nested tool never ran"
+
+
+async def test_always_approve_at_the_root_covers_nested_runs(
+    dev_client: Client, cache_size: int, ledger: Ledger
+) -> None:
+    client = dev_client
+    async with serving(client, desk, cache=cache_size) as tq:
+        result = await Runner.run(
+            desk, "a.org b.org c.org", client=client, task_queue=tq, serve=False
+        )
+        [first] = result.interruptions
+        state = result.to_state()
+        state.approve(first, always_approve=True)
+        result = await Runner.run(desk, state, client=client, task_queue=tq, serve=False)
+    assert result.interruptions == []
+    assert result.final_output == (
+        "summary: content of a.org | summary: content of b.org | summary: content of c.org"
+    )
+    assert ledger.count("fetch") == 3
+
+
+# ----------------------------------------------------------------------------- same names
+
+
+@function_tool(needs_approval=True)
+def sign(ctx: ToolContext[object], doc: str) -> str:
+    """Sign a document.
+
+    Args:
+        doc: The document.
+    """
+    _record(ctx, "sign")
+    return f"signed {doc}"
+
+
+helper_one = Agent(name="Helper", tools=[note], model=ScriptedModel(researcher_script, "t.h1"))
+
+
+def signer_script(req: ModelRequest) -> ModelReply:
+    if not req.results_for("sign"):
+        return ModelReply.call("sign", {"doc": req.last_user_text()})
+    return ModelReply.say(req.results_for("sign")[0].output or "")
+
+
+helper_two = Agent(name="Helper", tools=[sign], model=ScriptedModel(signer_script, "t.h2"))
+
+
+def pick_second(req: ModelRequest) -> ModelReply:
+    if not req.tool_results():
+        return ModelReply.call("helper_b", {"input": "contract"})
+    return ModelReply.say(req.tool_results()[0].output or "")
+
+
+twins = Agent(
+    name="Twins",
+    tools=[helper_one.as_tool(tool_name="helper_a"), helper_two.as_tool(tool_name="helper_b")],
+    model=ScriptedModel(pick_second, "t.twins"),
+)
+
+
+async def test_agents_sharing_a_name_resolve_by_stable_identity(
+    dev_client: Client, ledger: Ledger
+) -> None:
+    client = dev_client
+    async with serving(client, twins) as tq:
+        result = await Runner.run(twins, "go", client=client, task_queue=tq, serve=False)
+        [item] = result.interruptions
+        assert item.agent_id == "Helper~2" and item.agent is helper_two
+        loaded = await RunState.from_string(twins, result.to_state().to_string())
+        assert loaded.interruptions[0].agent is helper_two
+        loaded.approve(loaded.interruptions[0])
+        result = await Runner.run(twins, loaded, client=client, task_queue=tq, serve=False)
+    assert result.final_output == "signed contract"
+
+
+async def test_resume_nested_approval_from_another_process(
+    dev_client: Client, tmp_path: Path, ledger: Ledger
+) -> None:
+    client = dev_client
+    async with serving(client, desk) as tq:
+        result = await Runner.run(desk, "z.org", client=client, task_queue=tq, serve=False)
+        saved = tmp_path / "state.json"
+        saved.write_text(result.to_state().to_string())
+        address = client.service_client.config.target_host
+        script = (
+            "import asyncio, pathlib\n"
+            "from hitl import Runner, RunState, connect\n"
+            "from tests.e2e.test_nested import desk\n"
+            "async def main():\n"
+            f"    client = await connect(address={address!r})\n"
+            f"    text = pathlib.Path({str(saved)!r}).read_text()\n"
+            "    state = await RunState.from_string(desk, text)\n"
+            "    for item in state.interruptions:\n"
+            "        state.approve(item, approver='other-process')\n"
+            f"    result = await Runner.run(desk, state, client=client, task_queue={tq!r},\n"
+            "                              serve=False)\n"
+            "    print(result.final_output)\n"
+            "asyncio.run(main())\n"
+        )
+        # The worker lives in this process's event loop, so wait for the other process
+        # without blocking it.
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            script,
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, stderr.decode()
+    assert stdout.decode().strip().endswith("summary: content of z.org")
+    final = await client.get_workflow_handle(result.workflow_id, result_type=RunOutput).result()
+    assert [d.approver for d in final.decisions] == ["other-process"]
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+def broken_script(req: ModelRequest) -> ModelReply:
+    return ModelReply.call("does_not_exist")
+
+
+broken = Agent(name="Broken", model=ScriptedModel(broken_script, "t.broken"))
+
+
+def ask_broken(req: ModelRequest) -> ModelReply:
+    if not req.tool_results():
+        return ModelReply.call(req.tool_names()[0], {"input": "help"})
+    return ModelReply.say(req.tool_results()[0].output or "")
+
+
+soft = Agent(
+    name="Soft", tools=[broken.as_tool(tool_name="ask")], model=ScriptedModel(ask_broken, "t.soft")
+)
+hard = Agent(
+    name="Hard",
+    tools=[broken.as_tool(tool_name="ask", on_failure="raise")],
+    model=ScriptedModel(ask_broken, "t.hard"),
+)
+
+
+async def test_a_failed_nested_run_is_a_tool_error_or_a_failure(
+    dev_client: Client,
+) -> None:
+    client = dev_client
+    async with serving(client, soft, hard) as tq:
+        result = await Runner.run(soft, "go", client=client, task_queue=tq, serve=False)
+        assert result.final_output.startswith(
+            "An error occurred while running the tool. Please try again. Error:"
+        )
+        assert "3 unusable turns in a row" in result.final_output
+        from hitl import ModelBehaviorError
+
+        with pytest.raises(ModelBehaviorError, match="unusable turns"):
+            await Runner.run(hard, "go", client=client, task_queue=tq, serve=False)
+
+
+async def test_cancelling_the_root_cancels_its_children(dev_client: Client) -> None:
+    client = dev_client
+    async with serving(client, desk) as tq:
+        result = await Runner.run(desk, "w.org", client=client, task_queue=tq, serve=False)
+        call = result.interruptions[0].call_id.split("/")[0]
+        child = client.get_workflow_handle(f"{result.workflow_id}--{call}")
+        await client.get_workflow_handle(result.workflow_id).cancel()
+        with pytest.raises(WorkflowFailureError):
+            await client.get_workflow_handle(result.workflow_id).result()
+        with pytest.raises(WorkflowFailureError) as err:
+            await child.result()
+    assert "cancel" in str(err.value.cause).lower()
