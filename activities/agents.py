@@ -38,9 +38,15 @@ class AgentActivities:
 
     RECHECK_SECONDS = 60.0
 
-    def __init__(self, registry: AgentRegistry, search_attributes: bool | None = None) -> None:
+    def __init__(
+        self,
+        registry: AgentRegistry,
+        search_attributes: bool | None = None,
+        tracing: bool = False,
+    ) -> None:
         self.registry = registry
         self.search_attributes = search_attributes
+        self.tracing = tracing
         self._checked: tuple[float, bool] | None = None
 
     async def _search_attributes_ready(self) -> bool:
@@ -84,7 +90,11 @@ class AgentActivities:
                 )
         except UserError as exc:
             raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
-        return ResolvedRun(graph=graph, search_attributes=await self._search_attributes_ready())
+        return ResolvedRun(
+            graph=graph,
+            search_attributes=await self._search_attributes_ready(),
+            tracing=self.tracing,
+        )
 
     @activity.defn(name=ACT_HANDLE_RUN_ERROR)
     async def handle_run_error(self, inp: HandleRunErrorInput) -> HandleRunErrorOutput:

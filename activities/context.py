@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -15,6 +16,8 @@ def rebuild_context(data: RunContextData | None) -> Any:
     """The context object user code sees: its JSON value, rebuilt as its type when one is known."""
     if data is None:
         return None
+    if data.deserializer is not None:
+        return resolve_ref(data.deserializer)(data.value)
     if data.type is None:
         return data.value
     cls: Any = resolve_ref(data.type)
@@ -22,3 +25,16 @@ def rebuild_context(data: RunContextData | None) -> Any:
         return TypeAdapter(cls).validate_python(data.value)
     except ValidationError as exc:
         raise UserError(f"the run context does not validate as {data.type}: {exc}") from exc
+
+
+def context_value(obj: Any, data: RunContextData | None) -> Any:
+    """The JSON form of a (possibly changed) context object, as the workflow stores it.
+
+    Raises `TypeError` when the object cannot be turned back into JSON here (a context with a
+    custom serializer only the client knows).
+    """
+    if data is not None and data.deserializer is not None:
+        raise TypeError("contexts with a custom serializer are read-only in tools")
+    if data is not None and data.type is not None:
+        return TypeAdapter(type(obj)).dump_python(obj, mode="json")
+    return json.loads(json.dumps(obj))

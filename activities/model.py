@@ -17,6 +17,7 @@ from hitl.agent import Agent, output_is_wrapped
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
 from hitl.model import ModelRequest, ScriptedModel
+from hitl.refs import resolve_ref
 from hitl.registry import AgentRegistry
 from hitl.wire import (
     ACT_CALL_MODEL,
@@ -57,6 +58,10 @@ class ModelActivities:
                     non_retryable=True,
                 )
             transcript = await _fetch_transcript(inp.transcript_ref)
+        if inp.input_filter:
+            instructions, transcript = await _apply_input_filter(
+                inp.input_filter, agent, context, instructions, transcript
+            )
 
         if inp.model.provider == "scripted":
             try:
@@ -164,6 +169,37 @@ def _cap_output(output: list[dict[str, Any]], max_argument_bytes: int) -> list[d
             non_retryable=True,
         )
     return capped
+
+
+async def _apply_input_filter(
+    ref: str,
+    agent: Agent[Any],
+    context: Any,
+    instructions: str | None,
+    transcript: list[dict[str, Any]],
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """Run the run's `call_model_input_filter` on what the model is about to receive."""
+    from hitl.run_config import CallModelData, ModelInputData
+
+    try:
+        fn = resolve_ref(ref)
+    except UserError as exc:
+        raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+    data = CallModelData(
+        model_data=ModelInputData(input=list(transcript), instructions=instructions),
+        agent=agent,
+        context=context,
+    )
+    result = fn(data)
+    if inspect.isawaitable(result):
+        result = await result
+    if not isinstance(result, ModelInputData):
+        raise ApplicationError(
+            "call_model_input_filter must return ModelInputData",
+            type="UserError",
+            non_retryable=True,
+        )
+    return result.instructions, list(result.input)
 
 
 async def _fetch_transcript(ref: TranscriptRef) -> list[dict[str, Any]]:

@@ -16,11 +16,12 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.context import rebuild_context
+from activities.context import context_value, rebuild_context
 from hitl.agent import Agent
 from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied, UserAction
 from hitl.context import RunContextWrapper, ToolContext
 from hitl.errors import UserError
+from hitl.guardrails import ToolGuardrailFunctionOutput, ToolInputGuardrailData
 from hitl.refs import resolve_ref
 from hitl.registry import AgentRegistry
 from hitl.run_config import ToolErrorFormatterArgs
@@ -38,6 +39,8 @@ from hitl.wire import (
     PolicyDecision,
     RejectionTextInput,
     RejectionTextOutput,
+    RunContextData,
+    RunErrorInfo,
     ToolOutput,
 )
 
@@ -105,7 +108,9 @@ class ToolActivities:
             raise _user_error(exc) from None
         ctx = RunContextWrapper(context=context, workflow_id=inp.workflow_id, agent_name=agent.name)
         plans = [
-            await self._plan_one(agent, call, ctx, run_approver, inp.skip_policy)
+            await self._plan_one(
+                agent, call, ctx, run_approver, inp.skip_policy, inp.pre_approval_guardrails
+            )
             for call in inp.calls
         ]
         return PlanToolsOutput(plans=plans)
@@ -117,6 +122,7 @@ class ToolActivities:
         ctx: RunContextWrapper[Any],
         run_approver: Any,
         skip_policy: list[str],
+        pre_approval_guardrails: bool = False,
     ) -> CallPlan:
         tool = next((t for t in agent.tools if t.name == call.tool_name), None)
         if tool is None:
@@ -137,6 +143,30 @@ class ToolActivities:
             notes.append(f"the approval predicate failed ({exc!r}), so a person must decide")
         if not needs:
             return CallPlan(call_id=call.call_id, needs_approval=False)
+        if pre_approval_guardrails and tool.tool_input_guardrails:
+            data = ToolInputGuardrailData(
+                context=ToolContext(
+                    context=ctx.context,
+                    workflow_id=ctx.workflow_id,
+                    agent_name=agent.name,
+                    tool_name=tool.name,
+                    tool_call_id=call.call_id,
+                    tool_arguments=call.arguments,
+                    idempotency_key=f"{ctx.workflow_id}:{call.call_id}",
+                ),
+                agent=agent,
+                tool_name=tool.name,
+                call_id=call.call_id,
+                arguments=call.arguments,
+                params=params,
+                stage="pre_approval",
+            )
+            verdict = await _check_guardrails(tool, data)
+            if verdict is not None:
+                name, result = verdict
+                if result.behavior == "reject_content":
+                    return CallPlan(call_id=call.call_id, refusal=result.message or "")
+                return CallPlan(call_id=call.call_id, tripwire=_tripwire(tool, name, result))
 
         try:
             request = await tool.render_request(ctx, params) or default_request(agent, tool, params)
@@ -186,6 +216,26 @@ class ToolActivities:
             )
         info = activity.info()
         ctx = self._tool_context(inp.root_agent, inp.agent_id, inp, info.attempt)
+        if tool.tool_input_guardrails:
+            agent = self.registry.agent(inp.root_agent, inp.agent_id)
+            check = ToolInputGuardrailData(
+                context=ctx,
+                agent=agent,
+                tool_name=tool.name,
+                call_id=inp.call_id,
+                arguments=inp.arguments,
+                params=_params_or_empty(tool, inp.arguments),
+            )
+            verdict = await _check_guardrails(tool, check)
+            if verdict is not None:
+                name, result = verdict
+                if result.behavior == "reject_content":
+                    return ToolOutput(output=result.message or "", guardrail=name)
+                trip = _tripwire(tool, name, result)
+                raise ApplicationError(
+                    trip.message, trip.details, type=trip.type, non_retryable=True
+                )
+        before = _context_snapshot(ctx.context, inp.context)
         timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else None
         async with _heartbeating(timeout):
             try:
@@ -194,13 +244,22 @@ class ToolActivities:
                 raise ApplicationError(
                     str(exc), type="ToolArgumentsInvalid", non_retryable=True
                 ) from None
+        after = _context_snapshot(ctx.context, inp.context)
+        changed = (
+            RunContextData(
+                value=after,
+                type=inp.context.type if inp.context else None,
+            )
+            if after is not _UNKNOWN and after != before
+            else None
+        )
         text = tool_output_text(result)
-        data = text.encode("utf-8")
-        if len(data) > inp.max_output_bytes:
-            cut = data[: inp.max_output_bytes].decode("utf-8", "ignore")
-            note = f"\n[output truncated: {len(data)} bytes, limit {inp.max_output_bytes}]"
-            return ToolOutput(output=cut + note, truncated=True)
-        return ToolOutput(output=text)
+        encoded = text.encode("utf-8")
+        if len(encoded) > inp.max_output_bytes:
+            cut = encoded[: inp.max_output_bytes].decode("utf-8", "ignore")
+            note = f"\n[output truncated: {len(encoded)} bytes, limit {inp.max_output_bytes}]"
+            return ToolOutput(output=cut + note, truncated=True, context=changed)
+        return ToolOutput(output=text, context=changed)
 
     @activity.defn(name=ACT_REJECTION_TEXT)
     async def rejection_text(self, inp: RejectionTextInput) -> RejectionTextOutput:
@@ -273,6 +332,48 @@ async def _consult(
             kind="reject", message=result.message, reason=result.reason, approver=name
         )
     raise TypeError(f"expected ToolApproved, ToolDenied or None, got {type(result).__name__}")
+
+
+_UNKNOWN: Any = object()
+
+
+def _context_snapshot(obj: Any, data: RunContextData | None) -> Any:
+    """The context's JSON form, to notice a tool changing it (`_UNKNOWN` when it cannot)."""
+    if obj is None:
+        return None
+    try:
+        return context_value(obj, data)
+    except (TypeError, ValueError):
+        return _UNKNOWN
+
+
+def _params_or_empty(tool: FunctionTool, arguments: str) -> dict[str, Any]:
+    try:
+        return tool.parse_arguments(arguments)
+    except ToolArgumentsError:
+        return {}
+
+
+async def _check_guardrails(
+    tool: FunctionTool, data: ToolInputGuardrailData
+) -> tuple[str, ToolGuardrailFunctionOutput] | None:
+    """The first guardrail that does not allow the call, with its verdict."""
+    for guardrail in tool.tool_input_guardrails:
+        result = await guardrail.run(data)
+        if result.behavior != "allow":
+            return guardrail.get_name(), result
+    return None
+
+
+def _tripwire(tool: FunctionTool, name: str, result: ToolGuardrailFunctionOutput) -> RunErrorInfo:
+    output = result.output_info
+    if hasattr(output, "model_dump"):
+        output = output.model_dump(mode="json")
+    return RunErrorInfo(
+        type="ToolInputGuardrailTripwireTriggered",
+        message=f"tool input guardrail {name!r} stopped the run at a call of {tool.name}",
+        details={"guardrail": name, "output_info": output, "tool": tool.name},
+    )
 
 
 @contextlib.asynccontextmanager

@@ -15,7 +15,7 @@ needs approval parks the run durably until someone decides, from Python, the `te
 the Temporal UI or the `hitl` CLI.
 """
 
-from hitl.agent import Agent, Handoff, handoff
+from hitl.agent import Agent, AgentTool, Handoff, HandoffInputData, handoff
 from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied, UserAction
 from hitl.client import connect, data_converter
 from hitl.context import RunContextWrapper, ToolContext
@@ -23,23 +23,41 @@ from hitl.errors import (
     AgentsException,
     AlreadyDecidedError,
     DecisionError,
+    GuardrailTripwireTriggered,
+    InputGuardrailTripwireTriggered,
     InvalidDecisionError,
     MaxTurnsExceeded,
     ModelBehaviorError,
     ModelProviderError,
     NotPendingError,
+    NotRootError,
     NoWorkerError,
+    OutputGuardrailTripwireTriggered,
     RunFailedError,
     RunFinishedError,
     StateVersionError,
+    ToolInputGuardrailTripwireTriggered,
     ToolTimeoutError,
     UnknownCallError,
     UserError,
+)
+from hitl.guardrails import (
+    GuardrailFunctionOutput,
+    InputGuardrail,
+    OutputGuardrail,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrail,
+    ToolInputGuardrailData,
+    input_guardrail,
+    output_guardrail,
+    tool_input_guardrail,
 )
 from hitl.model import Model, ModelReply, ModelRequest, OpenAIModel, ScriptedModel
 from hitl.result import RunResult
 from hitl.run import Runner, RunResultStreaming, serve_agents
 from hitl.run_config import (
+    CallModelData,
+    ModelInputData,
     RunConfig,
     RunErrorHandlerInput,
     RunErrorHandlerResult,
@@ -62,28 +80,38 @@ from hitl.wire import (
 )
 
 __all__ = [
-    "DEFAULT_TASK_QUEUE",
-    "WORKFLOW_TYPE",
     "Agent",
+    "AgentTool",
     "AgentsException",
+    "AlreadyDecidedError",
     "ApprovalCall",
     "ApprovalRequest",
-    "AlreadyDecidedError",
+    "CallModelData",
+    "DEFAULT_TASK_QUEUE",
     "DecisionError",
     "DecisionRecord",
     "FunctionTool",
+    "GuardrailFunctionOutput",
+    "GuardrailTripwireTriggered",
     "Handoff",
+    "HandoffInputData",
+    "InputGuardrail",
+    "InputGuardrailTripwireTriggered",
     "InvalidDecisionError",
     "MaxTurnsExceeded",
     "Model",
     "ModelBehaviorError",
+    "ModelInputData",
     "ModelProviderError",
     "ModelReply",
     "ModelRequest",
     "ModelSettings",
     "NoWorkerError",
     "NotPendingError",
+    "NotRootError",
     "OpenAIModel",
+    "OutputGuardrail",
+    "OutputGuardrailTripwireTriggered",
     "PendingApproval",
     "RunConfig",
     "RunContextWrapper",
@@ -106,15 +134,23 @@ __all__ = [
     "ToolContext",
     "ToolDenied",
     "ToolErrorFormatterArgs",
+    "ToolGuardrailFunctionOutput",
+    "ToolInputGuardrail",
+    "ToolInputGuardrailData",
+    "ToolInputGuardrailTripwireTriggered",
     "ToolTimeoutError",
     "UnknownCallError",
     "Usage",
     "UserAction",
     "UserError",
+    "WORKFLOW_TYPE",
     "connect",
     "data_converter",
     "function_tool",
     "handoff",
+    "input_guardrail",
+    "output_guardrail",
     "serve_agents",
     "stream_events",
+    "tool_input_guardrail",
 ]

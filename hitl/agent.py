@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 
 from hitl.context import RunContextWrapper, TContext
 from hitl.errors import UserError
+from hitl.guardrails import InputGuardrail, OutputGuardrail
 from hitl.model import Model, model_spec_for
 from hitl.schema import ensure_strict_json_schema
 from hitl.tools import (
@@ -24,6 +25,31 @@ from hitl.tools import (
     function_tool,
 )
 from hitl.wire import AgentGraph, AgentSpec, HandoffSpec, ModelSettings, ToolSpec
+
+HandoffInputFilter: TypeAlias = Callable[["HandoffInputData"], Any]
+"""`(HandoffInputData) -> HandoffInputData`, sync or async; runs in an activity."""
+
+
+@dataclass
+class HandoffInputData:
+    """What a handoff input filter sees and returns (the OpenAI Agents SDK's shape).
+
+    Attributes:
+        input_history: The run's input items (for a nested history: the summary).
+        pre_handoff_items: Items produced before the turn that handed off.
+        new_items: Items of the handing-off turn (the handoff call and its output included).
+        context: The run context.
+    """
+
+    input_history: list[dict[str, Any]]
+    pre_handoff_items: list[Any]
+    new_items: list[Any]
+    context: Any = None
+
+    def clone(self, **changes: Any) -> HandoffInputData:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
 
 InstructionsFunction: TypeAlias = Callable[
     [RunContextWrapper[Any], "Agent[Any]"], str | Awaitable[str]
@@ -45,6 +71,9 @@ class Agent(Generic[TContext]):
         model_settings: Sampling settings for this agent.
         output_type: A type (pydantic model, dataclass, ...) the final output must validate as.
         handoff_description: What this agent is for, shown to agents that can hand off to it.
+        input_guardrails: Checked (in an activity) before the run's first model call, when
+            this agent starts the run.
+        output_guardrails: Checked on the final output, when this agent produces it.
     """
 
     name: str
@@ -55,6 +84,8 @@ class Agent(Generic[TContext]):
     model_settings: ModelSettings = field(default_factory=ModelSettings)
     output_type: type[Any] | None = None
     handoff_description: str | None = None
+    input_guardrails: list[InputGuardrail] = field(default_factory=list)
+    output_guardrails: list[OutputGuardrail] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -140,11 +171,23 @@ class AgentTool(FunctionTool):
 
 @dataclass(eq=False)
 class Handoff:
-    """A handoff to another agent, with its tool name and description for the model."""
+    """A handoff to another agent, with its tool name and description for the model.
+
+    Attributes:
+        agent: Where the conversation goes.
+        tool_name: The tool the model calls to hand off.
+        tool_description: What the model is told about it.
+        input_filter: `(HandoffInputData) -> HandoffInputData`: edits what the next agent
+            sees (runs in an activity; overrides the run's `handoff_input_filter`).
+        nest_handoff_history: Collapse the transcript into one message for the next agent
+            (overrides the run's setting).
+    """
 
     agent: Agent[Any]
     tool_name: str
     tool_description: str
+    input_filter: HandoffInputFilter | None = None
+    nest_handoff_history: bool | None = None
 
 
 def default_handoff_tool_name(agent: Agent[Any]) -> str:
@@ -158,6 +201,8 @@ def handoff(
     *,
     tool_name_override: str | None = None,
     tool_description_override: str | None = None,
+    input_filter: HandoffInputFilter | None = None,
+    nest_handoff_history: bool | None = None,
 ) -> Handoff:
     """Describe a handoff to `agent` (use directly in `Agent(handoffs=[...])` for defaults)."""
     description = f"Handoff to the {agent.name} agent to handle the request."
@@ -167,6 +212,8 @@ def handoff(
         agent=agent,
         tool_name=tool_name_override or default_handoff_tool_name(agent),
         tool_description=tool_description_override or description,
+        input_filter=input_filter,
+        nest_handoff_history=nest_handoff_history,
     )
 
 
@@ -273,11 +320,15 @@ def capture_graph(root: Agent[Any], *, default_model: str | None = None) -> Capt
                     tool_name=h.tool_name,
                     tool_description=h.tool_description,
                     agent_id=ids[id(h.agent)],
+                    input_filter=h.input_filter is not None,
+                    nest_handoff_history=h.nest_handoff_history,
                 )
                 for h in handoffs
             ],
             output_schema=output_schema_for(agent.output_type),
             output_type_name=_type_name(agent.output_type),
+            input_guardrails=[g.get_name() for g in agent.input_guardrails],
+            output_guardrails=[g.get_name() for g in agent.output_guardrails],
         )
     canonical = json.dumps({k: v.model_dump(mode="json") for k, v in specs.items()}, sort_keys=True)
     graph = AgentGraph(

@@ -51,6 +51,51 @@ class ToolTimeoutError(AgentsException):
     type_name = "ToolTimeoutError"
 
 
+class GuardrailTripwireTriggered(AgentsException):
+    """A guardrail's tripwire stopped the run.
+
+    Attributes:
+        guardrail_name: The guardrail that tripped.
+        output_info: What the guardrail returned as `output_info`.
+    """
+
+    type_name = "GuardrailTripwireTriggered"
+
+    @property
+    def guardrail_name(self) -> str | None:
+        """The guardrail that tripped."""
+        name = self.details.get("guardrail")
+        return str(name) if name is not None else None
+
+    @property
+    def output_info(self) -> Any:
+        """What the guardrail returned as `output_info`."""
+        return self.details.get("output_info")
+
+    @property
+    def guardrail_result(self) -> dict[str, Any]:
+        """The guardrail's name and output, as recorded with the failure."""
+        return dict(self.details)
+
+
+class InputGuardrailTripwireTriggered(GuardrailTripwireTriggered):
+    """An input guardrail tripped before the first model call."""
+
+    type_name = "InputGuardrailTripwireTriggered"
+
+
+class OutputGuardrailTripwireTriggered(GuardrailTripwireTriggered):
+    """An output guardrail tripped on the final output."""
+
+    type_name = "OutputGuardrailTripwireTriggered"
+
+
+class ToolInputGuardrailTripwireTriggered(GuardrailTripwireTriggered):
+    """A tool input guardrail asked to stop the run."""
+
+    type_name = "ToolInputGuardrailTripwireTriggered"
+
+
 class RunFailedError(AgentsException):
     """The run failed for a reason without a more specific class."""
 
@@ -120,6 +165,10 @@ _BY_TYPE: dict[str, type[AgentsException]] = {
         ModelBehaviorError,
         ModelProviderError,
         ToolTimeoutError,
+        GuardrailTripwireTriggered,
+        InputGuardrailTripwireTriggered,
+        OutputGuardrailTripwireTriggered,
+        ToolInputGuardrailTripwireTriggered,
         RunFailedError,
         NoWorkerError,
         StateVersionError,

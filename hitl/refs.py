@@ -28,9 +28,17 @@ def callable_ref(fn: Callable[..., Any], *, what: str) -> str:
             f"{what} must be a module-level function (workers import it by name), got {fn!r}"
         )
     ref = f"{module}:{qualname}"
-    if resolve_ref(ref) is not fn:
+    found = resolve_ref(ref)
+    # A decorator may have replaced the function by a wrapper that keeps it (guardrails do).
+    if found is not fn and getattr(found, "guardrail_function", None) is not fn:
         raise UserError(f"{what}: {ref} does not name the function passed")
     return ref
+
+
+def wrapped_ref(obj: Any, *, what: str) -> str:
+    """The import reference of a guardrail object (by its function) or of a function."""
+    fn = getattr(obj, "guardrail_function", obj)
+    return callable_ref(fn, what=what)
 
 
 @functools.lru_cache(maxsize=256)

@@ -58,6 +58,7 @@ from hitl.wire import (
     WORKFLOW_TYPE,
     DecideInput,
     DecisionRequest,
+    RunContextData,
     RunEvent,
     RunInput,
     RunItem,
@@ -326,29 +327,51 @@ async def serve_agents(
 # ----------------------------------------------------------------------------- start / resume
 
 
-def _context_value(context: Any) -> tuple[Any, str | None]:
-    """JSON form of the context plus the import reference of its type (to rebuild it)."""
-    if context is None or isinstance(context, str | int | float | bool):
+def _context_value(
+    context: Any,
+    serializer: Callable[[Any], Any] | None = None,
+    strict: bool = False,
+) -> tuple[Any, str | None]:
+    """JSON form of the context plus the import reference of its type (to rebuild it).
+
+    A context that cannot be serialized is refused with `strict`, else dropped (user code then
+    sees `None`) with a warning.
+    """
+    if context is None:
+        return None, None
+    if serializer is not None:
+        value = serializer(context)
+        try:
+            json.dumps(value)
+        except TypeError as exc:
+            raise UserError(f"context_serializer returned non-JSON data: {exc}") from exc
+        return value, None
+    if isinstance(context, str | int | float | bool):
         return context, None
+    problem: str
     if isinstance(context, dict | list):
         try:
             json.dumps(context)
+            return context, None
         except TypeError as exc:
-            raise UserError(f"the run context must be JSON-serializable: {exc}") from exc
-        return context, None
-    cls = type(context)
-    if isinstance(context, BaseModel):
-        value = context.model_dump(mode="json")
-    elif dataclasses.is_dataclass(context) and not isinstance(context, type):
+            problem = f"the run context must be JSON-serializable: {exc}"
+    elif isinstance(context, BaseModel) or (
+        dataclasses.is_dataclass(context) and not isinstance(context, type)
+    ):
         from pydantic import TypeAdapter
 
+        cls = type(context)
         value = TypeAdapter(cls).dump_python(context, mode="json")
+        return value, callable_ref(cls, what="the run context's type")
     else:
-        raise UserError(
-            f"the run context must be JSON-serializable (a dict, pydantic model or dataclass), "
-            f"got {cls.__name__}"
+        problem = (
+            "the run context must be JSON-serializable (a dict, pydantic model or dataclass) "
+            f"or come with RunConfig(context_serializer=...), got {type(context).__name__}"
         )
-    return value, callable_ref(cls, what="the run context's type")
+    if strict:
+        raise UserError(problem)
+    log.warning("%s; the run continues without a context (strict_context=False)", problem)
+    return None, None
 
 
 def new_workflow_id(agent_name: str) -> str:
@@ -390,7 +413,7 @@ class _StartRequest:
         if error_handlers:
             cfg.error_handlers = {**cfg.error_handlers, **dict(error_handlers)}
         spec = cfg.spec()
-        value, ctx_type = _context_value(context)
+        value, ctx_type = _context_value(context, cfg.context_serializer, cfg.strict_context)
         spec.context_type = ctx_type
         if isinstance(conversation, TemporalSession):
             conversation = conversation.session_id
@@ -445,11 +468,16 @@ async def _start(session: _Session, request: _StartRequest) -> RunResult:
     return await _settle(session, wid, status)
 
 
-def _update_id(workflow_id: str, decisions: list[DecisionRequest]) -> str:
+def _update_id(
+    workflow_id: str, decisions: list[DecisionRequest], context: RunContextData | None = None
+) -> str:
     # Deterministic: a retry after a timeout is deduplicated by the server and reports the real
     # outcome; a *different* decision gets a different id and reaches the validator.
     canonical = json.dumps(
-        [d.model_dump(mode="json") for d in sorted(decisions, key=lambda d: d.call_id)],
+        [
+            [d.model_dump(mode="json") for d in sorted(decisions, key=lambda d: d.call_id)],
+            context.model_dump(mode="json") if context else None,
+        ],
         sort_keys=True,
     )
     digest = hashlib.sha256(f"{workflow_id}|{canonical}".encode()).hexdigest()[:24]
@@ -472,7 +500,7 @@ async def _resume(session: _Session, state: RunState, approver: str | None) -> R
     handle = client.get_workflow_handle(state.workflow_id)
     decisions = _decisions(state, approver)
     try:
-        status = await _send_decisions(session, state.workflow_id, decisions)
+        status = await _send_decisions(session, state.workflow_id, decisions, _state_context(state))
     except WorkflowUpdateFailedError as exc:
         raise _typed(exc) from None
     except RPCError as exc:
@@ -495,17 +523,28 @@ def _decisions(state: RunState, approver: str | None) -> list[DecisionRequest]:
 
 
 async def _send_decisions(
-    session: _Session, workflow_id: str, decisions: list[DecisionRequest]
+    session: _Session,
+    workflow_id: str,
+    decisions: list[DecisionRequest],
+    context: RunContextData | None = None,
 ) -> RunStatus:
-    """Send the decisions (or nothing) and return once the run settles again."""
-    if not decisions:
+    """Send the decisions (and a new context, if any); return once the run settles again."""
+    if not decisions and context is None:
         return await session.update(workflow_id, "wait", WaitInput())
     return await session.update(
         workflow_id,
         "decide",
-        DecideInput(decisions=decisions, wait=True),
-        update_id=_update_id(workflow_id, decisions),
+        DecideInput(decisions=decisions, wait=True, context=context),
+        update_id=_update_id(workflow_id, decisions, context),
     )
+
+
+def _state_context(state: RunState) -> RunContextData | None:
+    """The new context a state was loaded with (`from_string_with_context`), as data."""
+    if not state.context_given:
+        return None
+    value, ctx_type = _context_value(state.context, state.context_serializer, strict=True)
+    return RunContextData(value=value, type=ctx_type)
 
 
 def _check_decisions_applied(result: RunResult, decisions: list[DecisionRequest]) -> None:
@@ -653,7 +692,9 @@ class RunResultStreaming:
                 wid = state.workflow_id
                 offset = await current_offset(client, wid)
                 decisions = _decisions(state, approver)
-                settled = asyncio.create_task(_send_decisions(sess, wid, decisions))
+                settled = asyncio.create_task(
+                    _send_decisions(sess, wid, decisions, _state_context(state))
+                )
             else:
                 request = _StartRequest.build(
                     sess,

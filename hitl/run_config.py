@@ -8,8 +8,9 @@ from typing import Any, Generic, Literal, TypeAlias
 
 from hitl.context import RunContextWrapper, TContext
 from hitl.errors import UserError
+from hitl.guardrails import InputGuardrail, OutputGuardrail
 from hitl.model import Model
-from hitl.refs import callable_ref
+from hitl.refs import callable_ref, wrapped_ref
 from hitl.tools import ApproverFunction
 from hitl.wire import ModelSettings, RunConfigSpec, RunItem
 
@@ -45,6 +46,23 @@ class RunErrorHandlerInput(Generic[TContext]):
     context: TContext
     input_items: list[dict[str, Any]]
     new_items: list[RunItem]
+
+
+@dataclass
+class ModelInputData:
+    """What a model call is given: instructions and input items (editable by a filter)."""
+
+    input: list[dict[str, Any]]
+    instructions: str | None
+
+
+@dataclass
+class CallModelData(Generic[TContext]):
+    """What a `call_model_input_filter` receives."""
+
+    model_data: ModelInputData
+    agent: Any
+    context: TContext
 
 
 @dataclass
@@ -95,6 +113,22 @@ class RunConfig:
             `auto_approve=True` are approved without a person (recorded as `auto_approval`).
         approver: A programmatic approver for every call that needs approval, consulted after
             the tool's own (`(ctx, ApprovalCall) -> ToolApproved | ToolDenied | None`).
+        input_guardrails: Checked before the first model call (module-level guardrails).
+        output_guardrails: Checked on the final output (module-level guardrails).
+        pre_approval_tool_input_guardrails: Also run tool input guardrails before an approval
+            is requested: a refusal becomes the tool output and no approval is created; an
+            allowance still pauses, and the guardrail runs again after the approval.
+        handoff_input_filter: `(HandoffInputData) -> HandoffInputData` for every handoff
+            without its own filter.
+        nest_handoff_history: Collapse the transcript into one message at each handoff.
+        handoff_history_mapper: `(list[item]) -> list[item]` building that collapsed history.
+        call_model_input_filter: `(CallModelData) -> ModelInputData`, applied in the model
+            activity right before each call (trim history, redact).
+        context_serializer: Turns a context object JSON-serializable (client side).
+        context_deserializer: Rebuilds it from JSON (workers; module-level function).
+        strict_context: Refuse a context that cannot be serialized (else it is dropped, with
+            a warning, and user code sees `None`).
+        trace_include_sensitive_data: Put tool arguments and outputs on trace spans.
         model_task_queue: Task queue for remote model calls (default: the run's own queue).
         tool_task_queue: Task queue for tool executions (default: the run's own queue), served
             for example by `python -m worker --activities-only` inside a private network.
@@ -116,6 +150,17 @@ class RunConfig:
     approver: ApproverFunction | None = None
     model_task_queue: str | None = None
     tool_task_queue: str | None = None
+    input_guardrails: list[InputGuardrail] = field(default_factory=list)
+    output_guardrails: list[OutputGuardrail] = field(default_factory=list)
+    pre_approval_tool_input_guardrails: bool = False
+    handoff_input_filter: Callable[..., Any] | None = None
+    nest_handoff_history: bool = False
+    handoff_history_mapper: Callable[..., Any] | None = None
+    call_model_input_filter: Callable[..., Any] | None = None
+    context_serializer: Callable[[Any], Any] | None = None
+    context_deserializer: Callable[[Any], Any] | None = None
+    strict_context: bool = False
+    trace_include_sensitive_data: bool = False
 
     def spec(self) -> RunConfigSpec:
         """The config as data (callables become import references)."""
@@ -148,4 +193,21 @@ class RunConfig:
             approver=callable_ref(self.approver, what="approver") if self.approver else None,
             model_task_queue=self.model_task_queue or None,
             tool_task_queue=self.tool_task_queue or None,
+            input_guardrails=[
+                wrapped_ref(g, what="input_guardrails") for g in self.input_guardrails
+            ],
+            output_guardrails=[
+                wrapped_ref(g, what="output_guardrails") for g in self.output_guardrails
+            ],
+            pre_approval_tool_input_guardrails=self.pre_approval_tool_input_guardrails,
+            handoff_input_filter=_ref(self.handoff_input_filter, "handoff_input_filter"),
+            nest_handoff_history=self.nest_handoff_history,
+            handoff_history_mapper=_ref(self.handoff_history_mapper, "handoff_history_mapper"),
+            call_model_input_filter=_ref(self.call_model_input_filter, "call_model_input_filter"),
+            context_deserializer=_ref(self.context_deserializer, "context_deserializer"),
+            trace_include_sensitive_data=self.trace_include_sensitive_data,
         )
+
+
+def _ref(fn: Callable[..., Any] | None, what: str) -> str | None:
+    return callable_ref(fn, what=what) if fn is not None else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from hitl.agent import Agent, capture_graph
 from hitl.errors import StateVersionError, UnknownCallError, UserError
@@ -117,6 +117,10 @@ class RunState:
     task_queue: str = DEFAULT_TASK_QUEUE
     run_id: str | None = None
     decisions: dict[str, DecisionRequest] = field(default_factory=dict)
+    context: Any = None
+    """A new run context to send on resume (set by `from_string_with_context`)."""
+    context_given: bool = False
+    context_serializer: Any = None
 
     def get_interruptions(self) -> list[ToolApprovalItem]:
         """The pending approvals of this state."""
@@ -248,3 +252,30 @@ class RunState:
         except json.JSONDecodeError as exc:
             raise UserError(f"a RunState string must be JSON: {exc}") from exc
         return await cls.from_json(initial_agent, data)
+
+    @classmethod
+    async def from_string_with_context(
+        cls,
+        initial_agent: Agent[Any],
+        state_string: str,
+        context: Any,
+        *,
+        context_strategy: Literal["merge", "replace"] = "merge",
+        context_serializer: Any = None,
+    ) -> RunState:
+        """Load a state and give the run a new context when it resumes.
+
+        The run continues with `context` (serialized like `Runner.run`'s `context=`, or with
+        `context_serializer`). `"merge"` (default) keeps the decisions recorded in the
+        serialized state; `"replace"` starts from the new context alone and drops them (the
+        run's own decision history, kept by the workflow, is never rewritten).
+        """
+        if context_strategy not in ("merge", "replace"):
+            raise UserError("context_strategy must be 'merge' or 'replace'")
+        state = await cls.from_string(initial_agent, state_string)
+        state.context = context
+        state.context_given = True
+        state.context_serializer = context_serializer
+        if context_strategy == "replace":
+            state.decisions = {}
+        return state

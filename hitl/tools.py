@@ -8,13 +8,14 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, get_type_hints, overload
+from typing import Any, Literal, TypeAlias, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied, UserAction
 from hitl.context import RunContextWrapper, ToolContext, is_context_annotation
 from hitl.errors import UserError
+from hitl.guardrails import ToolInputGuardrail
 from hitl.schema import ensure_strict_json_schema, parse_docstring
 from hitl.wire import ApprovalMode, ToolSpec
 
@@ -74,6 +75,8 @@ class FunctionTool:
     approval_request: ApprovalRequestFunction | None = None
     auto_approve: bool = False
     approver: ApproverFunction | None = None
+    tool_input_guardrails: list[ToolInputGuardrail] = field(default_factory=list)
+    timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result"
     _args_model: type[BaseModel] | None = field(default=None, repr=False)
     _takes_context: bool = field(default=False, repr=False)
     _user_action_param: str | None = field(default=None, repr=False)
@@ -101,6 +104,8 @@ class FunctionTool:
             approval_request=self.approval_request is not None,
             approver=self.approver is not None,
             user_action=self._user_action_param is not None,
+            input_guardrails=[g.get_name() for g in self.tool_input_guardrails],
+            timeout_behavior=self.timeout_behavior,
         )
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
@@ -231,6 +236,8 @@ def function_tool(
     approval_request: ApprovalRequestFunction | None = None,
     auto_approve: bool = False,
     approver: ApproverFunction | None = None,
+    tool_input_guardrails: list[ToolInputGuardrail] | None = None,
+    timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result",
 ) -> Callable[[ToolFunction], FunctionTool]: ...
 
 
@@ -249,6 +256,8 @@ def function_tool(
     approval_request: ApprovalRequestFunction | None = None,
     auto_approve: bool = False,
     approver: ApproverFunction | None = None,
+    tool_input_guardrails: list[ToolInputGuardrail] | None = None,
+    timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result",
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
     """Turn a function into a tool; its JSON schema comes from the signature and docstring.
 
@@ -272,6 +281,10 @@ def function_tool(
             activity before the run pauses; default: the tool's name and arguments.
         auto_approve: Allow auto-approval when the run's preset enables it (both keys needed).
         approver: A programmatic approver consulted before a person.
+        tool_input_guardrails: Checks run (in the tool's activity) right before it executes;
+            they may reject the call (the model sees their message) or stop the run.
+        timeout_behavior: When an attempt exceeds `timeout`: tell the model
+            (`"error_as_result"`) or fail the run with `ToolTimeoutError`.
 
     A parameter annotated `UserAction` receives the person's action at execution (and is not
     shown to the model); the tool must act only when `action.primary_confirmed` is true.
@@ -303,6 +316,8 @@ def function_tool(
             approval_request=approval_request,
             auto_approve=auto_approve,
             approver=approver,
+            tool_input_guardrails=list(tool_input_guardrails or []),
+            timeout_behavior=timeout_behavior,
             _args_model=model,
             _takes_context=takes_context,
             _user_action_param=user_action,

@@ -27,6 +27,8 @@ ACT_PLAN_TOOLS = "plan_tools"
 ACT_EXECUTE_TOOL = "execute_tool"
 ACT_REJECTION_TEXT = "rejection_text"
 ACT_HANDLE_RUN_ERROR = "handle_run_error"
+ACT_RUN_GUARDRAILS = "run_guardrails"
+ACT_FILTER_HANDOFF = "filter_handoff"
 ACT_LOAD_SESSION = "load_session"
 ACT_SAVE_SESSION = "save_session"
 
@@ -130,6 +132,10 @@ class ToolSpec(_Model):
     """The tool has a programmatic approver callback."""
     user_action: bool = False
     """The tool receives the person's action (`UserAction`) when it executes."""
+    input_guardrails: list[str] = Field(default_factory=list)
+    """Names of the tool's input guardrails (they run in activities)."""
+    timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result"
+    """On timeout: tell the model, or fail the run with `ToolTimeoutError`."""
 
 
 class HandoffSpec(_Model):
@@ -138,6 +144,10 @@ class HandoffSpec(_Model):
     tool_name: str
     tool_description: str
     agent_id: str
+    input_filter: bool = False
+    """The handoff has its own input filter (run in an activity)."""
+    nest_handoff_history: bool | None = None
+    """Override of the run's `nest_handoff_history` for this handoff."""
 
 
 class AgentSpec(_Model):
@@ -155,6 +165,8 @@ class AgentSpec(_Model):
     handoffs: list[HandoffSpec] = Field(default_factory=list)
     output_schema: dict[str, Any] | None = None
     output_type_name: str | None = None
+    input_guardrails: list[str] = Field(default_factory=list)
+    output_guardrails: list[str] = Field(default_factory=list)
 
     def tool(self, name: str) -> ToolSpec | None:
         """The tool called `name`, if this agent has one."""
@@ -201,6 +213,16 @@ class RunConfigSpec(_Model):
     stream_text_deltas: bool = False
     """Models that can stream publish text deltas as `model_text_delta` events (costs a
     signal per batch of deltas; `Runner.run_streamed` turns it on)."""
+    input_guardrails: list[str] = Field(default_factory=list)
+    output_guardrails: list[str] = Field(default_factory=list)
+    pre_approval_tool_input_guardrails: bool = False
+    """Also run tool input guardrails before an approval is requested."""
+    handoff_input_filter: str | None = None
+    nest_handoff_history: bool = False
+    handoff_history_mapper: str | None = None
+    call_model_input_filter: str | None = None
+    context_deserializer: str | None = None
+    trace_include_sensitive_data: bool = False
     model_task_queue: str | None = None
     """Task queue of remote `call_model` activities (`None`: the run's own queue)."""
     tool_task_queue: str | None = None
@@ -263,6 +285,7 @@ class ParentLink(_Model):
     """Agents and agent tools from the root down to this run's agent."""
     call_path: list[str] = Field(default_factory=list)
     """Agent-tool call ids from the root down to this run (its calls' prefix at the root)."""
+    tracing: bool = False
 
 
 class RunInput(_Model):
@@ -365,6 +388,11 @@ class CarriedState(_Model):
     search_attributes: bool = False
     session_base: int = 0
     """How many input items came from the session (the rest is this run's own turn)."""
+    own_input: list[dict[str, Any]] = Field(default_factory=list)
+    """This run's own input items (what it appends to its session, with what it produced)."""
+    context: RunContextData | None = None
+    """The run context as it is now (tools and resumes may have changed it)."""
+    tracing: bool = False
     stream: WorkflowStreamState | None = None
     """The run's event stream, carried so subscribers lose nothing across continue-as-new."""
 
@@ -413,6 +441,8 @@ class DecideInput(_Model):
 
     decisions: list[DecisionRequest]
     wait: bool = True
+    context: RunContextData | None = None
+    """A new run context for the rest of the run (`RunState.from_string_with_context`)."""
 
 
 class WaitInput(_Model):
@@ -557,6 +587,8 @@ class RunContextData(_Model):
 
     value: Any = None
     type: str | None = None
+    deserializer: str | None = None
+    """Import reference of a function rebuilding the context from `value`."""
 
 
 class ResolveAgentInput(_Model):
@@ -603,6 +635,8 @@ class CallModelInput(_Model):
     max_argument_bytes: int = 64 * 1024
     stream: bool = False
     """Ask the model to stream and publish its text deltas on the run's event stream."""
+    input_filter: str | None = None
+    """The run's `call_model_input_filter` (import reference), applied in this activity."""
 
 
 class ModelResponse(_Model):
@@ -623,6 +657,57 @@ class PlanCall(_Model):
     arguments: str
 
 
+class GuardrailVerdict(_Model):
+    """One guardrail's result."""
+
+    name: str
+    tripwire_triggered: bool = False
+    output_info: Any = None
+
+
+class GuardrailsInput(_Model):
+    """Input of `run_guardrails`."""
+
+    kind: Literal["input", "output"]
+    root_agent: str
+    agent_id: str
+    run_guardrails: list[str] = Field(default_factory=list)
+    input: str | list[dict[str, Any]] = ""
+    final_output: Any = None
+    context: RunContextData | None = None
+    workflow_id: str = ""
+
+
+class GuardrailsOutput(_Model):
+    """Output of `run_guardrails`."""
+
+    verdicts: list[GuardrailVerdict]
+
+
+class HandoffFilterInput(_Model):
+    """Input of `filter_handoff`: the transcript split as the OpenAI Agents SDK splits it."""
+
+    root_agent: str
+    from_agent_id: str
+    handoff_tool: str
+    to_agent_id: str
+    input_history: list[dict[str, Any]]
+    pre_handoff_items: list[RunItem]
+    new_items: list[RunItem]
+    run_filter: str | None = None
+    nest: bool = False
+    mapper: str | None = None
+    context: RunContextData | None = None
+
+
+class HandoffFilterOutput(_Model):
+    """Output of `filter_handoff`: what the next agent starts from."""
+
+    input_history: list[dict[str, Any]]
+    pre_handoff_items: list[RunItem]
+    new_items: list[RunItem]
+
+
 class PlanToolsInput(_Model):
     """Input of `plan_tools`."""
 
@@ -634,6 +719,7 @@ class PlanToolsInput(_Model):
     run_approver: str | None = None
     skip_policy: list[str] = Field(default_factory=list)
     """Tools with a standing always-rule: their approver callbacks need not run."""
+    pre_approval_guardrails: bool = False
 
 
 class CallPlan(_Model):
@@ -645,6 +731,8 @@ class CallPlan(_Model):
     note: str | None = None
     request: ApprovalRequestData | None = None
     policy: PolicyDecision | None = None
+    tripwire: RunErrorInfo | None = None
+    """A pre-approval tool guardrail asked to stop the run."""
 
 
 class PlanToolsOutput(_Model):
@@ -674,6 +762,10 @@ class ToolOutput(_Model):
     output: str
     is_error: bool = False
     truncated: bool = False
+    guardrail: str | None = None
+    """The tool input guardrail that rejected the call (it did not run)."""
+    context: RunContextData | None = None
+    """The run context after the tool, when the tool changed it."""
 
 
 class RejectionTextInput(_Model):
@@ -734,6 +826,8 @@ class ResolvedRun(_Model):
     graph: AgentGraph
     search_attributes: bool = False
     """The custom search attributes are registered, so the run keeps them current."""
+    tracing: bool = False
+    """The worker traces with OpenTelemetry (the run records its own spans)."""
 
 
 class HandleRunErrorInput(_Model):

@@ -12,6 +12,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.agents import AgentActivities
+from activities.hooks import HookActivities
 from activities.model import ModelActivities
 from activities.sessions import SessionActivities
 from activities.tools import ToolActivities
@@ -63,6 +64,12 @@ class WorkerOptions:
     sticky_queue_timeout: float = DEFAULT_STICKY_QUEUE_TIMEOUT
 
 
+def traces(client: Client) -> bool:
+    """True when the client (hence its workers) carries the OpenTelemetry plugin."""
+    plugins = client.config().get("plugins", [])
+    return any(type(p).__name__ == "OpenTelemetryPlugin" for p in plugins)
+
+
 async def detect_features(client: Client, options: WorkerOptions) -> WorkerOptions:
     """Check once at start what the cluster supports, to warn early (`hitl setup`)."""
     await search_attributes_ready(client)
@@ -86,7 +93,10 @@ def build_worker(
     model = ModelActivities(registry)
     tools = ToolActivities(registry)
     sessions = SessionActivities()
-    agent_acts = AgentActivities(registry, search_attributes=opts.search_attributes)
+    hooks = HookActivities(registry)
+    agent_acts = AgentActivities(
+        registry, search_attributes=opts.search_attributes, tracing=traces(client)
+    )
     kwargs: dict[str, Any] = {}
     if identity:
         kwargs["identity"] = identity
@@ -103,6 +113,8 @@ def build_worker(
             tools.rejection_text,
             sessions.load_session,
             sessions.save_session,
+            hooks.run_guardrails,
+            hooks.filter_handoff,
         ],
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
@@ -32,11 +32,13 @@ with workflow.unsafe.imports_passed_through():
     from hitl.wire import (
         ACT_CALL_MODEL,
         ACT_EXECUTE_TOOL,
+        ACT_FILTER_HANDOFF,
         ACT_HANDLE_RUN_ERROR,
         ACT_LOAD_SESSION,
         ACT_PLAN_TOOLS,
         ACT_REJECTION_TEXT,
         ACT_RESOLVE_AGENT,
+        ACT_RUN_GUARDRAILS,
         ACT_SAVE_SESSION,
         EVENTS_TOPIC,
         SA_AGENT,
@@ -57,8 +59,12 @@ with workflow.unsafe.imports_passed_through():
         DecisionVia,
         ExecuteToolInput,
         FromRoot,
+        GuardrailsInput,
+        GuardrailsOutput,
         HandleRunErrorInput,
         HandleRunErrorOutput,
+        HandoffFilterInput,
+        HandoffFilterOutput,
         ModelResponse,
         ModelTool,
         ParentLink,
@@ -105,6 +111,7 @@ with workflow.unsafe.imports_passed_through():
         normalize_input,
         parse_model_output,
     )
+    from workflows.tracing import RunTracer
 
 SA_STATUS_KEY = SearchAttributeKey.for_keyword(SA_STATUS)
 SA_PENDING_TOOLS_KEY = SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS)
@@ -207,7 +214,18 @@ class AgentRun:
         # run that only started, so a run that never pauses costs one upsert (at the end).
         self._published: Visible = ("running", (), None)
         self._session_base = 0
+        self._own_input: list[dict[str, Any]] = []
+        cfg = inp.run_config
+        self._ctx: RunContextData | None = (
+            RunContextData(
+                value=inp.context, type=cfg.context_type, deserializer=cfg.context_deserializer
+            )
+            if inp.context is not None
+            else None
+        )
+        """The run context: tools may change its value; a resume may replace it."""
         self._paused = False
+        self._trace = RunTracer(False, {})
         self._announced: set[str] = set()
         self._stream = WorkflowStream(prior_state=inp.carried.stream if inp.carried else None)
         self._events = self._stream.topic(EVENTS_TOPIC, type=RunEvent)
@@ -237,6 +255,9 @@ class AgentRun:
             self._continued_runs = carried.continued_runs
             self._sa = carried.search_attributes
             self._session_base = carried.session_base
+            self._own_input = carried.own_input
+            if carried.context is not None:
+                self._ctx = carried.context
             self._announced = {f"decided:{d.call_id}" for d in carried.decisions}
 
     # ================================================================= main loop
@@ -244,10 +265,15 @@ class AgentRun:
     @workflow.run
     async def run(self, inp: RunInput) -> RunOutput:
         try:
+            tracing = bool(
+                (inp.parent and inp.parent.tracing) or (inp.carried and inp.carried.tracing)
+            )
             if self._graph is None:
                 resolved = await self._resolve()
                 self._graph, self._sa = resolved.graph, resolved.search_attributes
                 self._current = self._graph.root
+                tracing = resolved.tracing
+            self._start_tracing(tracing)
             if inp.carried is None:
                 try:
                     own = normalize_input(inp.input)
@@ -255,7 +281,9 @@ class AgentRun:
                     raise RunFailure("UserError", str(exc)) from None
                 history = await self._load_session() if inp.session else []
                 self._session_base = len(history)
+                self._own_input = own
                 self._input_items = [*history, *own]
+                await self._guardrails("input", self._agent(), subject=inp.input)
             background = [asyncio.create_task(self._keep_published())]
             if inp.parent is not None:
                 background.append(asyncio.create_task(self._keep_parent_informed()))
@@ -264,6 +292,7 @@ class AgentRun:
                 task.cancel()
         except RunFailure as failure:
             self._error = failure.info
+            self._trace.end_run(error=failure.info.type)
             self._publish()
             self._emit("run_failed", text=failure.info.message, data={"type": failure.info.type})
             await self._finish_handlers()
@@ -273,6 +302,7 @@ class AgentRun:
                 type=failure.info.type,
                 non_retryable=True,
             ) from None
+        self._trace.end_run()
         self._publish()
         final = self._output.final_output
         self._emit("final_output", text=final if isinstance(final, str) else json.dumps(final))
@@ -285,6 +315,126 @@ class AgentRun:
         # Stream subscribers long-poll with updates; release them so the run can close.
         self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
+
+    # ================================================================= tracing
+
+    def _start_tracing(self, enabled: bool) -> None:
+        cfg = self._inp.run_config
+        attrs: dict[str, Any] = {
+            "hitl.workflow_id": workflow.info().workflow_id,
+            "hitl.agent": self._inp.agent,
+            "hitl.workflow_name": cfg.workflow_name or self._inp.agent,
+            "hitl.group_id": cfg.group_id,
+        }
+        for key, value in cfg.trace_metadata.items():
+            attrs[f"hitl.metadata.{key}"] = (
+                value if isinstance(value, str | int | float | bool) else json.dumps(value)
+            )
+        self._trace = RunTracer(enabled, attrs)
+        self._trace.start_run(f"hitl.run {cfg.workflow_name or self._inp.agent}")
+
+    def _sensitive(self, text: str | None) -> str | None:
+        """Arguments and outputs go on spans only when the run asks for it."""
+        if not self._inp.run_config.trace_include_sensitive_data:
+            return None
+        return _preview(text or "", 4000)
+
+    # ================================================================= hooks
+
+    async def _guardrails(
+        self,
+        kind: Literal["input", "output"],
+        agent: AgentSpec,
+        *,
+        subject: Any = "",
+        final_output: Any = None,
+    ) -> None:
+        """Run input or output guardrails (in an activity); a tripwire fails the run."""
+        cfg = self._inp.run_config
+        own = agent.input_guardrails if kind == "input" else agent.output_guardrails
+        run_level = cfg.input_guardrails if kind == "input" else cfg.output_guardrails
+        if self._inp.parent is not None:
+            run_level = []  # run-level guardrails apply to the root run only
+        if not own and not run_level:
+            return
+        self._busy += 1
+        guard = self._trace.span(f"hitl.guardrails.{kind}", **{"hitl.agent": agent.name})
+        try:
+            with guard:
+                out: GuardrailsOutput = await workflow.execute_local_activity(
+                    ACT_RUN_GUARDRAILS,
+                    GuardrailsInput(
+                        kind=kind,
+                        root_agent=self._inp.agent,
+                        agent_id=agent.id,
+                        run_guardrails=run_level,
+                        input=subject if isinstance(subject, str | list) else "",
+                        final_output=final_output,
+                        context=self._context(),
+                        workflow_id=workflow.info().workflow_id,
+                    ),
+                    result_type=GuardrailsOutput,
+                    start_to_close_timeout=MODEL_TIMEOUT,
+                    retry_policy=LOCAL_RETRY,
+                )
+        except ACTIVITY_FAILURES as err:
+            raise _failure_from_activity(err, f"the {kind} guardrails") from None
+        finally:
+            self._busy -= 1
+        for verdict in out.verdicts:
+            if verdict.tripwire_triggered:
+                raise RunFailure(
+                    "InputGuardrailTripwireTriggered"
+                    if kind == "input"
+                    else "OutputGuardrailTripwireTriggered",
+                    f"{kind} guardrail {verdict.name!r} tripped",
+                    {"guardrail": verdict.name, "output_info": verdict.output_info},
+                )
+
+    async def _filter_handoff(
+        self, agent: AgentSpec, call_id: str, target: str, turn_start: int
+    ) -> None:
+        """Apply the handoff's input filter or nested history (an activity), if any."""
+        cfg = self._inp.run_config
+        spec = next((h for h in agent.handoffs if h.agent_id == target), None)
+        call = next(
+            (i for i in self._new_items[turn_start:] if i.raw_item.get("call_id") == call_id), None
+        )
+        tool = call.raw_item.get("name") if call else (spec.tool_name if spec else "")
+        spec = agent.handoff(str(tool)) or spec
+        nest = cfg.nest_handoff_history
+        if spec is not None and spec.nest_handoff_history is not None:
+            nest = spec.nest_handoff_history
+        has_filter = bool(spec and spec.input_filter) or bool(cfg.handoff_input_filter)
+        if not has_filter and not nest:
+            return
+        self._busy += 1
+        try:
+            out: HandoffFilterOutput = await workflow.execute_local_activity(
+                ACT_FILTER_HANDOFF,
+                HandoffFilterInput(
+                    root_agent=self._inp.agent,
+                    from_agent_id=agent.id,
+                    handoff_tool=str(tool),
+                    to_agent_id=target,
+                    input_history=self._input_items,
+                    pre_handoff_items=self._new_items[:turn_start],
+                    new_items=self._new_items[turn_start:],
+                    run_filter=cfg.handoff_input_filter,
+                    nest=nest,
+                    mapper=cfg.handoff_history_mapper,
+                    context=self._context(),
+                ),
+                result_type=HandoffFilterOutput,
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=LOCAL_RETRY,
+            )
+        except ACTIVITY_FAILURES as err:
+            raise _failure_from_activity(err, "the handoff input filter") from None
+        finally:
+            self._busy -= 1
+        self._input_items = out.input_history
+        self._new_items = [*out.pre_handoff_items, *out.new_items]
 
     # ================================================================= sessions
 
@@ -305,7 +455,7 @@ class AgentRun:
     async def _save_session(self) -> None:
         """Append this run's turn to its session (once, even if the activity is retried)."""
         assert self._inp.session is not None
-        turn = model_input(self._input_items[self._session_base :], self._new_items)
+        turn = model_input(self._own_input, self._new_items)
         await workflow.execute_activity(
             ACT_SAVE_SESSION,
             SessionRef(
@@ -359,6 +509,16 @@ class AgentRun:
                 text=rec.kind,
                 data={"source": rec.source, "approver": rec.approver, "message": rec.message},
             )
+            self._trace.event(
+                "hitl.approval_decision",
+                **{
+                    "hitl.call_id": rec.call_id,
+                    "hitl.tool": rec.tool_name,
+                    "hitl.decision": rec.kind,
+                    "hitl.decision.source": rec.source,
+                    "hitl.decision.approver": rec.approver,
+                },
+            )
 
     def _agent_name(self) -> str | None:
         if self._graph is None or self._current not in self._graph.agents:
@@ -389,6 +549,7 @@ class AgentRun:
                         if response.has_final_output
                         else message_text(parsed.messages[-1])
                     )
+                    await self._guardrails("output", agent, final_output=final)
                     return self._finish(final, agent)
                 self._count_bad_turn("the model returned neither a message nor a tool call")
                 continue
@@ -424,6 +585,7 @@ class AgentRun:
         records: list[CallRecord] = []
         handoff_target: str | None = None
         handoff_call: str | None = None
+        turn_start = len(self._new_items)
         for call in calls:
             handoff = agent.handoff(call.name)
             kind = "handoff_call_item" if handoff else "tool_call_item"
@@ -464,6 +626,9 @@ class AgentRun:
         if to_plan:
             plans = await self._plan(agent, to_plan)
             for rec, plan in zip(to_plan, plans.plans, strict=True):
+                if plan.tripwire is not None:
+                    t = plan.tripwire
+                    raise RunFailure(t.type, t.message, t.details)
                 if plan.refusal is not None:
                     self._refuse(rec, plan.refusal)
                     continue
@@ -487,6 +652,11 @@ class AgentRun:
                 rec.state = "awaiting_approval"
                 rec.requested_at = now
                 self._announce_request(rec.call_id, rec.tool_name, rec.request)
+                self._trace.open(
+                    rec.call_id,
+                    "hitl.approval_wait",
+                    **{"hitl.tool": rec.tool_name, "hitl.call_id": rec.call_id},
+                )
         self._announce_decisions()
 
         if any(r.state == "refused" for r in records) and all(
@@ -504,8 +674,12 @@ class AgentRun:
         self._book.end_turn()
         if handoff_target is not None:
             previous = agent.name
+            await self._filter_handoff(agent, handoff_call or "", handoff_target, turn_start)
             self._current = handoff_target
             self._emit("handoff", data={"from": previous, "to": self._agent_name()})
+            self._trace.event(
+                "hitl.handoff", **{"hitl.from": previous, "hitl.to": self._agent_name()}
+            )
 
     def _refuse(self, rec: CallRecord, message: str) -> None:
         rec.state = "refused"
@@ -530,6 +704,15 @@ class AgentRun:
                 )
                 self._announce_decisions()
         decision = rec.decision
+        if decision is not None:
+            self._trace.close(
+                rec.call_id,
+                **{
+                    "hitl.decision": decision.kind,
+                    "hitl.decision.source": decision.source,
+                    "hitl.decision.approver": decision.approver,
+                },
+            )
         if decision is not None and decision.kind == "reject":
             rec.output = decision.message or await self._rejection_text(agent, rec)
             rec.state = "rejected"
@@ -564,6 +747,7 @@ class AgentRun:
                 root_workflow_id=link.root_workflow_id if link else info.workflow_id,
                 path=[*self._path(), agent.name, tool.name],
                 call_path=[*(link.call_path if link else []), rec.call_id],
+                tracing=self._trace.enabled,
             ),
             graph=self._graph,
             start_agent=tool.agent_id,
@@ -653,6 +837,24 @@ class AgentRun:
         return self._inp.parent.path if self._inp.parent else []
 
     async def _execute(self, agent: AgentSpec, rec: CallRecord, timeout: float) -> ToolOutput:
+        attrs = {
+            "hitl.tool": rec.tool_name,
+            "hitl.call_id": rec.call_id,
+            "hitl.agent": agent.name,
+            "hitl.tool.arguments": self._sensitive(rec.arguments),
+        }
+        with self._trace.span("hitl.tool_call", **attrs) as span:
+            out = await self._execute_activity(agent, rec, timeout)
+            if span is not None:
+                span.set_attribute("hitl.tool.is_error", out.is_error)
+                output = self._sensitive(out.output)
+                if output is not None:
+                    span.set_attribute("hitl.tool.output", output)
+        return out
+
+    async def _execute_activity(
+        self, agent: AgentSpec, rec: CallRecord, timeout: float
+    ) -> ToolOutput:
         tool = self._tool(agent, rec)
         info = workflow.info()
         try:
@@ -684,9 +886,25 @@ class AgentRun:
                 summary=rec.tool_name,
                 task_queue=self._inp.run_config.tool_task_queue,  # None: the run's own queue
             )
-            return out
         except ActivityError as err:
+            cause: BaseException | None = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == (
+                "ToolInputGuardrailTripwireTriggered"
+            ):
+                details = cause.details[0] if cause.details else {}
+                raise RunFailure(cause.type, cause.message, details) from None
+            if isinstance(cause, TemporalTimeoutError):
+                message = f"Tool '{rec.tool_name}' timed out after {timeout:g} seconds."
+                if tool.timeout_behavior == "raise_exception":
+                    raise RunFailure(
+                        "ToolTimeoutError", message, {"tool": rec.tool_name, "timeout": timeout}
+                    ) from None
+                return ToolOutput(output=message, is_error=True)
             return ToolOutput(output=TOOL_ERROR_PREFIX + _error_text(err), is_error=True)
+        if out.context is not None and self._ctx is not None:
+            # The tool changed the run context: later activities see the new value.
+            self._ctx = self._ctx.model_copy(update={"value": out.context.value})
+        return out
 
     async def _rejection_text(self, agent: AgentSpec, rec: CallRecord) -> str:
         formatter = self._inp.run_config.tool_error_formatter
@@ -771,34 +989,41 @@ class AgentRun:
             turn=self._turn,
             max_argument_bytes=cfg.max_tool_argument_bytes,
             stream=cfg.stream_text_deltas and agent.model.provider != "scripted",
+            input_filter=cfg.call_model_input_filter,
         )
         self._busy += 1
+        attrs: dict[str, str | int] = {
+            "hitl.agent": agent.name,
+            "hitl.model": agent.model.name,
+            "hitl.turn": self._turn,
+        }
         try:
-            if agent.model.local_activity:
-                # Local activity inputs are not stored in history: pass the transcript inline.
-                inp.transcript = transcript
-                response: ModelResponse = await workflow.execute_local_activity(
-                    ACT_CALL_MODEL,
-                    inp,
-                    result_type=ModelResponse,
-                    start_to_close_timeout=MODEL_TIMEOUT,
-                    retry_policy=MODEL_RETRY,
-                )
-            else:
-                # Keep history linear in turns: the activity reads the transcript by query
-                # instead of receiving the whole conversation on every call.
-                inp.transcript_ref = TranscriptRef(
-                    workflow_id=info.workflow_id, run_id=info.run_id, end=len(transcript)
-                )
-                response = await workflow.execute_activity(
-                    ACT_CALL_MODEL,
-                    inp,
-                    result_type=ModelResponse,
-                    start_to_close_timeout=MODEL_TIMEOUT,
-                    retry_policy=MODEL_RETRY,
-                    summary=f"{agent.name}: {agent.model.name}",
-                    task_queue=cfg.model_task_queue,  # None: the run's own queue
-                )
+            with self._trace.span("hitl.model_call", **attrs):
+                if agent.model.local_activity:
+                    # Local activity inputs are not stored in history: pass the transcript.
+                    inp.transcript = transcript
+                    response: ModelResponse = await workflow.execute_local_activity(
+                        ACT_CALL_MODEL,
+                        inp,
+                        result_type=ModelResponse,
+                        start_to_close_timeout=MODEL_TIMEOUT,
+                        retry_policy=MODEL_RETRY,
+                    )
+                else:
+                    # Keep history linear in turns: the activity reads the transcript by
+                    # query instead of receiving the whole conversation on every call.
+                    inp.transcript_ref = TranscriptRef(
+                        workflow_id=info.workflow_id, run_id=info.run_id, end=len(transcript)
+                    )
+                    response = await workflow.execute_activity(
+                        ACT_CALL_MODEL,
+                        inp,
+                        result_type=ModelResponse,
+                        start_to_close_timeout=MODEL_TIMEOUT,
+                        retry_policy=MODEL_RETRY,
+                        summary=f"{agent.name}: {agent.model.name}",
+                        task_queue=cfg.model_task_queue,  # None: the run's own queue
+                    )
         except ACTIVITY_FAILURES as err:
             raise _failure_from_activity(err, "the model call") from None
         finally:
@@ -821,6 +1046,7 @@ class AgentRun:
                     workflow_id=workflow.info().workflow_id,
                     run_approver=self._inp.run_config.approver,
                     skip_policy=sorted(self._book.always_rules),
+                    pre_approval_guardrails=self._inp.run_config.pre_approval_tool_input_guardrails,
                 ),
                 result_type=PlanToolsOutput,
                 start_to_close_timeout=LOCAL_TIMEOUT,
@@ -886,7 +1112,7 @@ class AgentRun:
         workflow.continue_as_new(
             RunInput(
                 agent=self._inp.agent,
-                context=self._inp.context,
+                context=self._ctx.value if self._ctx else None,
                 max_turns=self._inp.max_turns,
                 run_config=self._inp.run_config,
                 carried=CarriedState(
@@ -903,6 +1129,9 @@ class AgentRun:
                     continued_runs=self._continued_runs + 1,
                     search_attributes=self._sa,
                     session_base=self._session_base,
+                    own_input=self._own_input,
+                    context=self._ctx,
+                    tracing=self._trace.enabled,
                     stream=self._stream.get_state(),
                 ),
                 session=self._inp.session,
@@ -960,6 +1189,8 @@ class AgentRun:
         req = parse_payload(DecideInput, raw)
         for d in req.decisions:
             self._decide(d.kind, d, "update")
+        if req.context is not None:
+            self._ctx = req.context
         if req.wait:
             await workflow.wait_condition(self._settled)
         return self._status()
@@ -1158,9 +1389,7 @@ class AgentRun:
         )
 
     def _context(self) -> RunContextData | None:
-        if self._inp.context is None:
-            return None
-        return RunContextData(value=self._inp.context, type=self._inp.run_config.context_type)
+        return self._ctx
 
     def _agent(self) -> AgentSpec:
         return self._spec(self._current)

@@ -1,0 +1,472 @@
+"""RunConfig parity: guardrails, hooks, context, tool timeouts (time-skipping server)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+from temporalio.testing import WorkflowEnvironment
+
+from hitl import (
+    Agent,
+    ModelReply,
+    ModelRequest,
+    RunConfig,
+    RunContextWrapper,
+    Runner,
+    RunState,
+    ScriptedModel,
+    ToolContext,
+    ToolTimeoutError,
+    UserError,
+    function_tool,
+    handoff,
+)
+from hitl.agent import HandoffInputData
+from hitl.errors import (
+    InputGuardrailTripwireTriggered,
+    OutputGuardrailTripwireTriggered,
+    ToolInputGuardrailTripwireTriggered,
+)
+from hitl.guardrails import (
+    GuardrailFunctionOutput,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrailData,
+    input_guardrail,
+    output_guardrail,
+    tool_input_guardrail,
+)
+from hitl.run_config import CallModelData, ModelInputData
+from hitl.wire import RunStatus
+from tests.helpers import ROOT, Ledger, activity_count, serving
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    monkeypatch.setenv("HITL_TEST_LEDGER", str(tmp_path / "ledger.db"))
+    return Ledger(tmp_path / "ledger.db")
+
+
+def _record(ctx: ToolContext[object], tool: str) -> None:
+    path = os.environ.get("HITL_TEST_LEDGER")
+    if path:
+        Ledger(Path(path)).record(ctx.idempotency_key, tool, ctx.tool_arguments)
+
+
+def echo_script(req: ModelRequest) -> ModelReply:
+    return ModelReply.say(f"saw {len(req.input)} items: {req.last_user_text()}")
+
+
+# ----------------------------------------------------------------------------- input/output
+
+
+@input_guardrail
+def no_passwords(
+    ctx: RunContextWrapper[object], agent: object, text: object
+) -> GuardrailFunctionOutput:
+    found = "password" in str(text).lower()
+    return GuardrailFunctionOutput(
+        output_info={"reason": "secret" if found else "ok"}, tripwire_triggered=found
+    )
+
+
+@output_guardrail
+def no_refunds_promised(
+    ctx: RunContextWrapper[object], agent: object, out: object
+) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(
+        output_info={"len": len(str(out))}, tripwire_triggered="refund" in str(out)
+    )
+
+
+guarded = Agent(
+    name="Guarded",
+    model=ScriptedModel(echo_script, "tests.config.echo"),
+    input_guardrails=[no_passwords],
+)
+
+
+async def test_input_guardrail_tripwire_stops_before_the_model(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    async with serving(ts_env.client, guarded) as tq:
+        ok = await Runner.run(guarded, "hello", client=ts_env.client, task_queue=tq, serve=False)
+        assert ok.final_output == "saw 1 items: hello"
+        with pytest.raises(InputGuardrailTripwireTriggered) as err:
+            await Runner.run(
+                guarded,
+                "my password is hunter2",
+                client=ts_env.client,
+                task_queue=tq,
+                serve=False,
+                workflow_id=f"{tq}-tripped",
+            )
+        status = await ts_env.client.get_workflow_handle(f"{tq}-tripped").query(
+            "status", result_type=RunStatus
+        )
+    assert err.value.guardrail_name == "no_passwords"
+    assert err.value.output_info == {"reason": "secret"}
+    assert status.usage.requests == 0, "the model was never called"
+
+
+async def test_run_level_output_guardrail_tripwire(ts_env: WorkflowEnvironment) -> None:
+    plain = Agent(name="Plain", model=ScriptedModel(echo_script, "tests.config.echo2"))
+    async with serving(ts_env.client, plain) as tq:
+        cfg = RunConfig(output_guardrails=[no_refunds_promised])
+        with pytest.raises(OutputGuardrailTripwireTriggered) as err:
+            await Runner.run(
+                plain,
+                "promise a refund",
+                run_config=cfg,
+                client=ts_env.client,
+                task_queue=tq,
+                serve=False,
+            )
+        ok = await Runner.run(
+            plain, "hi", run_config=cfg, client=ts_env.client, task_queue=tq, serve=False
+        )
+    assert err.value.guardrail_name == "no_refunds_promised"
+    assert err.value.output_info == {"len": len("saw 1 items: promise a refund")}
+    assert ok.final_output == "saw 1 items: hi"
+
+
+# ----------------------------------------------------------------------------- tool guardrails
+
+
+@tool_input_guardrail
+def verdict_from_file(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+    """Reads the verdict from HITL_TEST_VERDICT: allow, deny or stop."""
+    verdict = Path(os.environ["HITL_TEST_VERDICT"]).read_text().strip()
+    if verdict == "deny":
+        return ToolGuardrailFunctionOutput.reject_content(
+            f"Blocked by policy at {data.stage}: amounts over 100 need a manager."
+        )
+    if verdict == "stop":
+        return ToolGuardrailFunctionOutput.raise_exception(output_info={"stage": data.stage})
+    return ToolGuardrailFunctionOutput.allow()
+
+
+@function_tool(needs_approval=True, tool_input_guardrails=[verdict_from_file])
+def pay(ctx: ToolContext[object], amount: int) -> str:
+    """Pay an amount.
+
+    Args:
+        amount: Dollars.
+    """
+    _record(ctx, "pay")
+    return f"paid {amount}"
+
+
+def pay_once(req: ModelRequest) -> ModelReply:
+    if not req.tool_results():
+        return ModelReply.call("pay", {"amount": 500})
+    return ModelReply.say(req.tool_results()[0].output or "")
+
+
+payer = Agent(name="Payer", tools=[pay], model=ScriptedModel(pay_once, "tests.config.pay"))
+PRE = RunConfig(pre_approval_tool_input_guardrails=True)
+
+
+@pytest.fixture
+def verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "verdict"
+    monkeypatch.setenv("HITL_TEST_VERDICT", str(path))
+    return path
+
+
+async def test_pre_approval_guardrail_refusal_creates_no_approval(
+    ts_env: WorkflowEnvironment, verdict: Path, ledger: Ledger
+) -> None:
+    verdict.write_text("deny")
+    async with serving(ts_env.client, payer) as tq:
+        result = await Runner.run(
+            payer, "pay", run_config=PRE, client=ts_env.client, task_queue=tq, serve=False
+        )
+    assert result.interruptions == [] and result.decisions == []
+    assert result.final_output == (
+        "Blocked by policy at pre_approval: amounts over 100 need a manager."
+    )
+    hist = await ts_env.client.get_workflow_handle(result.workflow_id).fetch_history()
+    assert activity_count(hist, "execute_tool") == 0 and ledger.count() == 0
+
+
+async def test_pre_approval_guardrail_allows_then_runs_again_after_approval(
+    ts_env: WorkflowEnvironment, verdict: Path, ledger: Ledger
+) -> None:
+    verdict.write_text("allow")
+    async with serving(ts_env.client, payer) as tq:
+        result = await Runner.run(
+            payer, "pay", run_config=PRE, client=ts_env.client, task_queue=tq, serve=False
+        )
+        assert [i.name for i in result.interruptions] == ["pay"], "allowed: it still pauses"
+        verdict.write_text("deny")  # the call became unsafe while waiting
+        state = result.to_state()
+        state.approve(result.interruptions[0])
+        result = await Runner.run(payer, state, client=ts_env.client, task_queue=tq, serve=False)
+    assert result.final_output == (
+        "Blocked by policy at execution: amounts over 100 need a manager."
+    )
+    assert ledger.count() == 0, "the approved call was still blocked before running"
+
+
+async def test_tool_guardrail_can_stop_the_run(
+    ts_env: WorkflowEnvironment, verdict: Path, ledger: Ledger
+) -> None:
+    verdict.write_text("stop")
+    async with serving(ts_env.client, payer) as tq:
+        with pytest.raises(ToolInputGuardrailTripwireTriggered) as err:
+            await Runner.run(
+                payer, "pay", run_config=PRE, client=ts_env.client, task_queue=tq, serve=False
+            )
+    assert err.value.output_info == {"stage": "pre_approval"}
+    assert ledger.count() == 0
+
+
+# ----------------------------------------------------------------------------- handoff hooks
+
+
+def second_script(req: ModelRequest) -> ModelReply:
+    roles = ",".join(str(i.get("role") or i.get("type")) for i in req.input)
+    return ModelReply.say(f"second saw [{roles}]: {req.input[0].get('content', '')!s:.60}")
+
+
+def first_script(req: ModelRequest) -> ModelReply:
+    return ModelReply.call(req.tool_names()[0])
+
+
+def keep_only_handoff(data: HandoffInputData) -> HandoffInputData:
+    """A handoff filter that drops the history: the next agent sees only the handoff."""
+    return data.clone(input_history=[], pre_handoff_items=[])
+
+
+def make_pair(name: str, **handoff_kwargs: object) -> Agent[None]:
+    second = Agent(name=f"{name} second", model=ScriptedModel(second_script, f"t.{name}.2"))
+    return Agent(
+        name=name,
+        handoffs=[handoff(second, **handoff_kwargs)],  # type: ignore[arg-type]
+        model=ScriptedModel(first_script, f"t.{name}.1"),
+    )
+
+
+plain_pair = make_pair("PlainPair")
+filtered_pair = make_pair("FilteredPair", input_filter=keep_only_handoff)
+nested_pair = make_pair("NestedPair", nest_handoff_history=True)
+
+
+async def test_handoff_input_filters_and_nested_history(ts_env: WorkflowEnvironment) -> None:
+    async with serving(ts_env.client, plain_pair, filtered_pair, nested_pair) as tq:
+        run = {"client": ts_env.client, "task_queue": tq, "serve": False}
+        plain = await Runner.run(plain_pair, "hello there", **run)  # type: ignore[arg-type]
+        dropped = await Runner.run(filtered_pair, "hello there", **run)  # type: ignore[arg-type]
+        nested = await Runner.run(nested_pair, "hello there", **run)  # type: ignore[arg-type]
+        globally = await Runner.run(
+            plain_pair,
+            "hello there",
+            run_config=RunConfig(handoff_input_filter=keep_only_handoff),
+            **run,  # type: ignore[arg-type]
+        )
+    assert plain.final_output.startswith(
+        "second saw [user,function_call,function_call_output]: hello there"
+    )
+    assert dropped.final_output.startswith("second saw [function_call,function_call_output]")
+    assert globally.final_output == dropped.final_output
+    assert nested.final_output.startswith(
+        "second saw [assistant,function_call,function_call_output]: For context, here is"
+    )
+
+
+# ----------------------------------------------------------------------------- model input
+
+
+def keep_last_two(data: CallModelData[object]) -> ModelInputData:
+    return ModelInputData(input=data.model_data.input[-2:], instructions="trimmed")
+
+
+def count_script(req: ModelRequest) -> ModelReply:
+    if req.turn < 2:
+        return ModelReply.call("note", {"text": f"n{req.turn}"})
+    return ModelReply.say(f"{len(req.input)} items, instructions={req.instructions}")
+
+
+@function_tool
+def note(text: str) -> str:
+    """Take a note.
+
+    Args:
+        text: The note.
+    """
+    return text
+
+
+counter = Agent(
+    name="Counter",
+    instructions="original",
+    tools=[note],
+    model=ScriptedModel(count_script, "tests.config.counter"),
+)
+
+
+async def test_call_model_input_filter_trims_what_the_model_receives(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    async with serving(ts_env.client, counter) as tq:
+        full = await Runner.run(counter, "go", client=ts_env.client, task_queue=tq, serve=False)
+        trimmed = await Runner.run(
+            counter,
+            "go",
+            run_config=RunConfig(call_model_input_filter=keep_last_two),
+            client=ts_env.client,
+            task_queue=tq,
+            serve=False,
+        )
+    assert full.final_output == "5 items, instructions=original"
+    assert trimmed.final_output == "2 items, instructions=trimmed"
+    assert len(trimmed.to_input_list()) == 6, "the run's own transcript is not trimmed"
+
+
+# ----------------------------------------------------------------------------- context
+
+
+class Ticket(BaseModel):
+    customer: str
+    visits: int = 0
+
+
+@function_tool(needs_approval=True)
+def greet(ctx: RunContextWrapper[Ticket]) -> str:
+    """Greet the ticket's customer and count the visit."""
+    ctx.context.visits += 1
+    return f"Hello {ctx.context.customer} (visit {ctx.context.visits})"
+
+
+def greet_twice(req: ModelRequest) -> ModelReply:
+    done = req.results_for("greet")
+    if len(done) < 2:
+        return ModelReply.call("greet")
+    return ModelReply.say(" / ".join(r.output or "" for r in done))
+
+
+greeter = Agent(name="Greeter", tools=[greet], model=ScriptedModel(greet_twice, "t.greeter"))
+
+RESUME = """
+import asyncio, pathlib, sys
+from hitl import Runner, RunState, connect
+from tests.workflows.test_run_config import Ticket, greeter
+async def main():
+    client = await connect(address=sys.argv[1])
+    text = pathlib.Path(sys.argv[2]).read_text()
+    state = await RunState.from_string_with_context(
+        greeter, text, Ticket(customer="Bob"), context_strategy=sys.argv[4])
+    result = await Runner.run(greeter, state, client=client, task_queue=sys.argv[3], serve=False)
+    print(result.final_output if not result.interruptions else "PAUSED")
+asyncio.run(main())
+"""
+
+
+async def _resume_elsewhere(address: str, saved: Path, tq: str, strategy: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        RESUME,
+        address,
+        str(saved),
+        tq,
+        strategy,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return out.decode().strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("strategy", ["merge", "replace"])
+async def test_resume_with_a_new_context_merge_or_replace(
+    ts_env: WorkflowEnvironment, tmp_path: Path, strategy: str
+) -> None:
+    client = ts_env.client
+    address = client.service_client.config.target_host
+    async with serving(client, greeter) as tq:
+        result = await Runner.run(
+            greeter, "hi", context=Ticket(customer="Ada"), client=client, task_queue=tq, serve=False
+        )
+        state = result.to_state()
+        state.approve(result.interruptions[0], always_approve=True)
+        saved = tmp_path / "state.json"
+        saved.write_text(state.to_string())
+        outcome = await _resume_elsewhere(address, saved, tq, strategy)
+        if strategy == "replace":
+            # The decision made before saving was dropped with the old context: still paused.
+            assert outcome == "PAUSED"
+            state = await RunState.from_string(greeter, saved.read_text())
+            state.decisions = {}
+            state.approve(state.interruptions[0], always_approve=True)
+            outcome = (
+                await Runner.run(greeter, state, client=client, task_queue=tq, serve=False)
+            ).final_output
+    # The new context reached the tools, and the tool's own change (visits) persisted.
+    assert outcome == "Hello Bob (visit 1) / Hello Bob (visit 2)"
+
+
+class Opaque:
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+
+
+async def test_strict_context_refuses_what_it_cannot_serialize(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    with pytest.raises(UserError, match="JSON-serializable"):
+        await Runner.run(
+            guarded,
+            "hi",
+            context=Opaque("x"),
+            run_config=RunConfig(strict_context=True),
+            client=ts_env.client,
+            task_queue="unused",
+            serve=False,
+        )
+
+
+# ----------------------------------------------------------------------------- tool timeouts
+
+
+@function_tool(timeout=1.0, max_attempts=1, heartbeat_timeout=None)
+async def slow_lookup(seconds: float) -> str:
+    """Look something up slowly.
+
+    Args:
+        seconds: How long it takes.
+    """
+    await asyncio.sleep(seconds)
+    return "found"
+
+
+def lookup_script(req: ModelRequest) -> ModelReply:
+    if not req.tool_results():
+        return ModelReply.call(req.tool_names()[0], {"seconds": 5})
+    return ModelReply.say(req.tool_results()[0].output or "")
+
+
+async def test_tool_timeout_as_message_or_as_failure(ts_env: WorkflowEnvironment) -> None:
+    import dataclasses
+
+    soft = Agent(
+        name="SoftTimeout",
+        tools=[slow_lookup],
+        model=ScriptedModel(lookup_script, "t.timeout.soft"),
+    )
+    hard_tool = dataclasses.replace(slow_lookup, timeout_behavior="raise_exception")
+    hard = Agent(
+        name="HardTimeout", tools=[hard_tool], model=ScriptedModel(lookup_script, "t.timeout.hard")
+    )
+    async with serving(ts_env.client, soft, hard) as tq:
+        result = await Runner.run(soft, "go", client=ts_env.client, task_queue=tq, serve=False)
+        assert result.final_output == "Tool 'slow_lookup' timed out after 1 seconds."
+        with pytest.raises(ToolTimeoutError, match="timed out after 1 seconds"):
+            await Runner.run(hard, "go", client=ts_env.client, task_queue=tq, serve=False)
