@@ -15,14 +15,7 @@ from pathlib import Path
 
 from hitl import Agent, ModelReply, ModelRequest, ScriptedModel, ToolContext, function_tool
 from tests.helpers import Ledger
-
-
-def record(ctx: ToolContext[object], tool: str) -> None:
-    """Write the effect to the ledger (once per idempotency key)."""
-    path = os.environ.get("HITL_TEST_LEDGER")
-    if path:
-        Ledger(Path(path)).record(ctx.idempotency_key, tool, ctx.tool_arguments)
-
+from tests.helpers import record_effect as record
 
 # ----------------------------------------------------------------------------- support (Python)
 

@@ -12,6 +12,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from hitl.client import data_converter
+from tests.helpers import Ledger
 from worker.devserver import DevServer
 
 BIN = Path(sys.executable).parent
@@ -45,6 +46,13 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 async def dev_client(dev_server: DevServer) -> Client:
     """A client of the session's dev server."""
     return await Client.connect(dev_server.address, data_converter=data_converter())
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
+    """An effect ledger the test's tools write to (through HITL_TEST_LEDGER)."""
+    monkeypatch.setenv("HITL_TEST_LEDGER", str(tmp_path / "ledger.db"))
+    return Ledger(tmp_path / "ledger.db")
 
 
 @pytest.fixture(params=[100, 0], ids=["cached", "replay-every-task"])

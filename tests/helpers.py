@@ -24,6 +24,13 @@ from worker.build import WorkerOptions, build_worker, detect_features
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def record_effect(ctx: Any, tool: str) -> None:
+    """Write a tool's effect to the ledger named by HITL_TEST_LEDGER (once per idempotency key)."""
+    path = os.environ.get("HITL_TEST_LEDGER")
+    if path:
+        Ledger(Path(path)).record(ctx.idempotency_key, tool, ctx.tool_arguments)
+
+
 def queue_name(prefix: str = "tq") -> str:
     """A task queue nobody else uses."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"

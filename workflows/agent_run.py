@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime, timedelta
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, TypeVar
 
+from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
 from temporalio.contrib.workflow_streams import WorkflowStream
@@ -119,6 +120,7 @@ SA_AGENT_KEY = SearchAttributeKey.for_keyword(SA_AGENT)
 SA_PENDING_SINCE_KEY = SearchAttributeKey.for_datetime(SA_PENDING_SINCE)
 
 Visible = tuple[str, tuple[str, ...], datetime | None]
+Out = TypeVar("Out", bound=BaseModel)
 """(status, pending tool names, waiting since): what operators see of a run."""
 
 SIGNAL_CHILD_REPORT = "__hitl_child_report"
@@ -357,30 +359,23 @@ class AgentRun:
             run_level = []  # run-level guardrails apply to the root run only
         if not own and not run_level:
             return
-        self._busy += 1
-        guard = self._trace.span(f"hitl.guardrails.{kind}", **{"hitl.agent": agent.name})
-        try:
-            with guard:
-                out: GuardrailsOutput = await workflow.execute_local_activity(
-                    ACT_RUN_GUARDRAILS,
-                    GuardrailsInput(
-                        kind=kind,
-                        root_agent=self._inp.agent,
-                        agent_id=agent.id,
-                        run_guardrails=run_level,
-                        input=subject if isinstance(subject, str | list) else "",
-                        final_output=final_output,
-                        context=self._context(),
-                        workflow_id=workflow.info().workflow_id,
-                    ),
-                    result_type=GuardrailsOutput,
-                    start_to_close_timeout=MODEL_TIMEOUT,
-                    retry_policy=LOCAL_RETRY,
-                )
-        except ACTIVITY_FAILURES as err:
-            raise _failure_from_activity(err, f"the {kind} guardrails") from None
-        finally:
-            self._busy -= 1
+        with self._trace.span(f"hitl.guardrails.{kind}", **{"hitl.agent": agent.name}):
+            out = await self._local(
+                ACT_RUN_GUARDRAILS,
+                GuardrailsInput(
+                    kind=kind,
+                    root_agent=self._inp.agent,
+                    agent_id=agent.id,
+                    run_guardrails=run_level,
+                    input=subject if isinstance(subject, str | list) else "",
+                    final_output=final_output,
+                    context=self._context(),
+                    workflow_id=workflow.info().workflow_id,
+                ),
+                GuardrailsOutput,
+                f"the {kind} guardrails",
+                timeout=MODEL_TIMEOUT,
+            )
         for verdict in out.verdicts:
             if verdict.tripwire_triggered:
                 raise RunFailure(
@@ -408,31 +403,24 @@ class AgentRun:
         has_filter = bool(spec and spec.input_filter) or bool(cfg.handoff_input_filter)
         if not has_filter and not nest:
             return
-        self._busy += 1
-        try:
-            out: HandoffFilterOutput = await workflow.execute_local_activity(
-                ACT_FILTER_HANDOFF,
-                HandoffFilterInput(
-                    root_agent=self._inp.agent,
-                    from_agent_id=agent.id,
-                    handoff_tool=str(tool),
-                    to_agent_id=target,
-                    input_history=self._input_items,
-                    pre_handoff_items=self._new_items[:turn_start],
-                    new_items=self._new_items[turn_start:],
-                    run_filter=cfg.handoff_input_filter,
-                    nest=nest,
-                    mapper=cfg.handoff_history_mapper,
-                    context=self._context(),
-                ),
-                result_type=HandoffFilterOutput,
-                start_to_close_timeout=LOCAL_TIMEOUT,
-                retry_policy=LOCAL_RETRY,
-            )
-        except ACTIVITY_FAILURES as err:
-            raise _failure_from_activity(err, "the handoff input filter") from None
-        finally:
-            self._busy -= 1
+        out = await self._local(
+            ACT_FILTER_HANDOFF,
+            HandoffFilterInput(
+                root_agent=self._inp.agent,
+                from_agent_id=agent.id,
+                handoff_tool=str(tool),
+                to_agent_id=target,
+                input_history=self._input_items,
+                pre_handoff_items=self._new_items[:turn_start],
+                new_items=self._new_items[turn_start:],
+                run_filter=cfg.handoff_input_filter,
+                nest=nest,
+                mapper=cfg.handoff_history_mapper,
+                context=self._context(),
+            ),
+            HandoffFilterOutput,
+            "the handoff input filter",
+        )
         self._input_items = out.input_history
         self._new_items = [*out.pre_handoff_items, *out.new_items]
 
@@ -440,16 +428,13 @@ class AgentRun:
 
     async def _load_session(self) -> list[dict[str, Any]]:
         assert self._inp.session is not None
-        try:
-            items: SessionItems = await workflow.execute_local_activity(
-                ACT_LOAD_SESSION,
-                SessionRef(session_id=self._inp.session, task_queue=workflow.info().task_queue),
-                result_type=SessionItems,
-                start_to_close_timeout=LOCAL_TIMEOUT,
-                retry_policy=LOCAL_RETRY,
-            )
-        except ACTIVITY_FAILURES as err:
-            raise _failure_from_activity(err, "loading the session") from None
+        items = await self._local(
+            ACT_LOAD_SESSION,
+            SessionRef(session_id=self._inp.session, task_queue=workflow.info().task_queue),
+            SessionItems,
+            "loading the session",
+            busy=False,
+        )
         return items.items
 
     async def _save_session(self) -> None:
@@ -936,17 +921,45 @@ class AgentRun:
 
     # ================================================================= activities
 
-    async def _resolve(self) -> ResolvedRun:
+    async def _local(
+        self,
+        name: str,
+        arg: BaseModel,
+        result_type: type[Out],
+        what: str,
+        *,
+        busy: bool = True,
+        timeout: timedelta = LOCAL_TIMEOUT,
+    ) -> Out:
+        """Run a local activity (user code: predicates, guardrails, hooks); failures are typed.
+
+        While it runs the run counts as busy, so it never reports waiting for a person.
+        """
+        if busy:
+            self._busy += 1
         try:
-            resolved: ResolvedRun = await workflow.execute_local_activity(
-                ACT_RESOLVE_AGENT,
-                ResolveAgentInput(agent=self._inp.agent, run_config=self._inp.run_config),
-                result_type=ResolvedRun,
-                start_to_close_timeout=LOCAL_TIMEOUT,
+            result: Out = await workflow.execute_local_activity(
+                name,
+                arg,
+                result_type=result_type,
+                start_to_close_timeout=timeout,
                 retry_policy=LOCAL_RETRY,
             )
         except ACTIVITY_FAILURES as err:
-            raise _failure_from_activity(err, "resolving the agent") from None
+            raise _failure_from_activity(err, what) from None
+        finally:
+            if busy:
+                self._busy -= 1
+        return result
+
+    async def _resolve(self) -> ResolvedRun:
+        resolved = await self._local(
+            ACT_RESOLVE_AGENT,
+            ResolveAgentInput(agent=self._inp.agent, run_config=self._inp.run_config),
+            ResolvedRun,
+            "resolving the agent",
+            busy=False,
+        )
         return resolved
 
     async def _call_model(self, agent: AgentSpec) -> ModelResponse:
@@ -1031,31 +1044,25 @@ class AgentRun:
         return response
 
     async def _plan(self, agent: AgentSpec, recs: list[CallRecord]) -> PlanToolsOutput:
-        self._busy += 1
-        try:
-            plans: PlanToolsOutput = await workflow.execute_local_activity(
-                ACT_PLAN_TOOLS,
-                PlanToolsInput(
-                    root_agent=self._inp.agent,
-                    agent_id=agent.id,
-                    calls=[
-                        PlanCall(call_id=r.call_id, tool_name=r.tool_name, arguments=r.arguments)
-                        for r in recs
-                    ],
-                    context=self._context(),
-                    workflow_id=workflow.info().workflow_id,
-                    run_approver=self._inp.run_config.approver,
-                    skip_policy=sorted(self._book.always_rules),
-                    pre_approval_guardrails=self._inp.run_config.pre_approval_tool_input_guardrails,
-                ),
-                result_type=PlanToolsOutput,
-                start_to_close_timeout=LOCAL_TIMEOUT,
-                retry_policy=LOCAL_RETRY,
-            )
-        except ACTIVITY_FAILURES as err:
-            raise _failure_from_activity(err, "planning tool calls") from None
-        finally:
-            self._busy -= 1
+        cfg = self._inp.run_config
+        plans = await self._local(
+            ACT_PLAN_TOOLS,
+            PlanToolsInput(
+                root_agent=self._inp.agent,
+                agent_id=agent.id,
+                calls=[
+                    PlanCall(call_id=r.call_id, tool_name=r.tool_name, arguments=r.arguments)
+                    for r in recs
+                ],
+                context=self._context(),
+                workflow_id=workflow.info().workflow_id,
+                run_approver=cfg.approver,
+                skip_policy=sorted(self._book.always_rules),
+                pre_approval_guardrails=cfg.pre_approval_tool_input_guardrails,
+            ),
+            PlanToolsOutput,
+            "planning tool calls",
+        )
         return plans
 
     async def _max_turns_exceeded(self, max_turns: int) -> RunOutput:
@@ -1063,26 +1070,19 @@ class AgentRun:
         handler = self._inp.run_config.error_handlers.get("max_turns")
         agent = self._agent()
         if handler:
-            self._busy += 1
-            try:
-                out: HandleRunErrorOutput = await workflow.execute_local_activity(
-                    ACT_HANDLE_RUN_ERROR,
-                    HandleRunErrorInput(
-                        handler=handler,
-                        message=message,
-                        max_turns=max_turns,
-                        context=self._context(),
-                        input_items=self._input_items,
-                        new_items=self._new_items,
-                    ),
-                    result_type=HandleRunErrorOutput,
-                    start_to_close_timeout=LOCAL_TIMEOUT,
-                    retry_policy=LOCAL_RETRY,
-                )
-            except ACTIVITY_FAILURES as err:
-                raise _failure_from_activity(err, "the max_turns error handler") from None
-            finally:
-                self._busy -= 1
+            out = await self._local(
+                ACT_HANDLE_RUN_ERROR,
+                HandleRunErrorInput(
+                    handler=handler,
+                    message=message,
+                    max_turns=max_turns,
+                    context=self._context(),
+                    input_items=self._input_items,
+                    new_items=self._new_items,
+                ),
+                HandleRunErrorOutput,
+                "the max_turns error handler",
+            )
             if out.handled:
                 if out.include_in_history:
                     final = out.final_output

@@ -8,7 +8,6 @@ the real server does not do, and nothing here needs time skipping.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
@@ -27,19 +26,7 @@ from hitl import (
     function_tool,
 )
 from hitl.wire import DecisionInput, RunOutput, RunStatus
-from tests.helpers import ROOT, Ledger, activity_count, serving
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
-    monkeypatch.setenv("HITL_TEST_LEDGER", str(tmp_path / "ledger.db"))
-    return Ledger(tmp_path / "ledger.db")
-
-
-def _record(ctx: ToolContext[object], tool: str) -> None:
-    path = os.environ.get("HITL_TEST_LEDGER")
-    if path:
-        Ledger(Path(path)).record(ctx.idempotency_key, tool, ctx.tool_arguments)
+from tests.helpers import ROOT, Ledger, activity_count, record_effect, serving
 
 
 @function_tool(needs_approval=True)
@@ -49,7 +36,7 @@ def fetch(ctx: ToolContext[object], url: str) -> str:
     Args:
         url: The page.
     """
-    _record(ctx, "fetch")
+    record_effect(ctx, "fetch")
     return f"content of {url}"
 
 
@@ -60,7 +47,7 @@ def note(ctx: ToolContext[object], text: str) -> str:
     Args:
         text: The note.
     """
-    _record(ctx, "note")
+    record_effect(ctx, "note")
     return f"noted {text}"
 
 
@@ -231,7 +218,7 @@ def sign(ctx: ToolContext[object], doc: str) -> str:
     Args:
         doc: The document.
     """
-    _record(ctx, "sign")
+    record_effect(ctx, "sign")
     return f"signed {doc}"
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -33,12 +32,6 @@ from tests.helpers import (
     state_events,
     tool_activity_count,
 )
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
-    monkeypatch.setenv("HITL_TEST_LEDGER", str(tmp_path / "ledger.db"))
-    return Ledger(tmp_path / "ledger.db")
 
 
 async def test_parked_for_three_days_then_approved(

@@ -33,12 +33,6 @@ from hitl.wire import DecisionInput, RunOutput, RunStatus
 from tests.helpers import Ledger, activity_count, event_count, serving
 
 
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
-    monkeypatch.setenv("HITL_TEST_LEDGER", str(tmp_path / "ledger.db"))
-    return Ledger(tmp_path / "ledger.db")
-
-
 @function_tool
 def echo(ctx: ToolContext[object], text: str) -> str:
     """Echo text back (records the idempotency key it was given).

@@ -22,13 +22,7 @@ from hitl import (
     function_tool,
 )
 from hitl.wire import RunStatus
-from tests.helpers import Ledger, activity_count, serving
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
-    monkeypatch.setenv("HITL_TEST_LEDGER", str(tmp_path / "ledger.db"))
-    return Ledger(tmp_path / "ledger.db")
+from tests.helpers import Ledger, activity_count, record_effect, serving
 
 
 def _record(ctx: ToolContext[object], tool: str) -> None:
@@ -46,7 +40,7 @@ def archive(ctx: ToolContext[object], ticket: int) -> str:
     Args:
         ticket: The ticket.
     """
-    _record(ctx, "archive")
+    record_effect(ctx, "archive")
     return f"archived {ticket}"
 
 
@@ -57,7 +51,7 @@ def purge(ctx: ToolContext[object], ticket: int) -> str:
     Args:
         ticket: The ticket.
     """
-    _record(ctx, "purge")
+    record_effect(ctx, "purge")
     return f"purged {ticket}"
 
 
@@ -166,7 +160,7 @@ def deny_all(ctx: RunContextWrapper[object], call: ApprovalCall) -> ToolDenied:
 @function_tool(needs_approval=True, approver=deny_all)
 def wipe(ctx: ToolContext[object]) -> str:
     """Wipe everything."""
-    _record(ctx, "wipe")
+    record_effect(ctx, "wipe")
     return "wiped"
 
 

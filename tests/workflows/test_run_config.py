@@ -42,19 +42,7 @@ from hitl.guardrails import (
 )
 from hitl.run_config import CallModelData, ModelInputData
 from hitl.wire import RunStatus
-from tests.helpers import ROOT, Ledger, activity_count, serving
-
-
-@pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
-    monkeypatch.setenv("HITL_TEST_LEDGER", str(tmp_path / "ledger.db"))
-    return Ledger(tmp_path / "ledger.db")
-
-
-def _record(ctx: ToolContext[object], tool: str) -> None:
-    path = os.environ.get("HITL_TEST_LEDGER")
-    if path:
-        Ledger(Path(path)).record(ctx.idempotency_key, tool, ctx.tool_arguments)
+from tests.helpers import ROOT, Ledger, activity_count, record_effect, serving
 
 
 def echo_script(req: ModelRequest) -> ModelReply:
@@ -157,7 +145,7 @@ def pay(ctx: ToolContext[object], amount: int) -> str:
     Args:
         amount: Dollars.
     """
-    _record(ctx, "pay")
+    record_effect(ctx, "pay")
     return f"paid {amount}"
 
 
