@@ -25,7 +25,7 @@ from hitl import Runner, RunResult, connect
 from worker.devserver import DevServer, free_port, port_free
 
 ROOT = Path(__file__).resolve().parent.parent
-STATE_DIR = ROOT / ".hitl"
+STATE_DIR = Path(os.environ.get("HITL_DEMO_STATE_DIR", ROOT / ".hitl"))
 REQUEST = (
     "Order 1001 arrived broken: please refund $250. Also cancel order 1002, it is a duplicate."
 )

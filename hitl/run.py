@@ -72,7 +72,11 @@ log = logging.getLogger("hitl")
 
 ServeMode = Literal["auto"] | bool
 POLLER_FRESH_SECONDS = 90.0
-WORKER_GRACE_SECONDS = 3.0
+WORKER_GRACE_SECONDS = 10.0
+"""How long the first update may wait for a worker before `Runner.run` concludes none runs.
+
+Only used when the server lists pollers (they may be stale): with none at all, `serve="auto"`
+serves at once. Loaded workers can take seconds to pick up a task, so this is generous."""
 _STOPPED_IDENTITIES: set[str] = set()
 
 

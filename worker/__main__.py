@@ -64,7 +64,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m worker",
         description=(__doc__ or "").splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
         "--agents",
@@ -76,7 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--task-queue",
         default=env("HITL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
-        help="queue to poll (env HITL_TASK_QUEUE)",
+        help="queue to poll (env HITL_TASK_QUEUE; now %(default)s)",
     )
     p.add_argument("--address", help="host:port (default: envconfig, else localhost:7233)")
     p.add_argument("--namespace", help="namespace (default: envconfig, else default)")
@@ -87,6 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         const=True,
         default=env("HITL_ACTIVITIES_ONLY", "false"),
         type=_flag,
+        metavar="BOOL",
         help="serve tools and model calls only, no workflows: a worker for a run's "
         "tool_task_queue / model_task_queue (env HITL_ACTIVITIES_ONLY)",
     )
@@ -95,19 +95,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=_number(int, 0),
         default=env("HITL_MAX_CACHED_WORKFLOWS", str(DEFAULT_MAX_CACHED_WORKFLOWS)),
         help="runs kept in memory; parked runs beyond it replay when woken "
-        "(env HITL_MAX_CACHED_WORKFLOWS)",
+        "(env HITL_MAX_CACHED_WORKFLOWS; now %(default)s)",
     )
     p.add_argument(
         "--max-concurrent-activities",
         type=_number(int, 1),
         default=env("HITL_MAX_CONCURRENT_ACTIVITIES"),
-        help="tool and model calls at once (env HITL_MAX_CONCURRENT_ACTIVITIES; SDK default)",
+        help="tool and model calls at once (env HITL_MAX_CONCURRENT_ACTIVITIES; default 100)",
     )
     p.add_argument(
         "--max-concurrent-workflow-tasks",
         type=_number(int, 2),
         default=env("HITL_MAX_CONCURRENT_WORKFLOW_TASKS"),
-        help="workflow tasks at once (env HITL_MAX_CONCURRENT_WORKFLOW_TASKS; SDK default)",
+        help="workflow tasks at once (env HITL_MAX_CONCURRENT_WORKFLOW_TASKS; default 100)",
     )
     p.add_argument(
         "--graceful-shutdown",
@@ -115,7 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env("HITL_GRACEFUL_SHUTDOWN", "10"),
         metavar="SECONDS",
         help="on SIGTERM, in-flight activities get this long to finish before they are "
-        "cancelled and retried elsewhere (env HITL_GRACEFUL_SHUTDOWN)",
+        "cancelled and retried elsewhere (env HITL_GRACEFUL_SHUTDOWN; now %(default)s)",
     )
     p.add_argument(
         "--sticky-queue-timeout",
@@ -123,12 +123,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=env("HITL_STICKY_QUEUE_TIMEOUT", f"{DEFAULT_STICKY_QUEUE_TIMEOUT:g}"),
         metavar="SECONDS",
         help="how long a run's next task waits for the worker that cached it before another "
-        "worker takes it, e.g. after a crash (env HITL_STICKY_QUEUE_TIMEOUT)",
+        "worker takes it, e.g. after a crash (env HITL_STICKY_QUEUE_TIMEOUT; now %(default)s)",
     )
     p.add_argument(
-        "--identity", default=env("HITL_WORKER_IDENTITY"), help="env HITL_WORKER_IDENTITY"
+        "--identity",
+        default=env("HITL_WORKER_IDENTITY"),
+        help="shown in history (env HITL_WORKER_IDENTITY; default pid@host)",
     )
-    p.add_argument("--log-level", default=env("HITL_LOG_LEVEL", "INFO"), help="env HITL_LOG_LEVEL")
+    p.add_argument(
+        "--log-level",
+        default=env("HITL_LOG_LEVEL", "INFO"),
+        help="env HITL_LOG_LEVEL; now %(default)s",
+    )
     args = p.parse_args(argv)
     if not args.agents:
         args.agents = [a.strip() for a in env("HITL_AGENTS", "").split(",") if a.strip()]

@@ -43,8 +43,9 @@ def free_port(ip: str = "127.0.0.1") -> int:
 
 
 def port_free(port: int, ip: str = "127.0.0.1") -> bool:
-    """True when nothing listens on `ip:port`."""
+    """True when nothing listens on `ip:port` (connections lingering in TIME_WAIT do not count)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((ip, port))
         except OSError:
@@ -127,6 +128,12 @@ class DevServer:
         """Start the server and wait until it answers on its port."""
         if self.process is not None and self.process.poll() is None:
             return self
+        if self.port is not None and not port_free(self.port, self.ip):
+            # Otherwise the health check would be answered by whatever server holds the port.
+            raise UserError(
+                f"port {self.ip}:{self.port} is already in use (another Temporal server?); "
+                "stop it or pick another port"
+            )
         cmd = self.command()
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(

@@ -277,3 +277,28 @@ async def test_watch_follows_a_run_through_its_pause(
     text = "\n".join(lines)
     assert "approve cancel_order" in text and "by erin" in text
     assert lines[-1].endswith("final output: cancel_order: Cancelled order 12")
+
+
+def test_setup_registers_the_search_attributes_on_a_bare_cluster(tmp_path: Path) -> None:
+    bare = DevServer(search_attributes={}, log_file=tmp_path / "bare.log").start()
+    try:
+        before = temporal_cli(
+            "operator", "search-attribute", "list", "-o", "json", address=bare.address
+        )
+        assert "HitlStatus" not in before.stdout
+        first = hitl(bare.address, "setup")
+        assert first.returncode == 0, first.stderr
+        assert (
+            "registered HitlStatus, HitlPendingTools, HitlAgent, HitlPendingSince" in first.stdout
+        )
+        again = hitl(bare.address, "setup")
+        assert again.returncode == 0 and "already registered" in again.stdout
+        after = temporal_cli(
+            "operator", "search-attribute", "list", "-o", "json", address=bare.address
+        )
+    finally:
+        bare.stop()
+    listed = json.loads(after.stdout)["customAttributes"]
+    assert listed["HitlStatus"] == "INDEXED_VALUE_TYPE_KEYWORD"
+    assert listed["HitlPendingTools"] == "INDEXED_VALUE_TYPE_KEYWORD_LIST"
+    assert listed["HitlPendingSince"] == "INDEXED_VALUE_TYPE_DATETIME"

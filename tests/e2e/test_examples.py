@@ -77,3 +77,34 @@ async def test_encrypted_payloads_never_reach_the_server_in_clear(
     assert out.final_output == result.final_output, "the key holder reads it back"
     with pytest.raises(Exception):  # noqa: B017 - without the key the payload cannot decode
         await plain.get_workflow_handle(result.workflow_id, result_type=RunOutput).result()
+
+
+def test_make_demo_runs_end_to_end_without_a_terminal(tmp_path: Path) -> None:
+    """What `make demo` runs: its own dev server, a worker, the refund desk; exits 0."""
+    out = subprocess.run(
+        [sys.executable, "-m", "examples.demo", "--decide", "reject"],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "HITL_DEMO_STATE_DIR": str(tmp_path)},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "paused after" in out.stdout
+    assert out.stdout.count("temporal workflow update execute") == 2
+    assert "--name reject" in out.stdout
+    assert 'cancel_order({"order_id": 1002}): The reviewer declined this.' in out.stdout
+    assert (tmp_path / "dev.sqlite").exists(), "the server persisted to the state folder"
+    leftover = subprocess.run(
+        ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True
+    ).stdout.strip()
+    assert leftover == "", "the demo left processes behind"
+
+
+def test_run_sync_serves_in_process(dev_server: DevServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Runner.run_sync` from synchronous code, with the agent served in this process."""
+    monkeypatch.setenv("TEMPORAL_ADDRESS", dev_server.address)
+    monkeypatch.setenv("HITL_TASK_QUEUE", queue_name("sync"))
+    result = Runner.run_sync(support_agent, "email them an update", serve=True)
+    assert result.final_output == "send_email: Sent 'About your order'"

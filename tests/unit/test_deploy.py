@@ -1,0 +1,327 @@
+"""docker-compose.temporal.yml, the Dockerfile and their scripts, checked without a Docker engine.
+
+What can be checked here is checked: the files parse, every service the docs name exists, ports,
+volumes, health checks and start order fit together, images are pinned to the Temporal release
+the tests run against, the search attributes registered are the ones the workflow upserts, the
+worker understands its environment, and no secret is written down. (The setup script itself runs
+against the dev server in tests/e2e/test_production.py.)
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hitl.admin import _TYPES
+from hitl.registry import load_agents
+from hitl.wire import SEARCH_ATTRIBUTES
+from worker.__main__ import parse_args
+from worker.devserver import temporal_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.temporal.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+DOCS = ROOT / "README.md"
+SETUP_NAMESPACE = ROOT / "deploy" / "temporal" / "setup-namespace.sh"
+SETUP_SCHEMA = ROOT / "deploy" / "temporal" / "setup-schema.sh"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+SECRET = re.compile(r"(KEY|SECRET|PASSWORD|PWD|TOKEN|CREDENTIAL)", re.IGNORECASE)
+VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
+ONE_SHOT_RESTARTS = {None, "no"} | {f"on-failure:{n}" for n in range(1, 10)} | {"on-failure"}
+
+
+def interpolate(value: object, env: dict[str, str] | None = None) -> str:
+    """Compose's `${VAR}`, `${VAR:-default}`, `${VAR-default}`, `${VAR:?message}`."""
+    env = env or {}
+
+    def sub(m: re.Match[str]) -> str:
+        name, op, arg = m.group(1), m.group(2), m.group(3) or ""
+        # With a colon, an empty value counts as unset.
+        found = (env.get(name) or None) if op in (":-", ":?") else env.get(name)
+        if found is not None:
+            return found
+        if op and op.endswith("?"):
+            raise AssertionError(f"${{{name}}} is required: {arg}")
+        return arg if op else ""
+
+    return VAR.sub(sub, str(value))
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return dict(compose["services"])
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def image_tag(image: str) -> tuple[str, str]:
+    name, _, tag = interpolate(image).rpartition(":")
+    return name, tag
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def docs_services() -> list[str]:
+    """Service names in the first column of the README's services table (Production)."""
+    section = DOCS.read_text().split("### What the stack runs", 1)[1].split("\n#", 1)[0]
+    return re.findall(r"^\| `([a-z][a-z0-9-]*)` \|", section, re.MULTILINE)
+
+
+# ----------------------------------------------------------------------------- services
+
+
+def test_every_service_the_docs_name_exists(services: dict[str, dict[str, Any]]) -> None:
+    named = docs_services()
+    assert sorted(named) == sorted(services), "the docs' table lists exactly the services"
+    docs = DOCS.read_text()
+    for cmd in re.findall(r"docker compose [^\n`]*", docs):
+        for verb in ("exec", "logs", "stop", "kill", "restart"):
+            m = re.search(rf"\b{verb}(?: -\w+)* ([a-z][a-z0-9-]*)", cmd)
+            if m:
+                assert m.group(1) in services, f"{cmd!r} names an unknown service"
+        for name in re.findall(r"--scale ([a-z][a-z0-9-]*)=", cmd):
+            assert name in services, f"{cmd!r} scales an unknown service"
+
+
+def test_images_are_pinned_to_the_temporal_release_the_tests_use(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    tags = {}
+    for name, svc in services.items():
+        image, tag = image_tag(svc["image"])
+        assert tag and tag != "latest" and re.fullmatch(r"\d+\.\d+(\.\d+)?(-[\w.]+)?", tag), (
+            f"{name}: pin an exact version, not {svc['image']!r}"
+        )
+        tags[image] = tag
+    version = subprocess.run(
+        [temporal_binary(), "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    server = re.search(r"Server (\d+\.\d+)\.\d+", version)
+    ui = re.search(r"UI (\d+)\.\d+\.\d+", version)
+    assert server and ui, version
+    assert tags["temporalio/server"].startswith(server.group(1) + ".")
+    assert tags["temporalio/admin-tools"] == tags["temporalio/server"], "schema tools match"
+    assert tags["temporalio/ui"].split(".")[0] == ui.group(1)
+    assert tags["hitl-worker"] == PYPROJECT["project"]["version"]
+    assert "build" in services["worker"], "our worker is built from the Dockerfile"
+
+
+def test_ports_and_addresses_fit_together(services: dict[str, dict[str, Any]]) -> None:
+    published: dict[str, int] = {}
+    for name, svc in services.items():
+        for spec in svc.get("ports", []):
+            host_ip, host_port, container_port = interpolate(spec).rsplit(":", 2)
+            assert host_ip == "127.0.0.1", f"{name}: publish on loopback unless asked"
+            assert host_port not in published, f"host port {host_port} published twice"
+            published[host_port] = int(container_port)
+            assert host_port == container_port
+    assert published == {"7233": 7233, "8080": 8080}, "frontend and Web UI; never the database"
+    health = services["temporal"]["healthcheck"]["test"]
+    assert health[-1] == "7233", "the health check probes the frontend port"
+    for name, svc in services.items():
+        address = environment(svc).get("TEMPORAL_ADDRESS")
+        if address is not None:
+            assert address == "temporal:7233", f"{name} talks to the frontend service"
+        seeds = environment(svc).get("POSTGRES_SEEDS")
+        if seeds is not None:
+            assert seeds in services and environment(svc)["DB_PORT"] == "5432"
+
+
+def test_volumes_and_mounts_exist(compose: dict[str, Any]) -> None:
+    declared = set(compose.get("volumes") or {})
+    used = set()
+    for name, svc in compose["services"].items():
+        for spec in svc.get("volumes", []):
+            source = spec.split(":")[0]
+            if source.startswith("."):
+                assert (ROOT / source).exists(), f"{name}: {source} is not in the repository"
+                assert spec.endswith(":ro"), f"{name}: mount repository files read-only"
+            else:
+                used.add(source)
+        entry = svc.get("entrypoint")
+        if entry:
+            script = entry[-1]
+            mounts = [s.split(":")[:2] for s in svc["volumes"]]
+            local = [
+                ROOT / src / Path(script).relative_to(dst)
+                for src, dst in mounts
+                if script.startswith(dst + "/")
+            ]
+            assert local and local[0].is_file(), f"{name}: {script} is not mounted"
+    assert used == declared, "every named volume is declared and used"
+    temporal = compose["services"]["temporal"]
+    config = environment(temporal)["DYNAMIC_CONFIG_FILE_PATH"]
+    src, dst = temporal["volumes"][0].split(":")[:2]
+    assert ("/etc/temporal/" + config).startswith(dst + "/")
+    assert (ROOT / src / Path(config).name).is_file()
+
+
+def test_health_checks_gate_the_start_order(services: dict[str, dict[str, Any]]) -> None:
+    for name, svc in services.items():
+        for dep, how in (svc.get("depends_on") or {}).items():
+            assert dep in services, f"{name} depends on unknown {dep}"
+            condition = how["condition"]
+            if condition == "service_healthy":
+                check = services[dep].get("healthcheck")
+                assert check and check["test"], f"{name} waits for {dep}, which has no check"
+                assert check["retries"] * _seconds(check["interval"]) >= 60
+            elif condition == "service_completed_successfully":
+                assert services[dep].get("restart") in ONE_SHOT_RESTARTS, f"{dep} must exit"
+                assert "entrypoint" in services[dep], f"{dep} is a one-shot job"
+            else:
+                raise AssertionError(f"{name}: depend on health or completion, not {condition}")
+    order = ["postgresql", "temporal-schema", "temporal", "temporal-setup", "worker"]
+    for before, after in itertools.pairwise(order):
+        assert before in services[after]["depends_on"], f"{after} waits for {before}"
+    assert services["tool-worker"]["depends_on"] == services["worker"]["depends_on"]
+
+
+def _seconds(text: str) -> float:
+    m = re.fullmatch(r"(\d+)(s|m)", text)
+    assert m, text
+    return float(m.group(1)) * (60 if m.group(2) == "m" else 1)
+
+
+def test_registered_search_attributes_are_the_workflows(services: dict[str, Any]) -> None:
+    script = SETUP_NAMESPACE.read_text()
+    registered = dict(re.findall(r"^register (\w+) (\w+)$", script, re.MULTILINE))
+    assert registered == SEARCH_ATTRIBUTES
+    assert set(registered.values()) <= set(_TYPES)
+    setup = services["temporal-setup"]
+    assert setup["entrypoint"][-1].endswith("/" + SETUP_NAMESPACE.name)
+    assert (
+        environment(setup)["TEMPORAL_NAMESPACE"]
+        == environment(services["worker"])["TEMPORAL_NAMESPACE"]
+    ), "the workers use the namespace that was set up"
+
+
+def test_no_secret_is_written_down(services: dict[str, dict[str, Any]]) -> None:
+    for name, svc in services.items():
+        for key, value in environment(svc).items():
+            if SECRET.search(key):
+                assert VAR.fullmatch(value), f"{name}.{key} must come from the environment"
+        assert "TEMPORAL_API_KEY" not in environment(svc), "the local server speaks plaintext"
+        assert "env_file" not in svc, "secrets come from the shell or .env, by reference"
+    worker = environment(services["worker"])
+    assert worker["OPENAI_API_KEY"] == "${OPENAI_API_KEY:-}", "no default key"
+    assert worker["HITL_ENCRYPTION_KEY"] == "${HITL_ENCRYPTION_KEY:-}"
+    example = (ROOT / ".env.example").read_text()
+    for line in example.splitlines():
+        key, _, value = line.partition("=")
+        if SECRET.search(key) and not line.startswith("#"):
+            assert value == "", f".env.example must leave {key} empty"
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert ".env" in ignored and "!.env.example" in ignored
+
+
+def test_worker_environment_is_what_the_worker_reads(
+    services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queues = {}
+    for name in ("worker", "tool-worker"):
+        svc = services[name]
+        for key in ("HITL_AGENTS", "HITL_TASK_QUEUE", "HITL_ACTIVITIES_ONLY"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in environment(svc).items():
+            monkeypatch.setenv(key, interpolate(value))
+        args = parse_args([])
+        for ref in args.agents:
+            assert load_agents(ref), ref
+        assert args.graceful_shutdown < _seconds(svc["stop_grace_period"]), (
+            "Docker must not SIGKILL a worker that is still finishing its tools"
+        )
+        assert svc.get("init") is True, "signals reach the worker (PID 1 is an init)"
+        queues[name] = (args.task_queue, args.activities_only)
+    assert queues["worker"] == ("hitl", False)
+    assert queues["tool-worker"] == ("hitl-tools", True)
+    assert services["tool-worker"]["profiles"], "the split-queue example is opt-in"
+
+
+def test_dynamic_config_enables_what_hitl_uses() -> None:
+    config = yaml.safe_load((ROOT / "deploy/temporal/dynamicconfig/hitl.yaml").read_text())
+    for key in ("frontend.enableUpdateWorkflowExecution", "frontend.enableExecuteMultiOperation"):
+        assert config[key] == [{"value": True}], f"{key}: approvals and Runner.run need it"
+
+
+def test_dockerfile_builds_a_pinned_non_root_image_from_pyproject() -> None:
+    steps = dockerfile_instructions()
+    args = dict(a.split("=", 1) for word, a in steps if word == "ARG" and "=" in a)
+    bases = [interpolate(a.split()[0], args) for w, a in steps if w == "FROM"]
+    for base in bases:
+        name, _, tag = base.partition(":")
+        assert name == "python" and re.fullmatch(r"3\.\d+\.\d+-slim-\w+", tag), base
+        minor = tuple(int(x) for x in tag.split("-")[0].split(".")[:2])
+        floor = re.search(r">=\s*(\d+)\.(\d+)", PYPROJECT["project"]["requires-python"])
+        assert floor and minor >= (int(floor.group(1)), int(floor.group(2)))
+    final = [w for w, _ in steps][::-1]
+    users = [a for w, a in steps if w == "USER"]
+    assert users and re.fullmatch(r"[1-9]\d*:[1-9]\d*", users[-1]), "run as a numeric non-root"
+    assert final.index("USER") < final.index("FROM"), "the last stage sets the user"
+    cmd = [a for w, a in steps if w == "CMD"][-1]
+    assert yaml.safe_load(cmd) == ["python", "-m", "worker"], "exec form: SIGTERM reaches it"
+    runs = " ".join(a for w, a in steps if w == "RUN")
+    assert "['project']['dependencies']" in runs and "pip install --no-deps ." in runs
+    copied = [shlex.split(a)[0] for w, a in steps if w == "COPY" and not a.startswith("--")]
+    for src in copied:
+        assert (ROOT / src).exists(), src
+    packages = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert {p.rstrip("*") for p in packages} <= set(copied), "every package is in the image"
+    for word, arguments in steps:
+        if word in ("ENV", "ARG"):
+            for key in re.findall(r"(\w+)=", arguments):
+                assert not SECRET.search(key), f"{word} {key}: secrets come at run time"
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".env", ".env.*", ".venv", ".git", "*.pem", "*.key"} <= set(ignored)
+
+
+def test_setup_scripts_are_posix_sh() -> None:
+    for script in (SETUP_NAMESPACE, SETUP_SCHEMA):
+        assert script.read_text().startswith("#!/bin/sh\n")
+        checked = subprocess.run(["sh", "-n", str(script)], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stderr
+    assert "bash" not in SETUP_NAMESPACE.read_text().split("\n", 1)[1], "admin-tools has no bash"
+
+
+@pytest.mark.skipif(
+    shutil.which("docker-compose") is None, reason="needs the docker-compose binary (no engine)"
+)
+def test_docker_compose_accepts_the_file() -> None:
+    result = subprocess.run(
+        ["docker-compose", "-f", str(COMPOSE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
