@@ -150,6 +150,18 @@ class NotRootError(DecisionError):
     type_name = "NotRoot"
 
 
+class NotAuthorizedError(DecisionError):
+    """The approver is not on the call's list of who may decide it."""
+
+    type_name = "NotAuthorized"
+
+
+class DeadlinePassedError(DecisionError):
+    """The call stopped waiting for a decision (its approval timeout passed)."""
+
+    type_name = "DeadlinePassed"
+
+
 class InvalidDecisionError(DecisionError):
     """The decision payload is malformed (wrong types, unknown fields)."""
 
@@ -179,6 +191,8 @@ _BY_TYPE: dict[str, type[AgentsException]] = {
         RunFinishedError,
         InvalidDecisionError,
         NotRootError,
+        NotAuthorizedError,
+        DeadlinePassedError,
     )
 }
 

@@ -129,6 +129,8 @@ class RunConfig:
         strict_context: Refuse a context that cannot be serialized (else it is dropped, with
             a warning, and user code sees `None`).
         trace_include_sensitive_data: Put tool arguments and outputs on trace spans.
+        approvers: Who may decide this run's calls (approver ids); a tool's own
+            `approvers` list takes precedence. Others are refused with `NotAuthorized`.
         model_task_queue: Task queue for remote model calls (default: the run's own queue).
         tool_task_queue: Task queue for tool executions (default: the run's own queue), served
             for example by `python -m worker --activities-only` inside a private network.
@@ -161,6 +163,7 @@ class RunConfig:
     context_deserializer: Callable[[Any], Any] | None = None
     strict_context: bool = False
     trace_include_sensitive_data: bool = False
+    approvers: list[str] = field(default_factory=list)
 
     def spec(self) -> RunConfigSpec:
         """The config as data (callables become import references)."""
@@ -206,6 +209,7 @@ class RunConfig:
             call_model_input_filter=_ref(self.call_model_input_filter, "call_model_input_filter"),
             context_deserializer=_ref(self.context_deserializer, "context_deserializer"),
             trace_include_sensitive_data=self.trace_include_sensitive_data,
+            approvers=list(self.approvers),
         )
 
 

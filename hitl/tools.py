@@ -77,6 +77,7 @@ class FunctionTool:
     approver: ApproverFunction | None = None
     tool_input_guardrails: list[ToolInputGuardrail] = field(default_factory=list)
     timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result"
+    approvers: list[str] = field(default_factory=list)
     _args_model: type[BaseModel] | None = field(default=None, repr=False)
     _takes_context: bool = field(default=False, repr=False)
     _user_action_param: str | None = field(default=None, repr=False)
@@ -106,6 +107,7 @@ class FunctionTool:
             user_action=self._user_action_param is not None,
             input_guardrails=[g.get_name() for g in self.tool_input_guardrails],
             timeout_behavior=self.timeout_behavior,
+            approvers=list(self.approvers),
         )
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
@@ -238,6 +240,7 @@ def function_tool(
     approver: ApproverFunction | None = None,
     tool_input_guardrails: list[ToolInputGuardrail] | None = None,
     timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result",
+    approvers: list[str] | None = None,
 ) -> Callable[[ToolFunction], FunctionTool]: ...
 
 
@@ -258,6 +261,7 @@ def function_tool(
     approver: ApproverFunction | None = None,
     tool_input_guardrails: list[ToolInputGuardrail] | None = None,
     timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result",
+    approvers: list[str] | None = None,
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
     """Turn a function into a tool; its JSON schema comes from the signature and docstring.
 
@@ -285,6 +289,8 @@ def function_tool(
             they may reject the call (the model sees their message) or stop the run.
         timeout_behavior: When an attempt exceeds `timeout`: tell the model
             (`"error_as_result"`) or fail the run with `ToolTimeoutError`.
+        approvers: Who may decide this tool's calls (approver ids, e.g. `["finance-lead"]`);
+            others are refused with `NotAuthorized`. Empty: anyone (or the run's list).
 
     A parameter annotated `UserAction` receives the person's action at execution (and is not
     shown to the model); the tool must act only when `action.primary_confirmed` is true.
@@ -318,6 +324,7 @@ def function_tool(
             approver=approver,
             tool_input_guardrails=list(tool_input_guardrails or []),
             timeout_behavior=timeout_behavior,
+            approvers=list(approvers or []),
             _args_model=model,
             _takes_context=takes_context,
             _user_action_param=user_action,

@@ -126,6 +126,8 @@ class ToolSpec(_Model):
     """How long a call may wait for a decision; `None` waits forever."""
     auto_approve: bool = False
     """The tool's key of two-key auto-approval (the run's preset is the other key)."""
+    approvers: list[str] = Field(default_factory=list)
+    """Who may decide this tool's calls (empty: anyone; overrides the run's list)."""
     approval_request: bool = False
     """The tool renders its own approval request (title, message, preview)."""
     approver: bool = False
@@ -210,6 +212,8 @@ class RunConfigSpec(_Model):
     """The run's key of two-key auto-approval: tools with `auto_approve=True` need no person."""
     approver: str | None = None
     """Import reference of a programmatic approver consulted for every call needing approval."""
+    approvers: list[str] = Field(default_factory=list)
+    """Who may decide this run's calls (empty: anyone), unless a tool names its own."""
     stream_text_deltas: bool = False
     """Models that can stream publish text deltas as `model_text_delta` events (costs a
     signal per batch of deltas; `Runner.run_streamed` turns it on)."""
@@ -354,6 +358,8 @@ class CallRecord(_Model):
     output: str | None = None
     is_error: bool = False
     request: ApprovalRequestData | None = None
+    approvers: list[str] = Field(default_factory=list)
+    deadline: datetime | None = None
 
 
 class DecisionRecord(_Model):
@@ -464,6 +470,10 @@ class PendingApproval(_Model):
     """Agents and agent tools from the root down to the agent whose tool this is."""
     workflow_id: str | None = None
     """The run that owns the call (a nested run's id for calls inside agent tools)."""
+    approvers: list[str] = Field(default_factory=list)
+    """Who may decide it (empty: anyone)."""
+    deadline: datetime | None = None
+    """When it stops waiting (the tool's `approval_timeout`)."""
 
 
 class ChildReport(_Model):

@@ -636,6 +636,10 @@ class AgentRun:
             else:
                 rec.state = "awaiting_approval"
                 rec.requested_at = now
+                spec = self._tool(agent, rec)
+                rec.approvers = spec.approvers or cfg.approvers
+                if spec.approval_timeout_seconds:
+                    rec.deadline = now + timedelta(seconds=spec.approval_timeout_seconds)
                 self._announce_request(rec.call_id, rec.tool_name, rec.request)
                 self._trace.open(
                     rec.call_id,
@@ -1160,7 +1164,7 @@ class AgentRun:
             )
         if self._output is not None or self._error is not None:
             raise refusal("RunFinished", "the run has finished; it takes no more decisions")
-        self._book.check(kind, d)
+        self._book.check(kind, d, workflow.now())
 
     # Update arguments are decoded leniently (`Any`) and validated here, so a malformed payload
     # gets a typed, one-line `InvalidDecision` instead of a generic decoding error.

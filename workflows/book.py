@@ -55,6 +55,26 @@ def parse_payload(model: type[M], value: Any) -> M:
         raise refusal("InvalidDecision", f"invalid decision: {problems}") from None
 
 
+def _check_approver(d: DecisionInput, tool: str, allowed: list[str]) -> None:
+    # The list stops mistakes, not forgery: Temporal does not authenticate who sends an update,
+    # so production puts an approval gateway (holding the write credentials) in front.
+    if allowed and d.approver not in allowed:
+        who = f"approver '{d.approver}'" if d.approver else "a decision without an approver"
+        raise refusal(
+            "NotAuthorized",
+            f"{who} may not decide {tool} calls (allowed: {', '.join(allowed)})",
+        )
+
+
+def _check_deadline(d: DecisionInput, deadline: datetime | None, now: datetime | None) -> None:
+    # Same-task rule: a decision that arrives after the deadline loses to the deadline.
+    if deadline is not None and now is not None and now > deadline:
+        raise refusal(
+            "DeadlinePassed",
+            f"call '{d.call_id}' stopped waiting for a decision at {deadline.isoformat()}",
+        )
+
+
 @dataclass
 class ChildView:
     """What a run knows about one nested run it started (an agent-tool call in flight)."""
@@ -176,6 +196,8 @@ class ApprovalBook:
                 request=c.request,
                 path=[*(path or []), c.agent_name],
                 workflow_id=workflow_id,
+                approvers=c.approvers,
+                deadline=c.deadline,
             )
             for c in self.awaiting()
         ]
@@ -183,12 +205,15 @@ class ApprovalBook:
 
     # ----------------------------------------------------------------- decisions
 
-    def check(self, kind: DecisionKind, d: DecisionInput) -> DecisionRecord | None:
+    def check(
+        self, kind: DecisionKind, d: DecisionInput, now: datetime | None = None
+    ) -> DecisionRecord | None:
         """Validate a decision without changing anything.
 
         Returns the existing record when the same decision was already made (so repeating it is
         idempotent), `None` when the decision is new and acceptable. Raises a typed
-        `ApplicationError` when it must be refused.
+        `ApplicationError` when it must be refused: unknown call, conflicting decision, a call
+        that needs no decision, an approver not on the call's list, a passed deadline.
         """
         if not d.call_id:
             raise refusal("InvalidDecision", "call_id must not be empty")
@@ -201,7 +226,10 @@ class ApprovalBook:
                 "AlreadyDecided", f"call '{d.call_id}' already decided: {prior.kind} by {who}"
             )
         if SEP in d.call_id:
-            self._nested_target(d.call_id)
+            view, rest = self._nested_target(d.call_id)
+            pending = next(p for p in view.pending() if p.call_id == rest)
+            _check_approver(d, pending.tool_name, pending.approvers)
+            _check_deadline(d, pending.deadline, now)
             return None
         call = self.calls.get(d.call_id)
         if call is None:
@@ -212,6 +240,8 @@ class ApprovalBook:
             raise refusal(
                 "NotPending", f"call '{d.call_id}' is not awaiting approval (it is {call.state})"
             )
+        _check_approver(d, call.tool_name, call.approvers)
+        _check_deadline(d, call.deadline, now)
         return None
 
     def _nested_target(self, call_id: str) -> tuple[ChildView, str]:
@@ -231,7 +261,7 @@ class ApprovalBook:
         via: DecisionVia = "update",
     ) -> DecisionRecord:
         """Apply a decision that `check` accepted (synchronously; call before any `await`)."""
-        existing = self.check(kind, d)
+        existing = self.check(kind, d, now)
         if existing is not None:
             return existing
         if SEP in d.call_id:

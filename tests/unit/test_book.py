@@ -98,3 +98,29 @@ def test_parse_payload_gives_one_line_reasons() -> None:
     assert e.value.message.startswith("invalid decision: call_id: Input should be a valid string")
     assert "aprover: Extra inputs are not permitted" in e.value.message
     assert parse_payload(DecisionInput, {"call_id": "c"}).call_id == "c"
+
+
+def test_approver_lists_and_deadlines_are_enforced_by_the_validator() -> None:
+    from datetime import timedelta
+
+    book = ApprovalBook()
+    c = call("c1")
+    c.approvers = ["finance-lead"]
+    c.deadline = NOW + timedelta(hours=1)
+    book.begin_turn([c])
+    with pytest.raises(ApplicationError) as e:
+        book.check("approve", DecisionInput(call_id="c1", approver="bob"), NOW)
+    assert refused(e) == (
+        "NotAuthorized",
+        "approver 'bob' may not decide refund calls (allowed: finance-lead)",
+    )
+    with pytest.raises(ApplicationError) as e:
+        book.check("approve", DecisionInput(call_id="c1"), NOW)
+    assert e.value.type == "NotAuthorized"
+    assert book.check("approve", DecisionInput(call_id="c1", approver="finance-lead"), NOW) is None
+    # The same decision, arriving in the task where the deadline already passed, loses.
+    late = NOW + timedelta(hours=2)
+    with pytest.raises(ApplicationError) as e:
+        book.check("approve", DecisionInput(call_id="c1", approver="finance-lead"), late)
+    assert e.value.type == "DeadlinePassed"
+    assert c.decision is None, "refusals change nothing"

@@ -240,3 +240,48 @@ async def test_file_edit_applies_only_when_approved(
         result = await Runner.run(editor, state, client=ts_env.client, task_queue=tq, serve=False)
     assert result.final_output == "Wrote 14 characters to notes.txt."
     assert (tmp_path / "notes.txt").read_text() == "goodbye world\n"
+
+
+@function_tool(needs_approval=True, approvers=["finance-lead"])
+def release_funds(ctx: ToolContext[object], amount: int) -> str:
+    """Release funds.
+
+    Args:
+        amount: Dollars.
+    """
+    record_effect(ctx, "release_funds")
+    return f"released {amount}"
+
+
+def release_once(req: ModelRequest) -> ModelReply:
+    if not req.tool_results():
+        return ModelReply.call("release_funds", {"amount": 900})
+    return ModelReply.say(req.tool_results()[0].output or "")
+
+
+treasurer = Agent(
+    name="Treasurer", tools=[release_funds], model=ScriptedModel(release_once, "t.treasurer")
+)
+
+
+async def test_only_listed_approvers_may_decide(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    from hitl import NotAuthorizedError
+
+    async with serving(ts_env.client, treasurer) as tq:
+        result = await Runner.run(
+            treasurer, "release", client=ts_env.client, task_queue=tq, serve=False
+        )
+        state = result.to_state()
+        state.approve(result.interruptions[0], approver="intern")
+        with pytest.raises(NotAuthorizedError, match="may not decide release_funds calls"):
+            await Runner.run(treasurer, state, client=ts_env.client, task_queue=tq, serve=False)
+        assert ledger.count() == 0
+        state = result.to_state()
+        state.approve(result.interruptions[0], approver="finance-lead")
+        result = await Runner.run(
+            treasurer, state, client=ts_env.client, task_queue=tq, serve=False
+        )
+    assert result.final_output == "released 900"
+    assert [d.approver for d in result.decisions] == ["finance-lead"]
