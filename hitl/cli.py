@@ -8,6 +8,7 @@
     hitl approve RUN [CALL_ID | --all] [--always] [--as NAME] [--reason TEXT]
     hitl reject RUN [CALL_ID | --all] [--always] [--message TEXT] [--as NAME]
     hitl watch RUN                             follow a run until it finishes
+    hitl codec-server [--port 8081]            decrypt payloads for the temporal CLI and UI
 
 Exit codes: 0 done, 1 refused or failed (the typed reason is printed), 2 usage error.
 Connection settings are the `temporal` CLI's (envconfig profile, TEMPORAL_ADDRESS, ...).
@@ -498,6 +499,28 @@ async def cmd_setup(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_codec_server(args: argparse.Namespace) -> int:
+    """Serve the payload codec (HITL_ENCRYPTION_KEY) to the temporal CLI and the Web UI."""
+    from hitl.codec import EncryptionCodec, serve_codec
+
+    codec = EncryptionCodec.from_env()
+    if codec is None:
+        print("hitl: HITL_ENCRYPTION_KEY is not set; nothing to encode or decode", file=sys.stderr)
+        return EXIT_FAILED
+    server = serve_codec(codec, args.host, args.port, tuple(args.cors_origin))
+    url = f"http://{args.host}:{server.server_address[1]}"
+    print(f"codec server on {url}", flush=True)
+    print(f"  temporal workflow show -w RUN --codec-endpoint {url}")
+    print(f"  temporal server start-dev --ui-codec-endpoint {url}  (or the UI's codec setting)")
+    stop = {"now": False}
+    signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    while not stop["now"]:
+        time.sleep(0.2)
+    server.shutdown()
+    return EXIT_OK
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     """The local stack: dev server (persistent, UI), search attributes, a worker. Ctrl-C stops."""
     from worker.devserver import DevServer, free_port, port_free
@@ -589,6 +612,18 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--state-dir", default=".hitl")
 
     sub.add_parser("setup", help="register the search attributes on the cluster")
+
+    codec = sub.add_parser(
+        "codec-server", help="serve /encode and /decode for the temporal CLI and Web UI"
+    )
+    codec.add_argument("--host", default="127.0.0.1")
+    codec.add_argument("--port", type=int, default=8081)
+    codec.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        help="Web UI origin allowed to call it (e.g. http://127.0.0.1:8233)",
+    )
 
     run = sub.add_parser("run", help="start a run of a registered agent")
     run.add_argument("agent")
@@ -683,6 +718,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         _usage(parser, f"{args.command} needs a CALL_ID or --all (not both)")
     if args.command == "dev":
         return cmd_dev(args)
+    if args.command == "codec-server":
+        return cmd_codec_server(args)
     try:
         return asyncio.run(_main(args))
     except Refused as exc:

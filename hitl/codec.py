@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
@@ -87,7 +88,13 @@ class EncryptionCodec(PayloadCodec):
         return out
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        """Decrypt payloads this codec encrypted; pass others through unchanged."""
+        """Decrypt payloads this codec encrypted; pass others through unchanged.
+
+        Refusing plaintext here would fail the workflow task that carries it (and stall the run
+        for a task timeout), so a decision typed into a CLI without `--codec-endpoint` is
+        accepted, and stored in clear: it holds call ids, names and messages, never tool
+        arguments. Operators use the codec endpoint (`hitl codec-server`).
+        """
         out = []
         for p in payloads:
             if p.metadata.get("encoding") != ENCODING:
@@ -100,6 +107,66 @@ class EncryptionCodec(PayloadCodec):
             plain = cipher.decrypt(p.data[:12], p.data[12:], None)
             out.append(Payload.FromString(plain))
         return out
+
+
+def serve_codec(
+    codec: EncryptionCodec,
+    host: str = "127.0.0.1",
+    port: int = 8081,
+    cors_origins: tuple[str, ...] = (),
+) -> Any:
+    """A remote codec server (`/encode`, `/decode`) for the `temporal` CLI and the Web UI.
+
+    Returns the running `ThreadingHTTPServer` (serving in a background thread).
+    """
+    import asyncio
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from google.protobuf import json_format
+    from temporalio.api.common.v1 import Payloads
+
+    class Handler(BaseHTTPRequestHandler):
+        def _cors(self) -> None:
+            origin = self.headers.get("Origin")
+            if origin and (origin in cors_origins or "*" in cors_origins):
+                self.send_header("Access-Control-Allow-Origin", origin)
+                self.send_header("Access-Control-Allow-Methods", "POST, OPTIONS")
+                self.send_header("Access-Control-Allow-Headers", "content-type,x-namespace")
+
+        def do_OPTIONS(self) -> None:
+            self.send_response(200)
+            self._cors()
+            self.end_headers()
+
+        def do_POST(self) -> None:
+            path = self.path.split("?")[0].rstrip("/")
+            if not path.endswith(("/encode", "/decode")):
+                self.send_response(404)
+                self.end_headers()
+                return
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+            try:
+                payloads = json_format.Parse(body or b"{}", Payloads())
+                work = codec.encode if path.endswith("/encode") else codec.decode
+                result = Payloads(payloads=asyncio.run(work(list(payloads.payloads))))
+                data = json_format.MessageToJson(result).encode()
+                status = 200
+            except Exception as exc:  # a bad request, a wrong key
+                data, status = str(exc).encode(), 400
+            self.send_response(status)
+            self._cors()
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 def new_key() -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import signal
 import sqlite3
@@ -237,3 +239,21 @@ async def wait_for(predicate: Any, timeout: float = 30.0, what: str = "condition
         await asyncio.sleep(delay)
         delay = min(delay * 1.5, 0.5)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def payload_texts(history_json: str) -> str:
+    """Every payload's data in a `temporal workflow show -o json` history, decoded from base64."""
+    found: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if "metadata" in node and isinstance(node.get("data"), str):
+                found.append(base64.b64decode(node["data"]).decode("utf-8", "replace"))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.loads(history_json))
+    return "\n".join(found)

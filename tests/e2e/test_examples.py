@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from hitl.client import data_converter
 from hitl.codec import EncryptionCodec, new_key, parse_keys
 from hitl.wire import RunOutput
 from tests.agents import support_agent
-from tests.helpers import ROOT, queue_name, serving
+from tests.helpers import ROOT, payload_texts, queue_name, serving
 from worker.devserver import DevServer
 
 
@@ -70,9 +72,21 @@ async def test_encrypted_payloads_never_reach_the_server_in_clear(
         )
     assert result.final_output == "send_email: Sent 'About your order'"
     raw = (await plain.get_workflow_handle(result.workflow_id).fetch_history()).to_json()
-    assert canary not in raw, "history stored without the key holds no plaintext"
-    assert "binary/encrypted" in raw or "YmluYXJ5L2VuY3J5cHRlZA" in raw
-    assert "Sent 'About your order'" not in raw
+    stored = payload_texts(raw)
+    assert canary not in stored, "history stored without the key holds no plaintext"
+    assert "Sent 'About your order'" not in stored
+    assert "YmluYXJ5L2VuY3J5cHRlZA" in raw, "payloads carry the binary/encrypted encoding"
+    # The check itself works: an unencrypted run's payloads do show the canary.
+    async with serving(plain, support_agent) as tq2:
+        clear = await Runner.run(
+            support_agent,
+            f"email them: card {canary}",
+            client=plain,
+            task_queue=tq2,
+            serve=False,
+        )
+    clear_raw = (await plain.get_workflow_handle(clear.workflow_id).fetch_history()).to_json()
+    assert canary in payload_texts(clear_raw)
     out = await secure.get_workflow_handle(result.workflow_id, result_type=RunOutput).result()
     assert out.final_output == result.final_output, "the key holder reads it back"
     with pytest.raises(Exception):  # noqa: B017 - without the key the payload cannot decode
@@ -108,3 +122,62 @@ def test_run_sync_serves_in_process(dev_server: DevServer, monkeypatch: pytest.M
     monkeypatch.setenv("HITL_TASK_QUEUE", queue_name("sync"))
     result = Runner.run_sync(support_agent, "email them an update", serve=True)
     assert result.final_output == "send_email: Sent 'About your order'"
+
+
+async def test_codec_server_lets_the_temporal_cli_read_and_decide_encrypted_runs(
+    dev_server: DevServer,
+) -> None:
+    """Payloads are stored encrypted; `hitl codec-server` lets the plain `temporal` CLI (and
+    the Web UI) read them and send encrypted decisions."""
+    from hitl.codec import serve_codec
+    from tests.helpers import temporal_cli
+
+    codec = EncryptionCodec(*parse_keys(new_key()))
+    server = serve_codec(codec, port=0)
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    secure = await Client.connect(dev_server.address, data_converter=data_converter(codec))
+    addr = dev_server.address
+    try:
+        async with serving(secure, support_agent) as tq:
+            result = await Runner.run(
+                support_agent, "cancel order 21", client=secure, task_queue=tq, serve=False
+            )
+            wid, call = result.workflow_id, result.interruptions[0].call_id
+            payload = json.dumps({"call_id": call, "approver": "cli-user"})
+            # In a thread: the worker serving the run lives in this event loop.
+            coded = await asyncio.to_thread(
+                temporal_cli,
+                "workflow",
+                "update",
+                "execute",
+                "-w",
+                wid,
+                "--name",
+                "approve",
+                "--input",
+                payload,
+                "--codec-endpoint",
+                endpoint,
+                address=addr,
+            )
+            assert coded.returncode == 0, coded.stderr
+            out = await secure.get_workflow_handle(wid, result_type=RunOutput).result()
+        assert out.final_output == "cancel_order: Cancelled order 21"
+        assert [d.approver for d in out.decisions] == ["cli-user"]
+        raw = temporal_cli("workflow", "show", "-w", wid, "-o", "json", address=addr)
+        decoded = temporal_cli(
+            "workflow",
+            "show",
+            "-w",
+            wid,
+            "-o",
+            "json",
+            "--codec-endpoint",
+            endpoint,
+            address=addr,
+        )
+    finally:
+        server.shutdown()
+    stored, readable = payload_texts(raw.stdout), payload_texts(decoded.stdout)
+    assert "Cancelled order 21" not in stored and "cli-user" not in stored
+    assert "Cancelled order 21" in readable and "cli-user" in readable

@@ -29,7 +29,7 @@ from tests.fake_openai import (
     responses_call,
     responses_text,
 )
-from tests.helpers import serving
+from tests.helpers import payload_texts, serving
 
 KEY_ENV = "HITL_TEST_OPENAI_KEY"
 CANARY_KEY = "sk-test-CANARY-5f2d9a7c1e"
@@ -345,8 +345,9 @@ async def test_api_key_never_enters_history(ts_env: WorkflowEnvironment, fake: F
         assert result.final_output == "done"
         for wid in ("key-check-failed", result.workflow_id):
             raw = (await ts_env.client.get_workflow_handle(wid).fetch_history()).to_json()
-            assert CANARY_KEY not in raw
-            assert CANARY_KEY[:12] not in raw and CANARY_KEY[-6:] not in raw
+            texts = raw + payload_texts(raw)  # payload data is base64 in the JSON
+            assert CANARY_KEY not in texts
+            assert CANARY_KEY[:12] not in texts and CANARY_KEY[-6:] not in texts
 
 
 def test_scrub_removes_keys() -> None:
