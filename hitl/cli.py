@@ -3,7 +3,7 @@
     hitl dev                                   the local stack (dev server, UI, worker)
     hitl setup                                 register our search attributes on a cluster
     hitl run AGENT "input" [--id ID] [--wait]  start a run
-    hitl pending [--agent A] [--json]          every pending approval, across all runs
+    hitl pending [--agent A] [--json] [--runs] every pending approval, across all runs
     hitl show RUN [--json]                     a run: status, transcript, pending requests
     hitl approve RUN [CALL_ID | --all] [--always] [--as NAME] [--reason TEXT]
     hitl reject RUN [CALL_ID | --all] [--always] [--message TEXT] [--as NAME]
@@ -33,11 +33,12 @@ from typing import Any, NoReturn
 
 from temporalio.client import (
     Client,
+    WorkflowExecution,
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -46,6 +47,8 @@ from hitl.errors import UserError
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
     SA_AGENT,
+    SA_PENDING_SINCE,
+    SA_PENDING_TOOLS,
     SA_STATUS,
     WORKFLOW_TYPE,
     DecideInput,
@@ -95,6 +98,10 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
 
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat() if when else None
+
+
 def _short(text: str, width: int = 60) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -126,10 +133,15 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
         clauses.append(f"TaskQueue = '{args.task_queue_filter}'")
     query = " AND ".join(clauses)
     try:
-        ids = [w.id async for w in client.list_workflows(query, limit=args.limit)]
+        found = [w async for w in client.list_workflows(query, limit=args.limit)]
     except RPCError as exc:
         if "HitlStatus" not in exc.message and "search attribute" not in exc.message.lower():
             raise
+        if args.runs:
+            raise Refused(
+                "`hitl pending --runs` reads our search attributes, and they are not "
+                "registered here: run `hitl setup` (or list calls without --runs)"
+            ) from None
         print(
             "note: our search attributes are not registered here (run `hitl setup`); "
             "scanning every running AgentRun instead",
@@ -138,7 +150,10 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
         fallback = f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'"
         if args.task_queue_filter:
             fallback += f" AND TaskQueue = '{args.task_queue_filter}'"
-        ids = [w.id async for w in client.list_workflows(fallback, limit=args.limit)]
+        found = [w async for w in client.list_workflows(fallback, limit=args.limit)]
+    if args.runs:
+        return _print_pending_runs(found, args)
+    ids = [w.id for w in found]
 
     semaphore = asyncio.Semaphore(16)
 
@@ -182,6 +197,50 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
         for s, p in entries
     ]
     print(_table(rows, ["RUN", "CALL ID", "TOOL", "TITLE", "WAITING SINCE"]))
+    return EXIT_OK
+
+
+_TOOLS_KEY = SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS)
+_SINCE_KEY = SearchAttributeKey.for_datetime(SA_PENDING_SINCE)
+_AGENT_KEY = SearchAttributeKey.for_keyword(SA_AGENT)
+
+
+def _print_pending_runs(found: list[WorkflowExecution], args: argparse.Namespace) -> int:
+    """One row per paused run, from the visibility record alone: no query, no worker."""
+    far = datetime.max.replace(tzinfo=UTC)
+    runs = sorted(
+        (
+            (
+                w,
+                w.typed_search_attributes.get(_AGENT_KEY) or "",
+                list(w.typed_search_attributes.get(_TOOLS_KEY) or []),
+                w.typed_search_attributes.get(_SINCE_KEY),
+            )
+            for w in found
+        ),
+        key=lambda r: r[3] or far,
+    )
+    if args.json:
+        print(
+            _json(
+                [
+                    {
+                        "workflow_id": w.id,
+                        "agent": agent,
+                        "pending_tools": tools,
+                        "pending_since": _iso(since),
+                        "task_queue": w.task_queue,
+                    }
+                    for w, agent, tools, since in runs
+                ]
+            )
+        )
+        return EXIT_OK
+    if not runs:
+        print("no pending approvals")
+        return EXIT_OK
+    rows = [[w.id, agent, ", ".join(tools), _ago(since)] for w, agent, tools, since in runs]
+    print(_table(rows, ["RUN", "AGENT", "PENDING TOOLS", "WAITING SINCE"]))
     return EXIT_OK
 
 
@@ -637,6 +696,12 @@ def build_parser() -> argparse.ArgumentParser:
     pending.add_argument("--queue", dest="task_queue_filter", help="only this task queue")
     pending.add_argument("--json", action="store_true")
     pending.add_argument("--limit", type=int, default=1000)
+    pending.add_argument(
+        "--runs",
+        action="store_true",
+        help="one row per paused run, from search attributes only (no per-run query, so it "
+        "is fast for large inboxes and works while no worker runs)",
+    )
 
     show = sub.add_parser("show", help="show a run with its pending requests")
     show.add_argument("run")

@@ -19,9 +19,13 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import PendingWorkflowTaskState, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    DescribeWorkflowExecutionRequest,
+)
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -200,13 +204,45 @@ async def live_pollers(client: Client, task_queue: str) -> int:
     )
 
 
+async def _last_polls(client: Client, task_queue: str) -> dict[str, int]:
+    resp = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return {
+        p.identity: p.last_access_time.ToNanoseconds()
+        for p in resp.pollers
+        if p.identity not in _STOPPED_IDENTITIES
+    }
+
+
+async def pollers_advance(client: Client, task_queue: str, window: float = 3.0) -> bool:
+    """Whether some worker polls `task_queue` again (or a new one starts) within `window`.
+
+    Server timestamps are compared with each other only, so clock skew does not matter.
+    """
+    before = await _last_polls(client, task_queue)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + window
+    while loop.time() < deadline:
+        await asyncio.sleep(0.5)
+        after = await _last_polls(client, task_queue)
+        if any(t > before.get(identity, -1) for identity, t in after.items()):
+            return True
+    return False
+
+
 class _Session:
     """One `Runner.run` call: its client, agent, queue, and (if needed) an in-process worker.
 
     Whether a worker is alive cannot be read reliably from the server (it lists pollers for
     minutes after they stop), so the session watches its first update instead: when no worker
-    accepts it within `WORKER_GRACE_SECONDS`, it serves the agent in-process (`serve="auto"`)
-    or raises `NoWorkerError` (`serve=False`). The update stays queued on the server either way.
+    accepts it within `WORKER_GRACE_SECONDS` and no worker is busy (`worker_is_busy`), it
+    serves the agent in-process (`serve="auto"`) or raises `NoWorkerError` (`serve=False`).
+    The update stays queued on the server either way.
     """
 
     def __init__(self, client: Client, agent: Agent[Any], task_queue: str, mode: ServeMode):
@@ -265,38 +301,71 @@ class _Session:
         """Send an update and wait for its result, serving in-process if no worker accepts it."""
         uid = update_id or f"{name}-{uuid.uuid4().hex}"
         handle: WorkflowHandle[Any, Any] = self.client.get_workflow_handle(workflow_id)
-        grace = None if self.serving else timedelta(seconds=WORKER_GRACE_SECONDS)
-        op = start() if start is not None else None
+        while True:
+            grace = None if self.serving else timedelta(seconds=WORKER_GRACE_SECONDS)
+            op = start() if start is not None else None
+            try:
+                if op is not None:
+                    uh = await self.client.start_update_with_start_workflow(
+                        name,
+                        arg,
+                        start_workflow_operation=op,
+                        id=uid,
+                        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                        result_type=RunStatus,
+                        rpc_timeout=grace,
+                    )
+                else:
+                    uh = await handle.start_update(
+                        name,
+                        arg,
+                        id=uid,
+                        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                        result_type=RunStatus,
+                        rpc_timeout=grace,
+                    )
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                if op is not None:
+                    with contextlib.suppress(Exception):
+                        await op.workflow_handle()  # consume the operation's timeout error
+                # The request is kept by the server; sending it again with the same update id
+                # (and, for a start, USE_EXISTING) attaches to it instead of creating another.
+                if await self.worker_is_busy(workflow_id):
+                    log.info(
+                        "workers on task queue %r are busy; still waiting for run %s",
+                        self.task_queue,
+                        workflow_id,
+                    )
+                else:
+                    await self.no_worker(workflow_id)
+                continue
+            result: RunStatus = await uh.result()
+            return result
+
+    async def worker_is_busy(self, workflow_id: str) -> bool:
+        """After the grace period: is a worker slow on this run (wait on) or is there none?
+
+        A worker holds the run's workflow task (it is *started*), or the queue's workers keep
+        polling, i.e. finish other tasks (a loaded worker stops polling while all its slots are
+        taken, so its last poll advances only as it frees them). A dead worker does neither.
+        """
+        if self.serving:
+            return True
         try:
-            if op is not None:
-                uh = await self.client.start_update_with_start_workflow(
-                    name,
-                    arg,
-                    start_workflow_operation=op,
-                    id=uid,
-                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                    result_type=RunStatus,
-                    rpc_timeout=grace,
+            desc = await self.client.workflow_service.describe_workflow_execution(
+                DescribeWorkflowExecutionRequest(
+                    namespace=self.client.namespace,
+                    execution=WorkflowExecution(workflow_id=workflow_id),
                 )
-            else:
-                uh = await handle.start_update(
-                    name,
-                    arg,
-                    id=uid,
-                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                    result_type=RunStatus,
-                    rpc_timeout=grace,
-                )
-        except WorkflowUpdateRPCTimeoutOrCancelledError:
-            if op is not None:
-                with contextlib.suppress(Exception):
-                    await op.workflow_handle()  # consume the operation's timeout error
-            await self.no_worker(workflow_id)
-            # The request is kept by the server; sending it again with the same update id (and,
-            # for a start, USE_EXISTING) attaches to it instead of creating a second one.
-            return await self.update(workflow_id, name, arg, update_id=uid, start=start)
-        result: RunStatus = await uh.result()
-        return result
+            )
+        except RPCError:
+            return False
+        task = desc.pending_workflow_task
+        if desc.HasField("pending_workflow_task") and (
+            task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
+        ):
+            return True
+        return await pollers_advance(self.client, self.task_queue)
 
 
 @contextlib.asynccontextmanager

@@ -22,6 +22,7 @@ from hitl.registry import AgentRegistry, load_agents
 from hitl.wire import DEFAULT_TASK_QUEUE
 from worker.build import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
+    DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     DEFAULT_STICKY_QUEUE_TIMEOUT,
     WorkerOptions,
     build_worker,
@@ -106,8 +107,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--max-concurrent-workflow-tasks",
         type=_number(int, 2),
-        default=env("HITL_MAX_CONCURRENT_WORKFLOW_TASKS"),
-        help="workflow tasks at once (env HITL_MAX_CONCURRENT_WORKFLOW_TASKS; default 100)",
+        default=env(
+            "HITL_MAX_CONCURRENT_WORKFLOW_TASKS", str(DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS)
+        ),
+        help="workflow tasks (CPU work in this process) at once "
+        "(env HITL_MAX_CONCURRENT_WORKFLOW_TASKS; now %(default)s)",
     )
     p.add_argument(
         "--graceful-shutdown",

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import compileall
+import logging
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+import workflows
 from activities.agents import AgentActivities
 from activities.hooks import HookActivities
 from activities.model import ModelActivities
@@ -23,12 +28,19 @@ from hitl.wire import DEFAULT_TASK_QUEUE
 from workflows.agent_run import AgentRun
 from workflows.session import AgentSession
 
+log = logging.getLogger(__name__)
+
 # Modules the workflow sandbox shares with the worker instead of re-importing per run: our
 # wire models and pure helpers (deterministic), and pydantic (saves ~13 ms CPU per run).
 PASSTHROUGH = ("hitl", "pydantic", "pydantic_core", "annotated_types", "typing_inspection")
 
 DEFAULT_MAX_CACHED_WORKFLOWS = 100
 """Bounded by default: parked runs are evicted and replayed (a few ms) when a decision comes."""
+
+DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS = 20
+"""Workflow tasks at once (the SDK's default is 100). They are CPU work in one Python process, so
+more in flight only queues them: a first task with its local activities waits past the 10 s task
+timeout and is done again (see the README's Benchmarks section)."""
 
 DEFAULT_STICKY_QUEUE_TIMEOUT = 10.0
 """Temporal's default `sticky_queue_schedule_to_start_timeout`, in seconds."""
@@ -42,7 +54,7 @@ class WorkerOptions:
         task_queue: Queue the worker polls.
         max_cached_workflows: Runs kept in memory; parked runs beyond it are replayed on wake-up.
         max_concurrent_activities: Tool and model calls at once.
-        max_concurrent_workflow_tasks: Workflow tasks at once.
+        max_concurrent_workflow_tasks: Workflow tasks (CPU-bound, one process) at once.
         graceful_shutdown: Seconds in-flight activities get to finish on shutdown.
         activities_only: Serve activities only (no `AgentRun` workflows): a tool or model worker
             for a run whose `RunConfig(tool_task_queue=...)` / `model_task_queue` names this
@@ -58,7 +70,7 @@ class WorkerOptions:
     """Keep `HitlStatus` & co. current: `None` checks the cluster (and rechecks every minute)."""
     max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS
     max_concurrent_activities: int | None = None
-    max_concurrent_workflow_tasks: int | None = None
+    max_concurrent_workflow_tasks: int = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS
     graceful_shutdown: float = 10.0
     activities_only: bool = False
     sticky_queue_timeout: float = DEFAULT_STICKY_QUEUE_TIMEOUT
@@ -76,6 +88,23 @@ async def detect_features(client: Client, options: WorkerOptions) -> WorkerOptio
     return options
 
 
+def cache_workflow_bytecode(package_dir: Path | None = None) -> None:
+    """Write the `workflows` package's bytecode if it is missing or stale.
+
+    The sandbox imports the workflow modules afresh for every new run and every replay of an
+    evicted one. Without a `.pyc` (e.g. `PYTHONDONTWRITEBYTECODE=1`, a source checkout), each of
+    those imports compiles the source again: ~27 ms of CPU per run here. pip-installed copies
+    already have bytecode; a read-only tree is left as it is.
+    """
+    if not sys.dont_write_bytecode:
+        return
+    try:
+        where = package_dir or Path(workflows.__file__).parent
+        compileall.compile_dir(where, quiet=2, maxlevels=0)
+    except OSError as exc:  # pragma: no cover - read-only install
+        log.debug("workflow bytecode not cached: %s", exc)
+
+
 def build_worker(
     client: Client,
     agents: Iterable[Agent[Any]] | AgentRegistry,
@@ -89,6 +118,8 @@ def build_worker(
     tools; `options.activities_only` leaves out the workflow (a tool or model worker).
     """
     opts = options or WorkerOptions()
+    if not opts.activities_only:
+        cache_workflow_bytecode()
     registry = agents if isinstance(agents, AgentRegistry) else AgentRegistry(agents)
     model = ModelActivities(registry)
     tools = ToolActivities(registry)

@@ -207,6 +207,20 @@ async def test_approving_while_no_worker_runs(
         call = status["pending"][0]["call_id"]
     finally:
         worker.kill()
+    # The inbox by run reads search attributes only, so it works while no worker runs.
+    runs: list[dict[str, object]] = []
+
+    def listed() -> bool:
+        nonlocal runs
+        out = hitl(address, "pending", "--runs", "--queue", tq, "--json")
+        runs = json.loads(out.stdout) if out.returncode == 0 else []
+        return len(runs) == 1
+
+    await wait_for(listed, what="the paused run in `hitl pending --runs`")
+    assert runs[0]["workflow_id"] == wid and runs[0]["agent"] == "Support agent"
+    assert runs[0]["pending_tools"] == ["cancel_order"] and runs[0]["pending_since"]
+    table = hitl(address, "pending", "--runs", "--queue", tq)
+    assert table.returncode == 0 and wid in table.stdout and "cancel_order" in table.stdout
     waited = hitl(address, "approve", wid, call, "--as", "carol", "--timeout", "2")
     assert waited.returncode == 1
     assert "the decision is queued on the server and applies when a worker runs" in waited.stderr

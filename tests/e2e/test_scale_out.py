@@ -55,8 +55,7 @@ async def start_parked(
 ) -> tuple[WorkflowHandle[Any, RunOutput], str]:
     """Start a run as `temporal workflow start` does, wait until it parks; its call id.
 
-    (Not `Runner.run(serve=False)`: that reports NoWorkerError when no worker accepts a run
-    within 3 s, which 50 starts at once can exceed on a busy 2-core machine.)
+    (The operator path, the same calls `hitl` and the `temporal` CLI make.)
     """
     handle = await client.start_workflow(
         WORKFLOW_TYPE,

@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -325,3 +326,27 @@ def test_docker_compose_accepts_the_file() -> None:
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_workflow_bytecode_is_cached_even_when_python_writes_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox re-imports workflow modules per run; without a .pyc each import compiles."""
+    import importlib.util
+
+    from worker.build import cache_workflow_bytecode
+
+    pkg = tmp_path / "wf"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "run.py").write_text("X = 1\n")
+    pyc = Path(importlib.util.cache_from_source(str(pkg / "run.py")))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    cache_workflow_bytecode(pkg)
+    assert not pyc.exists(), "Python writes bytecode itself then: nothing to do"
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    cache_workflow_bytecode(pkg)
+    assert pyc.exists()
+    first = pyc.stat().st_mtime_ns
+    cache_workflow_bytecode(pkg)
+    assert pyc.stat().st_mtime_ns == first, "fresh bytecode is not rewritten"

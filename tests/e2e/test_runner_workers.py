@@ -1,0 +1,63 @@
+"""`Runner.run(serve=False)` tells a busy worker from a missing one (dev server, real worker)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.client import Client
+
+import hitl.run
+from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel
+from hitl.errors import NoWorkerError
+from tests.helpers import queue_name
+from worker.build import WorkerOptions, build_worker
+
+
+async def slow_script(req: ModelRequest) -> ModelReply:
+    # Holds the run's first workflow task (a local activity) for a second: with two task slots,
+    # most of the runs below wait for a slot far longer than the grace period.
+    await asyncio.sleep(1.0)
+    return ModelReply.say(f"done: {req.last_user_text()}")
+
+
+slow_agent = Agent(
+    name="Slow agent",
+    instructions="Answer slowly.",
+    model=ScriptedModel(slow_script, name="tests.e2e.slow_script"),
+)
+
+
+async def test_a_busy_worker_is_waited_for(
+    dev_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hitl.run, "WORKER_GRACE_SECONDS", 0.5)
+    tq = queue_name("busy")
+    worker = build_worker(
+        dev_client, [slow_agent], WorkerOptions(task_queue=tq, max_concurrent_workflow_tasks=2)
+    )
+    async with worker:
+        results = await asyncio.gather(
+            *(
+                Runner.run(slow_agent, f"job {n}", client=dev_client, task_queue=tq, serve=False)
+                for n in range(6)
+            ),
+            return_exceptions=True,
+        )
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors
+    assert sorted(r.final_output for r in results if not isinstance(r, BaseException)) == [
+        f"done: job {n}" for n in range(6)
+    ]
+
+
+async def test_a_missing_worker_is_reported(
+    dev_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hitl.run, "WORKER_GRACE_SECONDS", 0.5)
+    tq = queue_name("noworker")
+    with pytest.raises(NoWorkerError, match="no worker accepted run"):
+        await asyncio.wait_for(
+            Runner.run(slow_agent, "job", client=dev_client, task_queue=tq, serve=False),
+            timeout=30,
+        )
