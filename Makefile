@@ -6,13 +6,14 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 # The time-skipping test server binds every interface; run the suite in a private network
 # namespace (loopback only) where the kernel allows it.
 ISOLATE := $(shell unshare -n sh -c 'ip link set lo up' >/dev/null 2>&1 && echo yes)
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo dev test lint format typecheck check worker histories clean
+.PHONY: help install demo dev test bench lint format typecheck check worker histories clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -38,6 +39,9 @@ ifeq ($(ISOLATE),yes)
 else
 	$(PY) -m pytest $(PYTEST_ARGS)
 endif
+
+bench: $(STAMP) ## Benchmarks against the peer (about 9 minutes; installs the peer on first use)
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 lint: $(STAMP) ## ruff check + format check
 	$(VENV)/bin/ruff check .

@@ -32,7 +32,16 @@ log = logging.getLogger(__name__)
 
 # Modules the workflow sandbox shares with the worker instead of re-importing per run: our
 # wire models and pure helpers (deterministic), and pydantic (saves ~13 ms CPU per run).
-PASSTHROUGH = ("hitl", "pydantic", "pydantic_core", "annotated_types", "typing_inspection")
+PASSTHROUGH = (
+    "hitl",
+    "workflows.book",
+    "workflows.items",
+    "workflows.tracing",
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_inspection",
+)
 
 DEFAULT_MAX_CACHED_WORKFLOWS = 100
 """Bounded by default: parked runs are evicted and replayed (a few ms) when a decision comes."""

@@ -1,0 +1,1 @@
+"""The peer: Temporal's OpenAI Agents integration, run from `bench/.peer-venv`."""

@@ -1,0 +1,222 @@
+"""Shared by both drivers (our venv and the peer's): a JSON-lines command loop and /proc probes.
+
+Standard library only, so the peer's virtualenv can import it without `hitl`.
+
+A driver is a long-lived subprocess. The orchestrator (`bench.run`) writes one JSON request per
+line to its stdin (`{"op": "latency", "args": {...}}`) and reads one JSON reply per line
+(`{"ok": true, "result": ...}`). The protocol uses a private copy of the original stdout, and fd 1
+is pointed at stderr, so nothing a library prints can corrupt it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+Handler = Callable[..., Awaitable[Any]]
+
+
+# ----------------------------------------------------------------------------- /proc probes
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    # The command name may contain spaces: fields start after the closing parenthesis.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    utime, stime = int(fields[11]), int(fields[12])
+    return (utime + stime) / CLK_TCK
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process, in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def snapshot(pids: dict[str, int]) -> dict[str, dict[str, float]]:
+    """CPU seconds and RSS of each named process, plus a wall-clock stamp."""
+    out: dict[str, dict[str, float]] = {}
+    for name, pid in pids.items():
+        try:
+            out[name] = {"cpu": cpu_seconds(pid), "rss": float(rss_bytes(pid))}
+        except OSError:
+            out[name] = {"cpu": math.nan, "rss": math.nan}
+    out["_"] = {"wall": time.monotonic()}
+    return out
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) with linear interpolation; NaN for no values."""
+    data = sorted(values)
+    if not data:
+        return math.nan
+    if len(data) == 1:
+        return data[0]
+    pos = (len(data) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def summarize(values_ms: Sequence[float]) -> dict[str, float]:
+    """p50/p95/mean/min/max of a list of milliseconds."""
+    return {
+        "n": len(values_ms),
+        "p50": percentile(values_ms, 50),
+        "p95": percentile(values_ms, 95),
+        "mean": sum(values_ms) / len(values_ms) if values_ms else math.nan,
+        "min": min(values_ms) if values_ms else math.nan,
+        "max": max(values_ms) if values_ms else math.nan,
+    }
+
+
+def history_sizes(events: Sequence[Any]) -> dict[str, Any]:
+    """Events, protobuf bytes and event-type counts of a list of `HistoryEvent`s."""
+    from google.protobuf.json_format import MessageToJson
+    from temporalio.api.enums.v1 import EventType
+
+    counts: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    total = 0
+    json_bytes = 0
+    for e in events:
+        total += e.ByteSize()
+        json_bytes += len(MessageToJson(e, indent=None).encode())
+        name = EventType.Name(e.event_type).removeprefix("EVENT_TYPE_")
+        if name == "MARKER_RECORDED":  # local activities: name them by activity type
+            data = e.marker_recorded_event_attributes.details.get("data")
+            if data is not None and data.payloads:
+                with contextlib.suppress(ValueError):
+                    name += ":" + json.loads(data.payloads[0].data).get("activity_type", "")
+        if name == "ACTIVITY_TASK_SCHEDULED":
+            name += ":" + e.activity_task_scheduled_event_attributes.activity_type.name
+        counts[name] = counts.get(name, 0) + 1
+        sizes[name] = sizes.get(name, 0) + e.ByteSize()
+    return {
+        "events": len(events),
+        "bytes": total,
+        "json_bytes": json_bytes,
+        "workflow_tasks": counts.get("WORKFLOW_TASK_COMPLETED", 0),
+        "by_type": counts,
+        "bytes_by_type": dict(sorted(sizes.items(), key=lambda kv: -kv[1])),
+    }
+
+
+def cumulative_bytes_at(
+    events: Sequence[Any], is_boundary: Callable[[Any], bool], checkpoints: Sequence[int]
+) -> dict[str, dict[str, int]]:
+    """History bytes and events up to the k-th boundary event, for each k in `checkpoints`."""
+    out: dict[str, dict[str, int]] = {}
+    seen = 0
+    total = 0
+    wanted = set(checkpoints)
+    for i, e in enumerate(events):
+        total += e.ByteSize()
+        if is_boundary(e):
+            seen += 1
+            if seen in wanted:
+                out[str(seen)] = {"events": i + 1, "bytes": total}
+    return out
+
+
+# ----------------------------------------------------------------------------- command loop
+
+
+def _claim_stdout() -> Any:
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    return os.fdopen(fd, "w", buffering=1)
+
+
+async def serve(handlers: dict[str, Handler], ready: dict[str, Any] | None = None) -> None:
+    """Answer JSON-lines requests on stdin until `{"op": "exit"}` or end of input."""
+    out = _claim_stdout()
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 24)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    out.write(
+        json.dumps({"ok": True, "result": {"ready": True, "pid": os.getpid(), **(ready or {})}})
+        + "\n"
+    )
+    while True:
+        line = await reader.readline()
+        if not line:
+            return
+        request = json.loads(line)
+        op = request.get("op")
+        if op == "exit":
+            out.write(json.dumps({"ok": True, "result": None}) + "\n")
+            return
+        try:
+            result = await handlers[op](**request.get("args", {}))
+            reply = {"ok": True, "result": result}
+        except Exception as exc:  # reported to the orchestrator, which decides
+            reply = {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            }
+        out.write(json.dumps(reply, default=str) + "\n")
+
+
+async def bounded_gather(n: int, limit: int, make: Callable[[int], Awaitable[Any]]) -> list[Any]:
+    """Run `make(i)` for i in range(n) with at most `limit` in flight; results in order."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(i: int) -> Any:
+        async with sem:
+            return await make(i)
+
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+CHUNK_BYTES = 5 * 1024
+
+
+def chunk_text(index: int) -> str:
+    """5 KB of deterministic, incompressible text: the long run's tool output (both sides)."""
+    import hashlib
+
+    parts: list[str] = []
+    seed = f"chunk-{index}".encode()
+    while sum(len(p) for p in parts) < CHUNK_BYTES:
+        seed = hashlib.sha256(seed).digest()
+        parts.append(seed.hex())
+    return "".join(parts)[:CHUNK_BYTES]
+
+
+async def gather_until(
+    n: int, make: Callable[[int], Awaitable[Any]], timeout_s: float | None
+) -> tuple[list[Any], int]:
+    """Run `make(i)` for i in range(n) at once; results (or exceptions) of those done within
+    `timeout_s`, and how many were still running (cancelled and awaited, never left behind)."""
+    tasks = [asyncio.ensure_future(make(i)) for i in range(n)]
+    done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    results = [t.exception() or t.result() for t in tasks if t in done]
+    return results, len(pending)
+
+
+def now_ms() -> float:
+    """A monotonic clock in milliseconds."""
+    return time.perf_counter() * 1000.0

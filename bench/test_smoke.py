@@ -1,0 +1,28 @@
+"""A smoke test of the benchmark harness (not part of `make test`: run `pytest bench`).
+
+It runs a tiny subset against a real dev server and checks that results come out; it never
+asserts times (benchmarks measure, they do not judge).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_runs_our_side(tmp_path: Path) -> None:
+    out = tmp_path / "smoke"
+    cmd = [sys.executable, "-m", "bench.run", "--quick", "--only", "ours", "--runs", "3"]
+    cmd += ["--sections", "latency,history", "--no-default-server", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(out.with_name("smoke.json").read_text())
+    tuned = result["settings"]["tuned"]
+    assert tuned["latency"]["ours"]["start_pending_ms"]["n"] == 3
+    assert tuned["history_one_approval"]["ours"]["events"] > 0
+    assert tuned["long_run"]["ours"]["final_output"] == "Read 20 chunks."
+    assert "| start → pending visible" in out.with_name("smoke.md").read_text()
