@@ -217,6 +217,93 @@ async def gather_until(
     return results, len(pending)
 
 
+async def burst(
+    n: int, one_run: Callable[[], Awaitable[Any]], timeout_s: float | None
+) -> dict[str, Any]:
+    """Start `n` runs at once (`one_run()` each); wall time, per-run milliseconds and errors."""
+
+    async def e2e(_: int) -> float:
+        t0 = now_ms()
+        await one_run()
+        return now_ms() - t0
+
+    t0 = now_ms()
+    results, unfinished = await gather_until(n, e2e, timeout_s)
+    wall = (now_ms() - t0) / 1000.0
+    errors = [r for r in results if not isinstance(r, float)]
+    kinds: dict[str, int] = {}
+    for r in errors:
+        kinds[type(r).__name__] = kinds.get(type(r).__name__, 0) + 1
+    return {
+        "wall_s": wall,
+        "e2e_ms": [r for r in results if isinstance(r, float)],
+        "errors": [f"{type(r).__name__}: {r}" for r in errors[:3]],
+        "n_errors": len(errors),
+        "error_kinds": kinds,
+        "unfinished": unfinished,
+    }
+
+
+async def list_and_query(
+    client: Any,
+    query: str,
+    expected: int,
+    count_pending: Callable[[str], Awaitable[int]],
+    pids: dict[str, int] | None,
+    checkpoints: list[int] | None,
+    query_limit: int | None,
+) -> dict[str, Any]:
+    """List the runs `query` matches (once visibility has `expected`), then ask a sample of them
+    for their pending calls, 16 at a time, with /proc snapshots at `checkpoints`."""
+    for _ in range(100):  # visibility is eventually consistent: wait until it has them all
+        if (await client.count_workflows(query)).count >= expected:
+            break
+        await asyncio.sleep(0.1)
+    t0 = now_ms()
+    ids = [w.id async for w in client.list_workflows(query)]
+    t1 = now_ms()
+    # A sample spread evenly over the list (newest first): cached and evicted runs alike.
+    step = max(1, len(ids) // query_limit) if query_limit else 1
+    sample = ids[::step][:query_limit]
+    sem = asyncio.Semaphore(16)
+    done = 0
+    samples: list[dict[str, Any]] = []
+    wanted = sorted(checkpoints or [])
+
+    async def one(wid: str) -> int:
+        nonlocal done
+        async with sem:
+            n = await count_pending(wid)
+        done += 1
+        while pids and wanted and done >= wanted[0]:
+            samples.append({"queried": wanted.pop(0), "procs": snapshot(pids)})
+        return n
+
+    counts = await asyncio.gather(*(one(w) for w in sample))
+    t2 = now_ms()
+    return {
+        "runs_listed": len(ids),
+        "queried": len(counts),
+        "pending_calls": sum(counts),
+        "list_ms": t1 - t0,
+        "list_and_query_ms": t2 - t0,
+        "query_ms_per_run": (t2 - t1) / max(len(sample), 1),
+        "samples": samples,
+    }
+
+
+async def history_of(client: Any, workflow_id: str) -> dict[str, Any]:
+    """Events and bytes of a run's history, with the server's own count and size."""
+    handle = client.get_workflow_handle(workflow_id)
+    hist = await handle.fetch_history()
+    info = (await handle.describe()).raw_description.workflow_execution_info
+    return {
+        **history_sizes(hist.events),
+        "server_history_length": info.history_length,
+        "server_history_size_bytes": info.history_size_bytes,
+    }
+
+
 def now_ms() -> float:
     """A monotonic clock in milliseconds."""
     return time.perf_counter() * 1000.0

@@ -70,28 +70,7 @@ async def latency(key: str, n: int, queue: str, api: str = "client") -> dict[str
 async def throughput(
     key: str, n: int, queue: str, api: str = "client", timeout_s: float | None = None
 ) -> dict[str, Any]:
-    async def e2e(_: int) -> float:
-        t0 = proto.now_ms()
-        await one_run(key, queue)
-        return proto.now_ms() - t0
-
-    t0 = proto.now_ms()
-    results, unfinished = await proto.gather_until(n, e2e, timeout_s)
-    wall = (proto.now_ms() - t0) / 1000.0
-    ok = [r for r in results if isinstance(r, float)]
-    errors = [f"{type(r).__name__}: {r}" for r in results if not isinstance(r, float)]
-    kinds: dict[str, int] = {}
-    for r in results:
-        if not isinstance(r, float):
-            kinds[type(r).__name__] = kinds.get(type(r).__name__, 0) + 1
-    return {
-        "wall_s": wall,
-        "e2e_ms": ok,
-        "errors": errors[:3],
-        "n_errors": len(errors),
-        "error_kinds": kinds,
-        "unfinished": unfinished,
-    }
+    return await proto.burst(n, lambda: one_run(key, queue), timeout_s)
 
 
 async def park(
@@ -143,53 +122,17 @@ async def list_pending(
     query = (
         f"WorkflowType = 'PeerAgentRun' AND ExecutionStatus = 'Running' AND TaskQueue = '{queue}'"
     )
-    for _ in range(100):
-        if (await client.count_workflows(query)).count >= expected:
-            break
-        await asyncio.sleep(0.1)
-    t0 = proto.now_ms()
-    ids = [w.id async for w in client.list_workflows(query)]
-    t1 = proto.now_ms()
-    # A sample spread evenly over the list (newest first): cached and evicted runs alike.
-    step = max(1, len(ids) // query_limit) if query_limit else 1
-    sample = ids[::step][:query_limit]
-    sem = asyncio.Semaphore(16)
 
-    done = 0
-    samples: list[dict[str, Any]] = []
-    wanted = sorted(checkpoints or [])
+    async def count_pending(wid: str) -> int:
+        return len(await client.get_workflow_handle(wid).query(PeerAgentRun.pending))
 
-    async def pending(wid: str) -> int:
-        nonlocal done
-        async with sem:
-            calls = await client.get_workflow_handle(wid).query(PeerAgentRun.pending)
-        done += 1
-        while pids and wanted and done >= wanted[0]:
-            samples.append({"queried": wanted.pop(0), "procs": proto.snapshot(pids)})
-        return len(calls)
-
-    counts = await asyncio.gather(*(pending(w) for w in sample))
-    t2 = proto.now_ms()
-    return {
-        "runs_listed": len(ids),
-        "queried": len(counts),
-        "pending_calls": sum(counts),
-        "list_ms": t1 - t0,
-        "list_and_query_ms": t2 - t0,
-        "query_ms_per_run": (t2 - t1) / max(len(sample), 1),
-        "samples": samples,
-    }
+    return await proto.list_and_query(
+        client, query, expected, count_pending, pids, checkpoints, query_limit
+    )
 
 
 async def history(workflow_id: str) -> dict[str, Any]:
-    handle = client.get_workflow_handle(workflow_id)
-    hist = await handle.fetch_history()
-    info = (await handle.describe()).raw_description.workflow_execution_info
-    return {
-        **proto.history_sizes(hist.events),
-        "server_history_length": info.history_length,
-        "server_history_size_bytes": info.history_size_bytes,
-    }
+    return await proto.history_of(client, workflow_id)
 
 
 async def long_run(key: str, turns: int, queue: str, checkpoints: list[int]) -> dict[str, Any]:
