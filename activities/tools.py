@@ -165,7 +165,9 @@ class ToolActivities:
             if verdict is not None:
                 name, result = verdict
                 if result.behavior == "reject_content":
-                    return CallPlan(call_id=call.call_id, refusal=result.message or "")
+                    return CallPlan(
+                        call_id=call.call_id, refusal=result.message or "", by_policy=True
+                    )
                 return CallPlan(call_id=call.call_id, tripwire=_tripwire(tool, name, result))
 
         try:

@@ -111,7 +111,7 @@ class Agent(Generic[TContext]):
         auto_approve: bool = False,
         approver: ApproverFunction | None = None,
         on_failure: Literal["error_message", "raise"] = "error_message",
-        timeout: float = 3600.0,
+        timeout: float | None = None,
     ) -> AgentTool:
         """This agent as a tool of another agent; each call runs it as a child workflow.
 
@@ -127,7 +127,11 @@ class Agent(Generic[TContext]):
             approver: A programmatic approver for starting it.
             on_failure: A failed nested run becomes a tool error the model sees
                 (`"error_message"`) or fails the calling run too (`"raise"`).
-            timeout: Seconds the nested run may take.
+            timeout: Seconds the nested run may take in all, approval waits included
+                (`None`, the default: no limit, since a person may answer days later; its model
+                calls and tools keep their own timeouts). When it runs out, the nested run is
+                stopped and the model sees a tool error (or, with `on_failure="raise"`, the
+                calling run fails).
         """
         name = tool_name or re.sub(r"[^a-zA-Z0-9]+", "_", self.name).strip("_").lower()
         description = tool_description or self.handoff_description or f"Ask the {self.name} agent."
@@ -138,12 +142,11 @@ class Agent(Generic[TContext]):
             approval_request=approval_request,
             auto_approve=auto_approve,
             approver=approver,
-            timeout=timeout,
             heartbeat_timeout=None,
             max_attempts=1,
         )(_agent_tool_input)
         fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
-        return AgentTool(**fields, agent=self, on_failure=on_failure)
+        return AgentTool(**fields, agent=self, on_failure=on_failure, run_timeout=timeout)
 
     def clone(self, **changes: Any) -> Agent[TContext]:
         """A copy of this agent with some fields changed."""
@@ -167,6 +170,7 @@ class AgentTool(FunctionTool):
 
     agent: Agent[Any] | None = None
     on_failure: Literal["error_message", "raise"] = "error_message"
+    run_timeout: float | None = None
 
 
 @dataclass(eq=False)
@@ -345,6 +349,7 @@ def _tool_spec(tool: FunctionTool, ids: dict[int, str]) -> ToolSpec:
         spec.kind = "agent"
         spec.agent_id = ids[id(tool.agent)]
         spec.on_failure = tool.on_failure
+        spec.run_timeout_seconds = tool.run_timeout
     return spec
 
 

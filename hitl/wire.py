@@ -102,6 +102,13 @@ class ModelSpec(_Model):
     """Name of the worker environment variable that holds the key (never the key itself)."""
     local_activity: bool = False
     """Run the model call as a local activity (instant, deterministic models only)."""
+    timeout_seconds: float | None = None
+    """Seconds the client waits for one HTTP request to the model; `None`: the worker's default."""
+    default_headers_env: dict[str, str] | None = None
+    """Extra HTTP headers: header name -> worker environment variable holding its value (the
+    value itself never travels through Temporal)."""
+    default_query: dict[str, str] | None = None
+    """Extra query parameters on every request (e.g. `api-version`); recorded, so never secrets."""
 
 
 class ToolSpec(_Model):
@@ -115,6 +122,9 @@ class ToolSpec(_Model):
     on_failure: Literal["error_message", "raise"] = "error_message"
     """For agent tools: a failed nested run becomes a tool error the model sees, or fails this
     run too."""
+    run_timeout_seconds: float | None = None
+    """For agent tools: a wall-clock limit on the nested run, approval waits included (`None`:
+    none; its model calls and tools keep their own timeouts)."""
     description: str = ""
     params_json_schema: dict[str, Any] = Field(default_factory=dict)
     strict_json_schema: bool = True
@@ -290,6 +300,9 @@ class ParentLink(_Model):
     call_path: list[str] = Field(default_factory=list)
     """Agent-tool call ids from the root down to this run (its calls' prefix at the root)."""
     tracing: bool = False
+    token: str = ""
+    """A secret the parent drew for this run: internal messages between the two carry it, so a
+    client cannot decide a nested call by signalling the nested run directly."""
 
 
 class RunInput(_Model):
@@ -401,6 +414,8 @@ class CarriedState(_Model):
     tracing: bool = False
     stream: WorkflowStreamState | None = None
     """The run's event stream, carried so subscribers lose nothing across continue-as-new."""
+    seen_from_root: int = 0
+    """A nested run: the last `FromRoot.seq` it applied."""
 
 
 class RunOutput(_Model):
@@ -484,6 +499,8 @@ class ChildReport(_Model):
     pending: list[PendingApproval] = Field(default_factory=list)
     seen: int = 0
     """The last `FromRoot.seq` this run applied (so stale reports are recognized)."""
+    token: str = ""
+    """`ParentLink.token`: proves the report comes from the nested run the parent started."""
 
 
 class FromRoot(_Model):
@@ -492,6 +509,9 @@ class FromRoot(_Model):
     seq: int
     decisions: list[DecisionRecord] = Field(default_factory=list)
     rules: dict[str, DecisionKind] = Field(default_factory=dict)
+    token: str = ""
+    """`ParentLink.token`: without it the nested run refuses the message (no approval path
+    bypasses the root)."""
 
 
 RunEventType = Literal[
@@ -743,6 +763,9 @@ class CallPlan(_Model):
     policy: PolicyDecision | None = None
     tripwire: RunErrorInfo | None = None
     """A pre-approval tool guardrail asked to stop the run."""
+    by_policy: bool = False
+    """The refusal is a policy's answer (a guardrail), not a mistake of the model: it does not
+    count toward `max_consecutive_bad_turns`."""
 
 
 class PlanToolsOutput(_Model):

@@ -25,6 +25,7 @@ from temporalio.exceptions import (
     CancelledError,
     ChildWorkflowError,
     FailureError,
+    is_cancelled_exception,
 )
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
@@ -195,7 +196,16 @@ class AgentRun:
     """The durable agent loop (see the module docstring)."""
 
     @workflow.init
-    def __init__(self, inp: RunInput) -> None:
+    def __init__(self, raw: Any) -> None:
+        # The input is decoded leniently and validated here: a malformed start from the CLI
+        # (`--input '{"agnt": ...}'`) fails the run with a typed `UserError` instead of failing
+        # every workflow task forever.
+        self._bad_input: str | None = None
+        try:
+            inp = parse_payload(RunInput, raw, "AgentRun input")
+        except ApplicationError as err:
+            self._bad_input = err.message
+            inp = RunInput(agent="")
         self._inp = inp
         self._graph: AgentGraph | None = None
         self._current: str = ""
@@ -206,11 +216,14 @@ class AgentRun:
         self._usage = Usage()
         self._book = ApprovalBook()
         self._refused: list[RefusedDecision] = []
+        self._policy_refusals: set[str] = set()
+        """Calls refused by a policy (a guardrail, the tool's own argument check)."""
         self._continued_runs = 0
         self._busy = 0
         self._output: RunOutput | None = None
         self._error: RunErrorInfo | None = None
         self._continuing = False
+        self._cancelled = False
         self._sa = False
         # What operators last saw (search attributes, UI details); nothing is published for a
         # run that only started, so a run that never pauses costs one upsert (at the end).
@@ -261,11 +274,20 @@ class AgentRun:
             if carried.context is not None:
                 self._ctx = carried.context
             self._announced = {f"decided:{d.call_id}" for d in carried.decisions}
+            self._seen_from_root = carried.seen_from_root
 
     # ================================================================= main loop
 
     @workflow.run
-    async def run(self, inp: RunInput) -> RunOutput:
+    async def run(self, raw: Any) -> RunOutput:
+        inp = self._inp
+        if self._bad_input is not None:
+            raise ApplicationError(
+                f"{self._bad_input} (expected "
+                '{"agent": "<registered agent name>", "input": "..."})',
+                type="UserError",
+                non_retryable=True,
+            )
         try:
             tracing = bool(
                 (inp.parent and inp.parent.tracing) or (inp.carried and inp.carried.tracing)
@@ -292,7 +314,15 @@ class AgentRun:
             self._output = await self._loop()
             for task in background:
                 task.cancel()
-        except RunFailure as failure:
+        except BaseException as exc:
+            if not isinstance(exc, RunFailure):
+                if is_cancelled_exception(exc) and workflow.patched("hitl-cancelled-status"):
+                    # Cancelled while parked or running: the inbox must not keep listing it.
+                    # (Patched: runs cancelled before this change replay without the upsert.)
+                    self._cancelled = True
+                    self._publish()
+                raise
+            failure = exc
             self._error = failure.info
             self._trace.end_run(error=failure.info.type)
             self._publish()
@@ -615,9 +645,15 @@ class AgentRun:
                     t = plan.tripwire
                     raise RunFailure(t.type, t.message, t.details)
                 if plan.refusal is not None:
-                    self._refuse(rec, plan.refusal)
+                    # A policy's answer (arguments the tool refuses, a pre-approval guardrail),
+                    # not a model mistake: it does not count as a bad turn.
+                    self._refuse(rec, plan.refusal, bad_turn=not plan.by_policy)
                     continue
-                rec.needs_approval = plan.needs_approval
+                # The graph pinned at run start decides whether a call needs a person: a
+                # deploy that relaxes a tool's `needs_approval` does not relax parked runs.
+                # Only predicates are evaluated with the code deployed now.
+                pinned = self._tool(agent, rec).approval
+                rec.needs_approval = plan.needs_approval or pinned == "always"
                 rec.request = plan.request
                 if plan.policy is not None:
                     policies[rec.call_id] = plan.policy
@@ -648,8 +684,9 @@ class AgentRun:
                 )
         self._announce_decisions()
 
-        if any(r.state == "refused" for r in records) and all(
-            r.state == "refused" for r in records if r.call_id != handoff_call
+        mistakes = [r for r in records if r.call_id not in self._policy_refusals]
+        if any(r.state == "refused" for r in mistakes) and all(
+            r.state == "refused" for r in mistakes if r.call_id != handoff_call
         ):
             self._count_bad_turn("; ".join(r.output or "" for r in records if r.output))
         else:
@@ -670,10 +707,12 @@ class AgentRun:
                 "hitl.handoff", **{"hitl.from": previous, "hitl.to": self._agent_name()}
             )
 
-    def _refuse(self, rec: CallRecord, message: str) -> None:
+    def _refuse(self, rec: CallRecord, message: str, *, bad_turn: bool = True) -> None:
         rec.state = "refused"
         rec.output = message
         rec.is_error = True
+        if not bad_turn:
+            self._policy_refusals.add(rec.call_id)
 
     async def _drive(self, agent: AgentSpec, rec: CallRecord) -> None:
         """Take one call from its current state to an output."""
@@ -723,7 +762,8 @@ class AgentRun:
         except (json.JSONDecodeError, AttributeError):
             text = rec.arguments
         child_id = f"{info.workflow_id}--{rec.call_id}"
-        view = self._book.add_child(rec.call_id, child_id)
+        token = str(workflow.uuid4())
+        view = self._book.add_child(rec.call_id, child_id, token)
         child_input = RunInput(
             agent=self._inp.agent,
             input=str(text),
@@ -737,6 +777,7 @@ class AgentRun:
                 path=[*self._path(), agent.name, tool.name],
                 call_path=[*(link.call_path if link else []), rec.call_id],
                 tracing=self._trace.enabled,
+                token=token,
             ),
             graph=self._graph,
             start_agent=tool.agent_id,
@@ -748,7 +789,10 @@ class AgentRun:
             id=child_id,
             result_type=RunOutput,
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-            execution_timeout=timedelta(seconds=tool.timeout_seconds),
+            # No limit by default: a nested run may wait days for a person, like its root.
+            execution_timeout=(
+                timedelta(seconds=tool.run_timeout_seconds) if tool.run_timeout_seconds else None
+            ),
             static_summary=f"{tool.name} for {agent.name}: {str(text)[:100]}",
         )
         forwarder = asyncio.create_task(self._forward_to(view, handle))
@@ -776,7 +820,12 @@ class AgentRun:
             view.seq += 1
             await handle.signal(
                 SIGNAL_FROM_ROOT,
-                FromRoot(seq=view.seq, decisions=decisions, rules=dict(self._book.always_rules)),
+                FromRoot(
+                    seq=view.seq,
+                    decisions=decisions,
+                    rules=dict(self._book.always_rules),
+                    token=view.token,
+                ),
             )
 
     async def _keep_parent_informed(self) -> None:
@@ -794,6 +843,7 @@ class AgentRun:
                     phase=self._phase(),
                     pending=self._book.pending(self._path(), workflow.info().workflow_id),
                     seen=self._seen_from_root,
+                    token=link.token,
                 ),
             )
 
@@ -804,6 +854,11 @@ class AgentRun:
     @workflow.signal(name=SIGNAL_CHILD_REPORT)
     def _on_child_report(self, report: ChildReport) -> None:
         view = self._book.children.get(report.call_id)
+        if view is not None and report.token != view.token:
+            self._record_refused(
+                SIGNAL_CHILD_REPORT, report.call_id, "NotRoot", "not from the nested run"
+            )
+            return
         if view is not None and not view.done:
             view.report = report
             for p in view.pending():
@@ -811,6 +866,17 @@ class AgentRun:
 
     @workflow.signal(name=SIGNAL_FROM_ROOT)
     def _on_from_root(self, msg: FromRoot) -> None:
+        link = self._inp.parent
+        if link is None or msg.token != link.token:
+            # Only the parent knows the token: no approval path bypasses the root.
+            root = link.root_workflow_id if link else workflow.info().workflow_id
+            self._record_refused(
+                SIGNAL_FROM_ROOT,
+                json.dumps(msg.model_dump(mode="json", exclude={"token"}))[:500],
+                "NotRoot",
+                f"decisions for this run are made on the root run {root}",
+            )
+            return
         now = workflow.now()
         for kind_tool, kind in msg.rules.items():
             if self._book.always_rules.get(kind_tool) != kind:
@@ -1137,8 +1203,10 @@ class AgentRun:
                     context=self._ctx,
                     tracing=self._trace.enabled,
                     stream=self._stream.get_state(),
+                    seen_from_root=self._seen_from_root,
                 ),
                 session=self._inp.session,
+                parent=self._inp.parent,
             )
         )
 
@@ -1194,7 +1262,16 @@ class AgentRun:
         for d in req.decisions:
             self._decide(d.kind, d, "update")
         if req.context is not None:
-            self._ctx = req.context
+            ctx = req.context
+            if self._ctx is not None and ctx.deserializer is None:
+                # The run's `context_deserializer` still rebuilds the new value.
+                ctx = ctx.model_copy(
+                    update={
+                        "deserializer": self._ctx.deserializer,
+                        "type": ctx.type or self._ctx.type,
+                    }
+                )
+            self._ctx = ctx
         if req.wait:
             await workflow.wait_condition(self._settled)
         return self._status()
@@ -1277,6 +1354,8 @@ class AgentRun:
     # ================================================================= visibility
 
     def _visible(self) -> Visible:
+        if self._cancelled:
+            return ("cancelled", (), None)
         pending = self._book.pending()
         phase = self._phase()
         status = "awaiting_approval" if pending and phase == "running" else phase
@@ -1314,6 +1393,8 @@ class AgentRun:
         wid = workflow.info().workflow_id
         awaiting = self._book.pending()
         phase = self._phase()
+        if self._cancelled:
+            return f"**Cancelled** after {self._turn} model turns."
         if phase == "completed":
             return f"**Completed** after {self._turn} model turns."
         if phase == "failed" and self._error is not None:

@@ -41,8 +41,8 @@ def refusal(type_name: str, message: str) -> ApplicationError:
     return ApplicationError(message, type=type_name, non_retryable=True)
 
 
-def parse_payload(model: type[M], value: Any) -> M:
-    """Validate a decision payload; refuse it with a one-line, typed reason when malformed."""
+def parse_payload(model: type[M], value: Any, what: str = "decision") -> M:
+    """Validate a payload; refuse it with a one-line, typed reason when malformed."""
     if isinstance(value, model):
         return value
     try:
@@ -52,7 +52,21 @@ def parse_payload(model: type[M], value: Any) -> M:
             f"{'.'.join(str(p) for p in err['loc']) or 'payload'}: {err['msg']}"
             for err in exc.errors()[:5]
         )
-        raise refusal("InvalidDecision", f"invalid decision: {problems}") from None
+        raise refusal("InvalidDecision", f"invalid {what}: {problems}") from None
+
+
+def _same_decision(prior: DecisionRecord, d: DecisionInput) -> bool:
+    """True when a person's repeated decision is a retry: nothing in it differs.
+
+    A repeat that adds `always` or changes the message must not be reported as applied.
+    """
+    message = d.message if prior.kind == "reject" else None
+    return (prior.always, prior.message, prior.approver, prior.reason) == (
+        d.always,
+        message,
+        d.approver,
+        d.reason,
+    )
 
 
 def _check_approver(d: DecisionInput, tool: str, allowed: list[str]) -> None:
@@ -81,6 +95,8 @@ class ChildView:
 
     call_id: str
     workflow_id: str
+    token: str = ""
+    """The secret shared with the nested run (`ParentLink.token`)."""
     report: ChildReport | None = None
     seq: int = 0
     """The last `FromRoot.seq` sent to the nested run."""
@@ -145,9 +161,9 @@ class ApprovalBook:
         """True when the run has seen this call id."""
         return call_id in self.calls or call_id in self.past_calls
 
-    def add_child(self, call_id: str, workflow_id: str) -> ChildView:
+    def add_child(self, call_id: str, workflow_id: str, token: str = "") -> ChildView:
         """Track the nested run started for agent-tool call `call_id`."""
-        view = ChildView(call_id=call_id, workflow_id=workflow_id)
+        view = ChildView(call_id=call_id, workflow_id=workflow_id, token=token)
         self.children[call_id] = view
         return view
 
@@ -219,12 +235,11 @@ class ApprovalBook:
             raise refusal("InvalidDecision", "call_id must not be empty")
         prior = self.decisions.get(d.call_id)
         if prior is not None:
-            if prior.kind == kind:
-                return prior
+            if prior.kind == kind and (prior.source != "person" or _same_decision(prior, d)):
+                return prior  # a retry: idempotent, answered with what was recorded
             who = prior.approver or prior.source.replace("_", " ")
-            raise refusal(
-                "AlreadyDecided", f"call '{d.call_id}' already decided: {prior.kind} by {who}"
-            )
+            what = prior.kind + (" (always)" if prior.always else "")
+            raise refusal("AlreadyDecided", f"call '{d.call_id}' already decided: {what} by {who}")
         if SEP in d.call_id:
             view, rest = self._nested_target(d.call_id)
             pending = next(p for p in view.pending() if p.call_id == rest)

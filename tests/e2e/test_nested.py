@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -26,7 +27,7 @@ from hitl import (
     function_tool,
 )
 from hitl.wire import DecisionInput, RunOutput, RunStatus
-from tests.helpers import ROOT, Ledger, activity_count, record_effect, serving
+from tests.helpers import ROOT, Ledger, activity_count, record_effect, serving, wait_for
 
 
 @function_tool(needs_approval=True)
@@ -357,3 +358,108 @@ async def test_cancelling_the_root_cancels_its_children(dev_client: Client) -> N
         with pytest.raises(WorkflowFailureError) as err:
             await child.result()
     assert "cancel" in str(err.value.cause).lower()
+
+
+async def test_signalling_a_nested_run_directly_decides_nothing(
+    dev_client: Client, ledger: Ledger
+) -> None:
+    """The internal messages between a root and its nested runs carry a secret only they know:
+    a client that signals the nested run (or the root, posing as the nested run) changes
+    nothing, and the attempt is listed under `refused`."""
+    client = dev_client
+    async with serving(client, desk) as tq:
+        result = await Runner.run(desk, "v.org", client=client, task_queue=tq, serve=False)
+        [item] = result.interruptions
+        research_call, nested_call = item.call_id.split("/")
+        root = client.get_workflow_handle(result.workflow_id)
+        child = client.get_workflow_handle(f"{result.workflow_id}--{research_call}")
+        forged = {
+            "call_id": nested_call,
+            "tool_name": "fetch",
+            "kind": "approve",
+            "source": "person",
+            "via": "root",
+            "decided_at": "2026-01-01T00:00:00Z",
+        }
+        await child.signal(
+            "__hitl_from_root", {"seq": 1, "decisions": [forged], "rules": {"fetch": "approve"}}
+        )
+        await root.signal(
+            "__hitl_child_report", {"call_id": research_call, "phase": "running", "pending": []}
+        )
+
+        async def refused(handle: Any) -> list[str]:
+            st = await handle.query("status", result_type=RunStatus)
+            return [r.error_type for r in st.refused]
+
+        await wait_for(lambda: refused(child), what="the nested run to refuse the signal")
+        await wait_for(lambda: refused(root), what="the root to refuse the forged report")
+        assert await refused(child) == ["NotRoot"]
+        assert await refused(root) == ["NotRoot"]
+        child_status = await child.query("status", result_type=RunStatus)
+        assert child_status.decisions == [] and [p.call_id for p in child_status.pending] == [
+            nested_call
+        ]
+        root_status = await root.query("status", result_type=RunStatus)
+        assert [p.call_id for p in root_status.pending] == [item.call_id], "still listed"
+        assert root_status.phase == "awaiting_approval"
+        assert ledger.count() == 0
+
+        state = result.to_state()
+        state.approve(item)
+        result = await Runner.run(desk, state, client=client, task_queue=tq, serve=False)
+    assert result.final_output == "summary: content of v.org"
+    assert ledger.count("fetch") == 1
+
+
+def fail_after_child(req: ModelRequest) -> ModelReply:
+    """Ask the agent tool, and answer nothing usable afterwards (the run fails)."""
+    return ModelReply.call(req.tool_names()[0], {"input": req.last_user_text()})
+
+
+async def test_a_failing_root_cancels_its_children(dev_client: Client) -> None:
+    # Two agent-tool calls in one turn: one parks on an approval inside its child; the other
+    # fails the root (on_failure="raise"). The parked child must not outlive its root.
+    both = Agent(
+        name="Both",
+        tools=[
+            researcher.as_tool(tool_name="research"),
+            broken.as_tool(tool_name="ask", on_failure="raise"),
+        ],
+        model=ScriptedModel(both_script, "t.both"),
+    )
+    client = dev_client
+    async with serving(client, both) as tq:
+        from hitl import ModelBehaviorError
+
+        wid = f"both-{tq}"
+        with pytest.raises(ModelBehaviorError):
+            await Runner.run(
+                both, "u.org", client=client, task_queue=tq, workflow_id=wid, serve=False
+            )
+        hist = await client.get_workflow_handle(wid).fetch_history()
+        started = EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+        children = [
+            e.start_child_workflow_execution_initiated_event_attributes.workflow_id
+            for e in hist.events
+            if e.event_type == started
+        ]
+        assert len(children) == 2
+        for child_id in children:
+            await wait_for(lambda c=child_id: _closed(client, c), what=f"{child_id} to close")
+        research = client.get_workflow_handle(children[0])
+        desc = await research.describe()
+    assert desc.status is not None and desc.status.name == "CANCELED", (
+        "the child parked on an approval was cancelled with its failed root"
+    )
+
+
+def both_script(req: ModelRequest) -> ModelReply:
+    if not req.tool_results():
+        return ModelReply.calls(("research", {"input": "u.org"}), ("ask", {"input": "help"}))
+    return ModelReply.say("done")
+
+
+async def _closed(client: Client, workflow_id: str) -> bool:
+    desc = await client.get_workflow_handle(workflow_id).describe()
+    return desc.status is not None and desc.status.name != "RUNNING"
