@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from examples import backoffice
@@ -29,6 +30,8 @@ STATE_DIR = Path(os.environ.get("HITL_DEMO_STATE_DIR", ROOT / ".hitl"))
 REQUEST = (
     "Order 1001 arrived broken: please refund $250. Also cancel order 1002, it is a duplicate."
 )
+APPROVER = "demo"
+REJECTION = "The reviewer declined this."
 
 
 def parse_args() -> argparse.Namespace:
@@ -77,11 +80,11 @@ def start_worker(address: str) -> subprocess.Popen[str]:
 
 
 def cli_command(address: str, workflow_id: str, call_id: str, approve: bool) -> str:
-    """The plain `temporal` CLI command that makes the same decision."""
+    """The plain `temporal` CLI command that makes exactly the same decision."""
     name = "approve" if approve else "reject"
-    payload = {"call_id": call_id, "approver": "you@example.com"}
+    payload = {"call_id": call_id, "approver": APPROVER}
     if not approve:
-        payload["message"] = "Rejected by the reviewer."
+        payload["message"] = REJECTION
     return (
         f".venv/bin/temporal workflow update execute --address {address} "
         f"--workflow-id {workflow_id} --name {name} --input '{json.dumps(payload)}'"
@@ -97,7 +100,7 @@ def ask(question: str) -> bool:
 async def demo(address: str, mode: str) -> RunResult:
     """Start the run, decide its approvals, and return the finished result."""
     client = await connect(address=address)
-    workflow_id = f"refund-desk-{int(time.time())}"
+    workflow_id = f"refund-desk-{int(time.time())}-{uuid.uuid4().hex[:6]}"
     print(f"\n> {REQUEST}\n")
     started = time.perf_counter()
     result = await Runner.run(agent, REQUEST, client=client, workflow_id=workflow_id, serve=False)
@@ -119,9 +122,9 @@ async def demo(address: str, mode: str) -> RunResult:
             print("  same decision from the Temporal CLI:")
             print("    " + cli_command(address, workflow_id, item.call_id, approved))
             if approved:
-                state.approve(item, approver="demo")
+                state.approve(item, approver=APPROVER)
             else:
-                state.reject(item, message="The reviewer declined this.", approver="demo")
+                state.reject(item, message=REJECTION, approver=APPROVER)
         result = await Runner.run(agent, state, client=client, serve=False)
     return result
 
@@ -141,10 +144,11 @@ def main() -> int:
     )
     print(f"starting the Temporal dev server on {server.ip}:{port} (UI http://127.0.0.1:{ui_port})")
     server.start()
+    print(f"dev server pid {server.pid}")
     worker = None
     try:
         worker = start_worker(server.address)
-        print("worker serving 'Refund desk' on task queue 'hitl'")
+        print(f"worker pid {worker.pid} serving 'Refund desk' on task queue 'hitl'")
         result = asyncio.run(demo(server.address, mode))
         print("\nfinal output:\n" + str(result.final_output))
         print("\ndecisions:")

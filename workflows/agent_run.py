@@ -524,9 +524,11 @@ class AgentRun:
                 text=rec.kind,
                 data={"source": rec.source, "approver": rec.approver, "message": rec.message},
             )
+            owner = self._book.calls.get(rec.call_id)
             self._trace.event(
                 "hitl.approval_decision",
                 **{
+                    "hitl.agent": owner.agent_name if owner else None,
                     "hitl.call_id": rec.call_id,
                     "hitl.tool": rec.tool_name,
                     "hitl.decision": rec.kind,
@@ -680,7 +682,11 @@ class AgentRun:
                 self._trace.open(
                     rec.call_id,
                     "hitl.approval_wait",
-                    **{"hitl.tool": rec.tool_name, "hitl.call_id": rec.call_id},
+                    **{
+                        "hitl.tool": rec.tool_name,
+                        "hitl.call_id": rec.call_id,
+                        "hitl.agent": rec.agent_name,  # the tool's owner (the run's is root)
+                    },
                 )
         self._announce_decisions()
 

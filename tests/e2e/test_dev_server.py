@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import (
+    Client,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
 
 from hitl import Runner
 from hitl.client import data_converter
-from hitl.wire import DecisionInput, RunOutput, RunStatus
+from hitl.wire import DecisionInput, DecisionRecord, RunOutput, RunStatus
 from tests.agents import refund_agent, support_agent
 from tests.helpers import (
     Ledger,
     WorkerProcess,
+    event_count,
     queue_name,
     temporal_cli,
     tool_activity_count,
@@ -135,17 +142,26 @@ async def test_worker_killed_while_parked_then_approved(
     finally:
         first.kill()
     handle = dev_client.get_workflow_handle(result.workflow_id, result_type=RunOutput)
-    # Approve while no worker runs: the update waits on the server until a worker returns.
-    approval = asyncio.create_task(
-        handle.execute_update(
-            "approve", DecisionInput(call_id=result.interruptions[0].call_id), id="approve-once"
+    decision = DecisionInput(call_id=result.interruptions[0].call_id, approver="ops")
+    # Approve while no worker runs: nobody accepts it, so the client gives up...
+    with pytest.raises(WorkflowUpdateRPCTimeoutOrCancelledError):
+        await handle.start_update(
+            "approve",
+            decision,
+            id="approve-once",
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            rpc_timeout=timedelta(seconds=2),
         )
-    )
-    await asyncio.sleep(0)
-    assert not approval.done()
+    # ...but the server keeps the request: a new worker applies it without it being sent again.
     with WorkerProcess(dev_server.address, tq, env=env):
-        await asyncio.wait_for(approval, 60)
-        out = await handle.result()
+        out = await asyncio.wait_for(handle.result(), 60)
+        # Sending it again with the same id reports the outcome instead of deciding twice.
+        again = await handle.execute_update(
+            "approve", decision, id="approve-once", result_type=DecisionRecord
+        )
+    assert (again.call_id, again.approver, again.kind) == (decision.call_id, "ops", "approve")
+    accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    assert event_count(await handle.fetch_history(), accepted) == 2, "wait + one approve"
     assert out.final_output == "cancel_order: Cancelled order 5"
     rows = Ledger(ledger_path).rows()
     assert [(r[1], r[3]) for r in rows] == [("cancel_order", 1)], "the tool ran exactly once"

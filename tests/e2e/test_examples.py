@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,27 +95,70 @@ async def test_encrypted_payloads_never_reach_the_server_in_clear(
         await plain.get_workflow_handle(result.workflow_id, result_type=RunOutput).result()
 
 
+def _demo_pids(stdout: str) -> list[int]:
+    """The processes the demo says it started (dev server, worker)."""
+    pids = [int(m) for m in re.findall(r"(?:dev server|worker) pid (\d+)", stdout)]
+    assert len(pids) == 2, stdout
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in status  # a zombie has exited
+
+
 def test_make_demo_runs_end_to_end_without_a_terminal(tmp_path: Path) -> None:
-    """What `make demo` runs: its own dev server, a worker, the refund desk; exits 0."""
+    """What `make demo` runs in CI: its own dev server, a worker, the refund desk; exits 0."""
     out = subprocess.run(
-        [sys.executable, "-m", "examples.demo", "--decide", "reject"],
+        [sys.executable, "-m", "examples.demo"],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=180,
-        env={**os.environ, "HITL_DEMO_STATE_DIR": str(tmp_path)},
+        env={**os.environ, "HITL_DEMO_STATE_DIR": str(tmp_path), "HITL_DEMO_DECISION": "reject"},
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "paused after" in out.stdout
     assert out.stdout.count("temporal workflow update execute") == 2
-    assert "--name reject" in out.stdout
+    assert out.stdout.count("--name reject") == 2
+    # The printed command is the decision that was sent: same approver, same message.
+    assert '"approver": "demo", "message": "The reviewer declined this."' in out.stdout
     assert 'cancel_order({"order_id": 1002}): The reviewer declined this.' in out.stdout
+    assert "by demo (person)" in out.stdout
     assert (tmp_path / "dev.sqlite").exists(), "the server persisted to the state folder"
-    leftover = subprocess.run(
-        ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True
-    ).stdout.strip()
-    assert leftover == "", "the demo left processes behind"
+    for pid in _demo_pids(out.stdout):
+        assert not _alive(pid), f"the demo left process {pid} behind"
+
+
+def test_make_demo_asks_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal the demo asks y/n per pending call, as the seeds' example does."""
+    primary, secondary = pty.openpty()
+    try:
+        # Typed ahead: the terminal's line discipline hands one line to each prompt.
+        os.write(primary, b"y\nn\n")
+        out = subprocess.run(
+            [sys.executable, "-m", "examples.demo"],
+            cwd=ROOT,
+            stdin=secondary,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "HITL_DEMO_STATE_DIR": str(tmp_path)},
+        )
+    finally:
+        os.close(secondary)
+        os.close(primary)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("[y/N]:") == 2
+    assert "--name approve" in out.stdout and "--name reject" in out.stdout
+    assert "refund call_" in out.stdout and ": approve by demo (person)" in out.stdout
+    assert 'cancel_order({"order_id": 1002}): The reviewer declined this.' in out.stdout
+    for pid in _demo_pids(out.stdout):
+        assert not _alive(pid), f"the demo left process {pid} behind"
 
 
 def test_run_sync_serves_in_process(dev_server: DevServer, monkeypatch: pytest.MonkeyPatch) -> None:
