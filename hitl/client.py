@@ -19,12 +19,12 @@ from typing import Any
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.codec import EncryptionCodec
+from hitl.converter import hitl_data_converter
 from hitl.errors import UserError
 
 DEFAULT_ADDRESS = "localhost:7233"
@@ -33,16 +33,16 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 
 
 def data_converter(codec: EncryptionCodec | None = None) -> DataConverter:
-    """The pydantic data converter, with payload encryption when a codec is given or configured.
+    """Our pydantic data converter (`hitl.converter`), encrypting when a codec is configured.
 
-    With encryption, failure messages and stack traces are encoded too (they may quote tool
-    arguments).
+    The codec is the one given, else `HITL_ENCRYPTION_KEY`'s. With encryption, failure messages
+    and stack traces are encoded too (they may quote tool arguments).
     """
     codec = codec if codec is not None else EncryptionCodec.from_env()
     if codec is None:
-        return pydantic_data_converter
+        return hitl_data_converter
     return dataclasses.replace(
-        pydantic_data_converter,
+        hitl_data_converter,
         payload_codec=codec,
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
     )

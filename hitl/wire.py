@@ -1,8 +1,10 @@
 """Wire contracts: every payload that crosses Temporal (workflow, activities, updates, queries).
 
 These models are stored in workflow histories, so they are contracts across deployments:
-fields are only ever *added*, always with a default, and names never change. Each workflow,
-activity, update and query takes exactly one of these models and returns one.
+fields are only ever *added*, always with a default, names never change, and neither do
+defaults (payloads are stored without the fields at their defaults, see `hitl.converter`;
+`tests/unit/test_wire_defaults.py` keeps them). Each workflow, activity, update and query takes
+exactly one of these models and returns one.
 
 The module is imported by workflow code (passed through the sandbox), so it must stay free of
 I/O and of anything non-deterministic.
@@ -11,7 +13,7 @@ I/O and of anything non-deterministic.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
@@ -66,6 +68,8 @@ SEARCH_ATTRIBUTES = {
 class _Model(BaseModel):
     # Unknown fields are ignored so that an older worker can read a newer payload.
     model_config = ConfigDict(extra="ignore")
+    # Stored without the fields at their defaults (`hitl.converter`): defaults never change.
+    _sparse: ClassVar[bool] = True
 
 
 # --------------------------------------------------------------------------- agent graph
@@ -378,6 +382,8 @@ class CallRecord(_Model):
 class DecisionRecord(_Model):
     """A recorded decision: who decided what about which call, when, and how."""
 
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
     call_id: str
     tool_name: str
     kind: DecisionKind
@@ -420,6 +426,8 @@ class CarriedState(_Model):
 
 class RunOutput(_Model):
     """Result of a completed `AgentRun`."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
 
     final_output: Any = None
     last_agent: str
@@ -562,6 +570,8 @@ class RefusedDecision(_Model):
 class RunStatus(_Model):
     """Answer of the `status` query and of the `wait` / `decide` updates."""
 
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
     workflow_id: str
     run_id: str
     phase: Phase
@@ -594,6 +604,15 @@ class TranscriptQuery(_Model):
     end: int | None = None
 
 
+class SettledStatus(RunStatus):
+    """What the `wait` and `decide` updates return: a `RunStatus`, stored sparse in history.
+
+    (The `status` query answers with the complete `RunStatus`.)
+    """
+
+    _sparse: ClassVar[bool] = True
+
+
 class TranscriptPage(_Model):
     """Answer of the `transcript` query."""
 
@@ -603,6 +622,8 @@ class TranscriptPage(_Model):
 
 class RunSnapshot(_Model):
     """Answer of the `snapshot` query: status plus the items produced so far."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
 
     status: RunStatus
     input_items: list[dict[str, Any]]
@@ -669,6 +690,22 @@ class CallModelInput(_Model):
     """The run's `call_model_input_filter` (import reference), applied in this activity."""
 
 
+class InputFilterRecord(_Model):
+    """A `call_model_input_filter`'s effect on one model call, recorded with the response.
+
+    The filtered input itself is not stored (history would hold the transcript twice); its
+    digest lets an audit check what the model received against a transcript.
+    """
+
+    items_before: int
+    """Input items the filter was given."""
+    items: int
+    """Input items the model received."""
+    instructions_changed: bool = False
+    digest: str
+    """`sha256:<hex>` of the filtered input and instructions (`activities.model.input_digest`)."""
+
+
 class ModelResponse(_Model):
     """Output of `call_model`: Responses output items, usage and a validated final output."""
 
@@ -677,6 +714,8 @@ class ModelResponse(_Model):
     final_output: Any = None
     has_final_output: bool = False
     response_id: str | None = None
+    input_filter: InputFilterRecord | None = None
+    """What the run's `call_model_input_filter` did to this call (`None`: no filter ran)."""
 
 
 class PlanCall(_Model):

@@ -91,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
         SessionAppend,
         SessionItems,
         SessionRef,
+        SettledStatus,
         ToolOutput,
         ToolSpec,
         TranscriptPage,
@@ -1280,7 +1281,7 @@ class AgentRun:
             self._ctx = ctx
         if req.wait:
             await workflow.wait_condition(self._settled)
-        return self._status()
+        return self._status(SettledStatus)
 
     @decide.validator
     def _validate_decide(self, raw: Any) -> None:
@@ -1297,7 +1298,7 @@ class AgentRun:
     async def wait(self, _: WaitInput) -> RunStatus:
         """Return once the run waits for a person, finishes, or continues as new."""
         await workflow.wait_condition(self._settled)
-        return self._status()
+        return self._status(SettledStatus)
 
     @workflow.signal(name="approve")
     def approve_signal(self, payload: RawValue = None) -> None:  # type: ignore[assignment]
@@ -1458,10 +1459,10 @@ class AgentRun:
     def _settled(self) -> bool:
         return self._continuing or self._phase() in ("awaiting_approval", "completed", "failed")
 
-    def _status(self) -> RunStatus:
+    def _status(self, kind: type[RunStatus] = RunStatus) -> RunStatus:
         info = workflow.info()
         current = self._graph.agents.get(self._current) if self._graph else None
-        return RunStatus(
+        return kind(
             workflow_id=info.workflow_id,
             run_id=info.run_id,
             phase=self._phase(),

@@ -48,8 +48,13 @@ def test_record_is_idempotent_and_first_decision_stands() -> None:
         "reject", DecisionInput(call_id="c1", approver="alice", message="no"), now=NOW
     )
     assert (rec.kind, rec.message, book.calls["c1"].state) == ("reject", "no", "rejected")
-    again = book.record("reject", DecisionInput(call_id="c1", approver="bob"), now=NOW)
+    again = book.record(
+        "reject", DecisionInput(call_id="c1", approver="alice", message="no"), now=NOW
+    )
     assert again is rec, "the same decision again returns the first record"
+    with pytest.raises(ApplicationError) as e:
+        book.record("reject", DecisionInput(call_id="c1", approver="bob"), now=NOW)
+    assert refused(e) == ("AlreadyDecided", "call 'c1' already decided: reject by alice")
     with pytest.raises(ApplicationError) as e:
         book.record("approve", DecisionInput(call_id="c1", approver="bob"), now=NOW)
     assert refused(e) == ("AlreadyDecided", "call 'c1' already decided: reject by alice")

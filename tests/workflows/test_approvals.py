@@ -335,8 +335,11 @@ async def test_continue_as_new_carries_decisions_and_rules(
         assert result.interruptions and result.run_id != first_run
         handle = client.get_workflow_handle(result.workflow_id)
         # A late duplicate of a decision from the earlier run is deduplicated by call id...
+        [sent] = (await handle.query("status", result_type=RunStatus)).decisions
         again = await handle.execute_update(
-            "approve", DecisionInput(call_id=first_call.call_id), result_type=DecisionRecord
+            "approve",
+            DecisionInput(call_id=first_call.call_id, approver=sent.approver),
+            result_type=DecisionRecord,
         )
         assert again.source == "person" and again.call_id == first_call.call_id
         # ...and a conflicting one is still refused.
