@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 from datetime import timedelta
@@ -23,6 +24,7 @@ from hitl.wire import (
     ACT_CALL_MODEL,
     EVENTS_TOPIC,
     CallModelInput,
+    InputFilterRecord,
     ModelResponse,
     RunEvent,
     TranscriptPage,
@@ -58,9 +60,18 @@ class ModelActivities:
                     non_retryable=True,
                 )
             transcript = await _fetch_transcript(inp.transcript_ref)
+        filtered: InputFilterRecord | None = None
         if inp.input_filter:
+            before, given = len(transcript), instructions
             instructions, transcript = await _apply_input_filter(
                 inp.input_filter, agent, context, instructions, transcript
+            )
+            # Recorded with the response (the filter's result is not otherwise in history).
+            filtered = InputFilterRecord(
+                items_before=before,
+                items=len(transcript),
+                instructions_changed=instructions != given,
+                digest=input_digest(transcript, instructions),
             )
 
         if inp.model.provider == "scripted":
@@ -95,7 +106,9 @@ class ModelActivities:
                 )
 
         output = _cap_output(output, inp.max_argument_bytes)
-        response = ModelResponse(output=output, usage=usage, response_id=response_id)
+        response = ModelResponse(
+            output=output, usage=usage, response_id=response_id, input_filter=filtered
+        )
         if not any(item.get("type") == "function_call" for item in output):
             messages = [i for i in output if i.get("type") == "message"]
             if messages:
@@ -200,6 +213,18 @@ async def _apply_input_filter(
             non_retryable=True,
         )
     return result.instructions, list(result.input)
+
+
+def input_digest(items: list[dict[str, Any]], instructions: str | None) -> str:
+    """`sha256:<hex>` of a model call's input items and instructions (canonical JSON)."""
+    canonical = json.dumps(
+        {"input": items, "instructions": instructions},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=str,
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 async def _fetch_transcript(ref: TranscriptRef) -> list[dict[str, Any]]:

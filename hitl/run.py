@@ -346,6 +346,13 @@ class _Session:
                 else:
                     await self.no_worker(workflow_id)
                 continue
+            except BaseException:
+                if op is not None:
+                    # The start operation shares the failure (e.g. the id names a closed run):
+                    # retrieve it, or asyncio reports a future whose exception nobody read.
+                    with contextlib.suppress(BaseException):
+                        await op.workflow_handle()
+                raise
             result: RunStatus = await uh.result()
             return result
 

@@ -525,11 +525,10 @@ class AgentRun:
                 text=rec.kind,
                 data={"source": rec.source, "approver": rec.approver, "message": rec.message},
             )
-            owner = self._book.calls.get(rec.call_id)
             self._trace.event(
                 "hitl.approval_decision",
                 **{
-                    "hitl.agent": owner.agent_name if owner else None,
+                    "hitl.agent": self._book.owner(rec.call_id),
                     "hitl.call_id": rec.call_id,
                     "hitl.tool": rec.tool_name,
                     "hitl.decision": rec.kind,

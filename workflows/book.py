@@ -219,6 +219,20 @@ class ApprovalBook:
         ]
         return own + self.nested_pending()
 
+    def owner(self, call_id: str) -> str | None:
+        """Name of the agent whose tool a call (own or nested, by qualified id) belongs to."""
+        call = self.calls.get(call_id)
+        if call is not None:
+            return call.agent_name
+        if SEP in call_id:
+            head, rest = call_id.split(SEP, 1)
+            view = self.children.get(head)
+            if view is not None and view.report is not None:
+                for p in view.report.pending:
+                    if p.call_id == rest:
+                        return p.agent_name
+        return None
+
     # ----------------------------------------------------------------- decisions
 
     def check(

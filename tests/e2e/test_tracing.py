@@ -1,7 +1,23 @@
-"""OpenTelemetry spans of a run with one approval, across a worker restart (dev server)."""
+"""OpenTelemetry spans of runs with approvals, across worker restarts (dev server).
+
+Two kinds of restart: a new worker in the same process (the first one shut down), and a worker
+process killed while the run waits for approval, with a second process carrying on. Either way
+the spans the first worker could not finish (the run, the approval wait) are recreated from the
+run's history by the replay-safe tracer and exported once, by the worker that ends them.
+"""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -11,44 +27,54 @@ from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_
 from hitl import RunConfig, Runner
 from hitl.client import data_converter
 from tests.agents import support_agent
-from tests.helpers import queue_name, serving
+from tests.e2e.traced_worker import span_record, trace_triage
+from tests.helpers import ROOT, WorkerProcess, queue_name, serving
 from worker.devserver import DevServer
 
 EXPORTER = InMemorySpanExporter()
+_installed: list[bool] = []
 
 
-def _install_provider() -> None:
-    provider = create_tracer_provider()
-    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-    trace.set_tracer_provider(provider)
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    """The process's replay-safe tracer provider (set once: OpenTelemetry allows one)."""
+    if not _installed:
+        provider = create_tracer_provider()
+        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+        trace.set_tracer_provider(provider)
+        _installed.append(True)
+    yield EXPORTER
 
 
-async def test_spans_cover_an_approval_across_a_worker_restart(dev_server: DevServer) -> None:
-    _install_provider()
-    client = await Client.connect(
-        dev_server.address, data_converter=data_converter(), plugins=[OpenTelemetryPlugin()]
+async def traced_client(address: str) -> Client:
+    return await Client.connect(
+        address, data_converter=data_converter(), plugins=[OpenTelemetryPlugin()]
     )
-    tq = queue_name("trace")
+
+
+async def test_spans_cover_an_approval_across_a_worker_restart(
+    dev_server: DevServer, exporter: InMemorySpanExporter
+) -> None:
+    client = await traced_client(dev_server.address)
     config = RunConfig(
         workflow_name="refunds",
         group_id="thread-7",
         trace_metadata={"team": "ops"},
         trace_include_sensitive_data=True,
     )
-    async with serving(client, support_agent) as q:
+    async with serving(client, support_agent) as tq:
         result = await Runner.run(
             support_agent,
             "cancel order 3",
             run_config=config,
             client=client,
-            task_queue=q,
+            task_queue=tq,
             serve=False,
         )
-        tq = q
     # The first worker is gone; a new one (replaying the run) carries on.
     before_restart = [
         s.name
-        for s in EXPORTER.get_finished_spans()
+        for s in exporter.get_finished_spans()
         if s.attributes.get("hitl.workflow_id") == result.workflow_id
     ]
     assert before_restart == ["hitl.model_call"], "only what finished was exported"
@@ -60,7 +86,7 @@ async def test_spans_cover_an_approval_across_a_worker_restart(dev_server: DevSe
 
     spans = [
         s
-        for s in EXPORTER.get_finished_spans()
+        for s in exporter.get_finished_spans()
         if s.attributes.get("hitl.workflow_id") == result.workflow_id
     ]
     names = sorted(s.name for s in spans)
@@ -77,8 +103,10 @@ async def test_spans_cover_an_approval_across_a_worker_restart(dev_server: DevSe
     by_name = {s.name: s for s in spans}
     run = by_name["hitl.run refunds"]
     wait = by_name["hitl.approval_wait"]
-    assert run.attributes["hitl.group_id"] == "thread-7"
-    assert run.attributes["hitl.metadata.team"] == "ops"
+    for span in spans:
+        assert span.attributes["hitl.workflow_name"] == "refunds", span.name
+        assert span.attributes["hitl.group_id"] == "thread-7", span.name
+        assert span.attributes["hitl.metadata.team"] == "ops", span.name
     assert run.start_time <= wait.start_time < wait.end_time <= run.end_time
     assert wait.attributes["hitl.decision"] == "approve"
     assert wait.attributes["hitl.decision.approver"] == "olga"
@@ -93,3 +121,193 @@ async def test_spans_cover_an_approval_across_a_worker_restart(dev_server: DevSe
         for s in spans
         if s is not run
     )
+
+
+# ----------------------------------------------------------------------------- handoff run
+
+CANARY = "canary-5f1e9b"
+PROMPT = f"refund order 4, note {CANARY}"
+HANDOFF_CONFIG = RunConfig(
+    workflow_name="refund-triage",
+    group_id="thread-9",
+    trace_metadata={"team": "ops", "tier": 2},
+    trace_include_sensitive_data=False,
+)
+HANDOFF_SPANS = [
+    "hitl.run refund-triage",
+    "hitl.guardrails.input",
+    "hitl.model_call",
+    "hitl.handoff",
+    "hitl.model_call",
+    "hitl.approval_wait",
+    "hitl.approval_decision",
+    "hitl.tool_call",
+    "hitl.model_call",
+    "hitl.guardrails.output",
+]
+"""Every span of the handoff run, once each."""
+
+
+def check_handoff_run(spans: list[dict[str, Any]], workflow_id: str) -> dict[str, Any]:
+    """Assert the spans of one `trace_triage` run (as `span_record` dicts); the run span."""
+    ours = [s for s in spans if s["attributes"].get("hitl.workflow_id") == workflow_id]
+    assert sorted(s["name"] for s in ours) == sorted(HANDOFF_SPANS), "each span exactly once"
+    ours.sort(key=lambda s: s["start"])
+    by_name = {s["name"]: s for s in ours}
+    run = by_name["hitl.run refund-triage"]
+    for span in ours:
+        attrs = span["attributes"]
+        assert attrs["hitl.workflow_name"] == "refund-triage", span["name"]
+        assert attrs["hitl.group_id"] == "thread-9", span["name"]
+        assert attrs["hitl.metadata.team"] == "ops", span["name"]
+        assert attrs["hitl.metadata.tier"] == 2, span["name"]
+        assert span["trace_id"] == run["trace_id"], "one trace for the whole run"
+        if span is not run:
+            assert span["parent_id"] == run["span_id"], span["name"]
+            assert run["start"] <= span["start"] <= span["end"] <= run["end"], span["name"]
+
+    def agent(name: str) -> Any:
+        return by_name[name]["attributes"]["hitl.agent"]
+
+    assert agent("hitl.run refund-triage") == "Trace triage"
+    assert agent("hitl.guardrails.input") == "Trace triage"
+    assert agent("hitl.guardrails.output") == "Refund desk"
+    assert [s["attributes"]["hitl.agent"] for s in ours if s["name"] == "hitl.model_call"] == [
+        "Trace triage",
+        "Refund desk",
+        "Refund desk",
+    ]
+    handoff = by_name["hitl.handoff"]["attributes"]
+    assert (handoff["hitl.from"], handoff["hitl.to"]) == ("Trace triage", "Refund desk")
+    # The approval spans name the agent that owns the tool, not the run's root agent.
+    for name in ("hitl.approval_wait", "hitl.approval_decision", "hitl.tool_call"):
+        assert agent(name) == "Refund desk", name
+        assert by_name[name]["attributes"]["hitl.tool"] == "issue_refund", name
+    wait, decision = by_name["hitl.approval_wait"], by_name["hitl.approval_decision"]
+    assert wait["attributes"]["hitl.decision"] == "approve"
+    assert wait["start"] <= decision["start"] <= wait["end"] <= by_name["hitl.tool_call"]["start"]
+
+    # trace_include_sensitive_data=False: neither arguments nor outputs, on any span of the
+    # trace (ours or Temporal's own), in any attribute or event.
+    tool = by_name["hitl.tool_call"]["attributes"]
+    assert "hitl.tool.arguments" not in tool and "hitl.tool.output" not in tool
+    assert tool["hitl.tool.is_error"] is False
+    for span in spans:
+        if span["trace_id"] != run["trace_id"]:
+            continue
+        assert not any(
+            k.startswith("hitl.tool.") and k != "hitl.tool.is_error" for k in span["attributes"]
+        )
+        texts = [span["name"], *map(str, span["attributes"].values())]
+        for event in span["events"]:
+            texts += [event["name"], *map(str, event["attributes"].values())]
+        assert not any(CANARY in t for t in texts), f"{span['name']} leaks the arguments"
+    return run
+
+
+async def test_handoff_run_spans_guardrails_owner_and_no_sensitive_data(
+    dev_server: DevServer, exporter: InMemorySpanExporter
+) -> None:
+    client = await traced_client(dev_server.address)
+    async with serving(client, trace_triage) as tq:
+        result = await Runner.run(
+            trace_triage,
+            PROMPT,
+            run_config=HANDOFF_CONFIG,
+            client=client,
+            task_queue=tq,
+            serve=False,
+        )
+    assert [i.name for i in result.interruptions] == ["issue_refund"]
+    async with serving(client, trace_triage, task_queue=tq):  # a new worker: it replays
+        state = result.to_state()
+        state.approve(result.interruptions[0], approver="olga")
+        done = await Runner.run(trace_triage, state, client=client, task_queue=tq, serve=False)
+    # The canary did reach the tool (arguments and output), so its absence from spans counts.
+    assert done.final_output == f"Refunded order 4: {PROMPT}"
+    check_handoff_run([span_record(s) for s in exporter.get_finished_spans()], result.workflow_id)
+
+
+# ----------------------------------------------------------------------------- worker processes
+
+
+class TracedWorker(WorkerProcess):
+    """`python -m tests.e2e.traced_worker` as a subprocess, exporting its spans to a file."""
+
+    def __init__(self, address: str, task_queue: str, spans: Path) -> None:
+        super().__init__(address, task_queue)
+        self.spans = spans
+
+    def start(self, timeout: float = 30.0) -> TracedWorker:
+        cmd = [sys.executable, "-m", "tests.e2e.traced_worker"]
+        self.process = subprocess.Popen(
+            [*cmd, self.address, self.task_queue, str(self.spans)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + timeout
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            self.output.append(line)
+            if "worker ready" in line:
+                threading.Thread(target=self._drain, daemon=True).start()
+                return self
+        self.kill()
+        raise RuntimeError("traced worker did not start:\n" + "".join(self.output))
+
+    def __enter__(self) -> TracedWorker:
+        return self.start()
+
+    def exported(self) -> list[dict[str, Any]]:
+        if not self.spans.exists():
+            return []
+        return [json.loads(line) for line in self.spans.read_text().splitlines() if line]
+
+
+async def test_spans_survive_a_killed_worker_process(dev_server: DevServer, tmp_path: Path) -> None:
+    client = await Client.connect(dev_server.address, data_converter=data_converter())
+    tq = queue_name("trace-proc")
+    first = TracedWorker(dev_server.address, tq, tmp_path / "first.jsonl").start()
+    try:
+        result = await Runner.run(
+            trace_triage,
+            PROMPT,
+            run_config=HANDOFF_CONFIG,
+            client=client,
+            task_queue=tq,
+            serve=False,
+        )
+    finally:
+        first.kill()  # SIGKILL while the run waits for approval: nothing is flushed at exit
+    killed_at = time.time_ns()
+    assert [i.name for i in result.interruptions] == ["issue_refund"]
+    wid = result.workflow_id
+    before = [s["name"] for s in first.exported() if s["attributes"].get("hitl.workflow_id") == wid]
+    assert sorted(before) == [
+        "hitl.guardrails.input",
+        "hitl.handoff",
+        "hitl.model_call",
+        "hitl.model_call",
+    ], "what finished before the crash, and nothing else"
+
+    with TracedWorker(dev_server.address, tq, tmp_path / "second.jsonl") as second:
+        state = result.to_state()
+        state.approve(result.interruptions[0], approver="olga")
+        done = await Runner.run(trace_triage, state, client=client, task_queue=tq, serve=False)
+    assert second.process is not None and second.process.returncode == 0, second.output
+    assert done.final_output == f"Refunded order 4: {PROMPT}"
+
+    spans = [*first.exported(), *second.exported()]
+    run = check_handoff_run(spans, wid)
+    # The run span and the approval wait began in the killed process; the second process
+    # rebuilt them from history (same ids, original start times) and exported them once.
+    by_name = {s["name"]: s for s in spans if s["attributes"].get("hitl.workflow_id") == wid}
+    wait = by_name["hitl.approval_wait"]
+    assert run["pid"] == wait["pid"] == second.process.pid
+    assert run["start"] < wait["start"] < killed_at < wait["end"]
+    assert by_name["hitl.handoff"]["pid"] == first.process.pid  # type: ignore[union-attr]

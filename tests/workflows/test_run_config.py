@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
+from temporalio.converter import PayloadConverter
 from temporalio.testing import WorkflowEnvironment
 
+from activities.model import input_digest
 from hitl import (
     Agent,
     ModelReply,
@@ -23,11 +30,13 @@ from hitl import (
     ToolContext,
     ToolTimeoutError,
     UserError,
+    connect,
     function_tool,
     handoff,
 )
 from hitl.agent import HandoffInputData
 from hitl.errors import (
+    AgentsException,
     InputGuardrailTripwireTriggered,
     OutputGuardrailTripwireTriggered,
     ToolInputGuardrailTripwireTriggered,
@@ -40,9 +49,10 @@ from hitl.guardrails import (
     output_guardrail,
     tool_input_guardrail,
 )
+from hitl.run import WORKER_GRACE_SECONDS
 from hitl.run_config import CallModelData, ModelInputData
-from hitl.wire import RunStatus
-from tests.helpers import ROOT, Ledger, activity_count, record_effect, serving
+from hitl.wire import ModelResponse, RunStatus
+from tests.helpers import ROOT, Ledger, activity_count, event_count, record_effect, serving
 
 
 def echo_script(req: ModelRequest) -> ModelReply:
@@ -298,22 +308,75 @@ counter = Agent(
 )
 
 
+# The same agent with its model as a regular activity: the transcript is fetched by query.
+remote_counter = Agent(
+    name="Remote counter",
+    instructions="original",
+    tools=[note],
+    model=ScriptedModel(count_script, "tests.config.counter.remote", local_activity=False),
+)
+
+
+def model_responses(hist: WorkflowHistory, conv: PayloadConverter) -> list[ModelResponse]:
+    """Every `call_model` result recorded in a history (local activity markers included)."""
+    scheduled: dict[int, str] = {}
+    found = []
+    for e in hist.events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            done = e.activity_task_completed_event_attributes
+            if scheduled.get(done.scheduled_event_id) == "call_model":
+                found.append(conv.from_payload(done.result.payloads[0], ModelResponse))
+        elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            marker = e.marker_recorded_event_attributes
+            if marker.marker_name != "core_local_activity" or "result" not in marker.details:
+                continue
+            data = json.loads(marker.details["data"].payloads[0].data)
+            if data["activity_type"] == "call_model":
+                result = marker.details["result"].payloads[0]
+                found.append(conv.from_payload(result, ModelResponse))
+    return found
+
+
+@pytest.mark.parametrize("agent", [counter, remote_counter], ids=["local", "remote"])
 async def test_call_model_input_filter_trims_what_the_model_receives(
-    ts_env: WorkflowEnvironment,
+    ts_env: WorkflowEnvironment, agent: Agent[None]
 ) -> None:
-    async with serving(ts_env.client, counter) as tq:
-        full = await Runner.run(counter, "go", client=ts_env.client, task_queue=tq, serve=False)
+    client = ts_env.client
+    async with serving(client, agent) as tq:
+        full = await Runner.run(agent, "go", client=client, task_queue=tq, serve=False)
         trimmed = await Runner.run(
-            counter,
+            agent,
             "go",
             run_config=RunConfig(call_model_input_filter=keep_last_two),
-            client=ts_env.client,
+            client=client,
             task_queue=tq,
             serve=False,
         )
     assert full.final_output == "5 items, instructions=original"
     assert trimmed.final_output == "2 items, instructions=trimmed"
-    assert len(trimmed.to_input_list()) == 6, "the run's own transcript is not trimmed"
+    transcript = trimmed.to_input_list()
+    assert len(transcript) == 6, "the run's own transcript is not trimmed"
+
+    # The filter's effect is in history, with each model response: counts, whether the
+    # instructions changed, and a digest of exactly what the model received.
+    conv = client.data_converter.payload_converter
+    unfiltered = model_responses(
+        await client.get_workflow_handle(full.workflow_id).fetch_history(), conv
+    )
+    assert [r.input_filter for r in unfiltered] == [None, None, None]
+    hist = await client.get_workflow_handle(trimmed.workflow_id).fetch_history()
+    records = [r.input_filter for r in model_responses(hist, conv)]
+    assert all(r is not None for r in records) and len(records) == 3
+    seen = [transcript[: 1 + 2 * turn][-2:] for turn in range(3)]  # what keep_last_two left
+    assert [(r.items_before, r.items, r.instructions_changed) for r in records if r] == [
+        (1, 1, True),
+        (3, 2, True),
+        (5, 2, True),
+    ]
+    assert [r.digest for r in records if r] == [input_digest(i, "trimmed") for i in seen]
+    assert records[2] and records[2].digest != input_digest(transcript[:5], "trimmed")
 
 
 # ----------------------------------------------------------------------------- context
@@ -421,6 +484,53 @@ async def test_strict_context_refuses_what_it_cannot_serialize(
         )
 
 
+class Tally:
+    """A context that is not JSON by itself."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def tally_from_json(value: dict[str, int]) -> Tally:
+    return Tally(value["n"])
+
+
+@function_tool
+def bump(ctx: RunContextWrapper[Tally]) -> str:
+    """Add one to the tally."""
+    ctx.context.n += 1
+    return f"n={ctx.context.n}"
+
+
+def bump_twice(req: ModelRequest) -> ModelReply:
+    done = req.results_for("bump")
+    if len(done) < 2:
+        return ModelReply.call("bump")
+    return ModelReply.say(" / ".join(r.output or "" for r in done))
+
+
+bumper = Agent(name="Bumper", tools=[bump], model=ScriptedModel(bump_twice, "tests.config.bump"))
+
+
+async def test_a_context_with_a_custom_serializer_is_read_only_for_tools(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    cfg = RunConfig(context_serializer=lambda t: {"n": t.n}, context_deserializer=tally_from_json)
+    async with serving(ts_env.client, bumper) as tq:
+        result = await Runner.run(
+            bumper,
+            "go",
+            context=Tally(1),
+            run_config=cfg,
+            client=ts_env.client,
+            task_queue=tq,
+            serve=False,
+        )
+    # Rebuilt by the deserializer for each call; the first call's change was not kept (the
+    # README says so: workers cannot serialize such a context back).
+    assert result.final_output == "n=2 / n=2"
+
+
 # ----------------------------------------------------------------------------- tool timeouts
 
 
@@ -458,3 +568,238 @@ async def test_tool_timeout_as_message_or_as_failure(ts_env: WorkflowEnvironment
         assert result.final_output == "Tool 'slow_lookup' timed out after 1 seconds."
         with pytest.raises(ToolTimeoutError, match="timed out after 1 seconds"):
             await Runner.run(hard, "go", client=ts_env.client, task_queue=tq, serve=False)
+
+
+# ----------------------------------------------------------------------------- more hooks
+
+
+def mapped_history(transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A `handoff_history_mapper`: the transcript as one user message listing its texts."""
+    texts = [str(i.get("content") or i.get("name") or i.get("type")) for i in transcript]
+    return [{"role": "user", "content": f"mapped {len(transcript)}: {' | '.join(texts)}"}]
+
+
+async def test_handoff_history_mapper_builds_what_the_next_agent_receives(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    async with serving(ts_env.client, plain_pair) as tq:
+        result = await Runner.run(
+            plain_pair,
+            "hello there",
+            run_config=RunConfig(nest_handoff_history=True, handoff_history_mapper=mapped_history),
+            client=ts_env.client,
+            task_queue=tq,
+            serve=False,
+        )
+    # Not the default nested summary ("assistant: For context, here is..."): the mapper's
+    # items, then the handoff turn itself.
+    assert result.final_output == (
+        "second saw [user,function_call,function_call_output]: mapped 1: hello there"
+    )
+    assert result.last_agent.name == "PlainPair second"
+
+
+async def test_run_level_input_guardrail_tripwire(ts_env: WorkflowEnvironment) -> None:
+    plain = Agent(name="Unguarded", model=ScriptedModel(echo_script, "tests.config.echo3"))
+    cfg = RunConfig(input_guardrails=[no_passwords])
+    async with serving(ts_env.client, plain) as tq:
+        ok = await Runner.run(
+            plain, "hello", run_config=cfg, client=ts_env.client, task_queue=tq, serve=False
+        )
+        with pytest.raises(InputGuardrailTripwireTriggered) as err:
+            await Runner.run(
+                plain,
+                "my password is hunter2",
+                run_config=cfg,
+                client=ts_env.client,
+                task_queue=tq,
+                serve=False,
+                workflow_id=f"{tq}-tripped",
+            )
+        status = await ts_env.client.get_workflow_handle(f"{tq}-tripped").query(
+            "status", result_type=RunStatus
+        )
+    assert ok.final_output == "saw 1 items: hello"
+    assert err.value.guardrail_name == "no_passwords"
+    assert err.value.output_info == {"reason": "secret"}
+    assert status.usage.requests == 0, "the model was never called"
+
+
+async def test_agent_level_output_guardrail_tripwire(ts_env: WorkflowEnvironment) -> None:
+    careful = Agent(
+        name="Careful",
+        model=ScriptedModel(echo_script, "tests.config.echo4"),
+        output_guardrails=[no_refunds_promised],
+    )
+    async with serving(ts_env.client, careful) as tq:
+        ok = await Runner.run(careful, "hi", client=ts_env.client, task_queue=tq, serve=False)
+        with pytest.raises(OutputGuardrailTripwireTriggered) as err:
+            await Runner.run(
+                careful, "promise a refund", client=ts_env.client, task_queue=tq, serve=False
+            )
+    assert ok.final_output == "saw 1 items: hi"
+    assert err.value.guardrail_name == "no_refunds_promised"
+    assert err.value.output_info == {"len": len("saw 1 items: promise a refund")}
+
+
+# ----------------------------------------------------------------------------- typed context
+
+
+def ticket_instructions(ctx: RunContextWrapper[Ticket], agent: object) -> str:
+    return (
+        f"Help {ctx.context.customer} ({type(ctx.context).__name__}, visits {ctx.context.visits})"
+    )
+
+
+@input_guardrail
+def known_customers_only(
+    ctx: RunContextWrapper[Ticket], agent: object, text: object
+) -> GuardrailFunctionOutput:
+    ticket = ctx.context
+    return GuardrailFunctionOutput(
+        output_info={"customer": ticket.customer, "type": type(ticket).__name__},
+        tripwire_triggered=ticket.customer == "Mallory",
+    )
+
+
+def instructions_script(req: ModelRequest) -> ModelReply:
+    return ModelReply.say(f"instructions: {req.instructions}")
+
+
+desk = Agent(
+    name="Ticket desk",
+    instructions=ticket_instructions,
+    input_guardrails=[known_customers_only],
+    model=ScriptedModel(instructions_script, "tests.config.desk"),
+)
+
+
+async def test_guardrails_and_dynamic_instructions_read_the_typed_context(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    async with serving(ts_env.client, desk) as tq:
+        run = {"client": ts_env.client, "task_queue": tq, "serve": False}
+        ok = await Runner.run(desk, "hi", context=Ticket(customer="Ada", visits=3), **run)  # type: ignore[arg-type]
+        with pytest.raises(InputGuardrailTripwireTriggered) as err:
+            await Runner.run(desk, "hi", context=Ticket(customer="Mallory"), **run)  # type: ignore[arg-type]
+    # Both were given the context rebuilt as a `Ticket` (not a dict) on the worker.
+    assert ok.final_output == "instructions: Help Ada (Ticket, visits 3)"
+    assert err.value.output_info == {"customer": "Mallory", "type": "Ticket"}
+
+
+# ----------------------------------------------------------------------------- UserError
+
+
+async def test_an_agent_no_worker_serves_is_a_user_error_at_run_start(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    stranger = Agent(name="Stranger", model=ScriptedModel(echo_script, "tests.config.echo5"))
+    started = time.monotonic()
+    async with serving(ts_env.client, guarded, plain_pair) as tq:  # polling, for other agents
+        with pytest.raises(UserError) as err:
+            await Runner.run(
+                stranger,
+                "hi",
+                client=ts_env.client,
+                task_queue=tq,
+                serve=False,
+                workflow_id=f"{tq}-stranger",
+            )
+        hist = await ts_env.client.get_workflow_handle(f"{tq}-stranger").fetch_history()
+    elapsed = time.monotonic() - started
+    assert err.value.message == (
+        "no agent named 'Stranger' is registered on this worker (it serves: "
+        "'Guarded', 'PlainPair', 'PlainPair second')"
+    )
+    # Said at once, by the run (not `NoWorkerError` after the grace period, not retried).
+    assert elapsed < WORKER_GRACE_SECONDS
+    assert event_count(hist, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED) == 1
+    assert event_count(hist, EventType.EVENT_TYPE_MARKER_RECORDED) == 1, "one resolve attempt"
+    assert activity_count(hist, "call_model") == 0
+
+
+# ----------------------------------------------------------------------------- typed at any client
+
+
+@function_tool(needs_approval=True, timeout=1.0, max_attempts=1, timeout_behavior="raise_exception")
+async def slow_wire(seconds: float) -> str:
+    """Wire money slowly (needs approval).
+
+    Args:
+        seconds: How long it takes.
+    """
+    await asyncio.sleep(seconds)
+    return "wired"
+
+
+@function_tool(needs_approval=True)
+def promise(text: str) -> str:
+    """Make a promise to the customer (needs approval).
+
+    Args:
+        text: The promise.
+    """
+    return text
+
+
+def call_then_repeat(req: ModelRequest) -> ModelReply:
+    if not req.tool_results():
+        name = req.tool_names()[0]
+        args = {"seconds": 5} if name == "slow_wire" else {"text": "a refund, for sure"}
+        return ModelReply.call(name, args)
+    return ModelReply.say(f"done: {req.tool_results()[0].output}")
+
+
+wirer = Agent(
+    name="Wirer", tools=[slow_wire], model=ScriptedModel(call_then_repeat, "tests.config.wire")
+)
+promiser = Agent(
+    name="Promiser",
+    tools=[promise],
+    output_guardrails=[no_refunds_promised],
+    model=ScriptedModel(call_then_repeat, "tests.config.promise"),
+)
+
+
+@pytest.mark.parametrize(
+    ("agent", "error"),
+    [(wirer, ToolTimeoutError), (promiser, OutputGuardrailTripwireTriggered)],
+    ids=["tool-timeout", "output-guardrail"],
+)
+async def test_another_client_awaiting_a_failed_run_gets_the_typed_exception(
+    ts_env: WorkflowEnvironment, agent: Agent[None], error: type[AgentsException]
+) -> None:
+    address = ts_env.client.service_client.config.target_host
+    async with serving(ts_env.client, agent) as tq:
+        paused = await Runner.run(
+            agent, "go", client=ts_env.client, task_queue=tq, serve=False, workflow_id=f"{tq}-run"
+        )
+        saved = paused.to_state().to_string()  # the run's handle, as another process gets it
+
+        # A second client approves; the run then fails, and that client sees why, typed.
+        approver = await connect(address=address)
+        state = await RunState.from_string(agent, saved)
+        state.approve(state.interruptions[0])
+        with pytest.raises(error) as first:
+            await Runner.run(agent, state, client=approver, task_queue=tq, serve=False)
+
+        # A third client only awaits the (already failed) run: by its state, or by its id.
+        watcher = await connect(address=address)
+        with pytest.raises(error) as by_state:
+            await Runner.run(
+                agent, await RunState.from_string(agent, saved), client=watcher, serve=False
+            )
+        with pytest.raises(error) as by_id:
+            await Runner.run(
+                agent, "go", client=watcher, task_queue=tq, serve=False, workflow_id=f"{tq}-run"
+            )
+    for caught in (first, by_state, by_id):
+        assert type(caught.value) is error
+        assert caught.value.details == first.value.details
+    if error is ToolTimeoutError:
+        assert first.value.details == {"tool": "slow_wire", "timeout": 1.0}
+    else:
+        assert first.value.details == {
+            "guardrail": "no_refunds_promised",
+            "output_info": {"len": len("done: a refund, for sure")},
+        }
