@@ -2,21 +2,24 @@
 
 The client is built with `max_retries=0`: Temporal owns retries, so every attempt is visible in
 history. Provider errors map to retryable or non-retryable `ApplicationError`s; a 429 retries
-after the server's `Retry-After`. Keys are read from the worker's environment and never appear
-in inputs, results or error messages.
+after the server's `Retry-After`. Keys and secret headers are read from the worker's environment
+and never appear in inputs, results or error messages.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import openai
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, Omit
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from hitl.wire import CallModelInput, ModelSettings, ModelSpec, ModelTool, Usage
@@ -25,48 +28,111 @@ OnDelta = Callable[[str], None]
 """Receives each text delta of a streamed model answer."""
 
 CLIENT_TIMEOUT = 120.0
-"""Seconds one HTTP request may take; the activity's start-to-close timeout is longer."""
+"""Default seconds one HTTP request may take (`OpenAIModel(timeout_seconds=)` changes it)."""
+
+ACTIVITY_MARGIN = 10.0
+"""Seconds the activity keeps after the client gives up, to report a typed, retryable error."""
+
+MAX_RETRY_AFTER = 600.0
+"""Longest server-requested wait honoured; a longer `Retry-After` is clamped to this."""
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+NO_KEY = "not-needed"
+"""Sent as the key to local servers that need none (Ollama, vLLM, LM Studio)."""
+
 _KEYLIKE = re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-*]{6,}")
 
 
+def client_timeout(spec: ModelSpec, activity_timeout: timedelta | None = None) -> float:
+    """Seconds the client waits for one HTTP request: the spec's, kept inside the activity's.
+
+    The activity's start-to-close timeout must end after the client's, so that a slow provider
+    fails as a `ModelTimeout` this activity reports rather than as an anonymous activity timeout.
+    """
+    wanted = spec.timeout_seconds or CLIENT_TIMEOUT
+    if activity_timeout is None:
+        return wanted
+    budget = activity_timeout.total_seconds()
+    return min(wanted, budget - min(ACTIVITY_MARGIN, budget / 2))
+
+
 class OpenAIProvider:
-    """Builds clients per (base URL, key variable) and turns responses into Responses items."""
+    """Builds clients per model configuration and turns responses into Responses items."""
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self._env = env if env is not None else os.environ
-        self._clients: dict[tuple[str | None, str], AsyncOpenAI] = {}
+        self._clients: dict[tuple[Any, ...], AsyncOpenAI] = {}
 
-    def _key(self, spec: ModelSpec) -> tuple[str, str]:
+    def _key(self, spec: ModelSpec) -> str:
         var = spec.api_key_env or DEFAULT_KEY_ENV
         key = self._env.get(var, "")
         if not key:
-            if spec.base_url:
-                # Local servers (Ollama, vLLM, LM Studio) usually need no key at all.
-                return var, "not-needed"
+            if spec.base_url and not spec.api_key_env:
+                # Local servers (Ollama, vLLM, LM Studio) usually need no key at all. A variable
+                # the agent names explicitly, though, is configuration that must be present.
+                return NO_KEY
             raise ApplicationError(
                 f"{var} is not set in the worker's environment; set it where the worker runs "
                 "(keys never travel through Temporal)",
                 type="ModelProviderError",
                 non_retryable=True,
             )
-        return var, key
+        return key
 
-    def client(self, spec: ModelSpec) -> tuple[AsyncOpenAI, str]:
-        """A client for this model spec and the key it uses (for scrubbing)."""
-        var, key = self._key(spec)
-        cache_key = (spec.base_url, var)
+    def _headers(self, spec: ModelSpec) -> dict[str, str]:
+        headers = {}
+        for header, var in (spec.default_headers_env or {}).items():
+            value = self._env.get(var, "")
+            if not value:
+                raise ApplicationError(
+                    f"{var} is not set in the worker's environment; it holds the {header!r} "
+                    f"header of model {spec.name!r} (set it where the worker runs)",
+                    type="ModelProviderError",
+                    non_retryable=True,
+                )
+            headers[header] = value
+        return headers
+
+    def client(self, spec: ModelSpec) -> tuple[AsyncOpenAI, tuple[str, ...]]:
+        """A client for this model spec and the secrets it sends (for scrubbing errors).
+
+        Raises:
+            ApplicationError: (non-retryable `ModelProviderError`) a variable is not set.
+        """
+        key = self._key(spec)
+        headers = self._headers(spec)
+        in_activity = activity.in_activity()
+        timeout = client_timeout(
+            spec, activity.info().start_to_close_timeout if in_activity else None
+        )
+        query = dict(spec.default_query or {})
+        cache_key = (
+            spec.base_url,
+            key,
+            timeout,
+            tuple(sorted(headers.items())),
+            tuple(sorted(query.items())),
+        )
         client = self._clients.get(cache_key)
         if client is None:
+            if in_activity and spec.timeout_seconds and timeout < spec.timeout_seconds:
+                activity.logger.warning(
+                    "model %r: client timeout cut from %gs to %gs to end inside the "
+                    "activity's start-to-close timeout",
+                    spec.name,
+                    spec.timeout_seconds,
+                    timeout,
+                )
             client = AsyncOpenAI(
                 api_key=key,
                 base_url=spec.base_url,
                 max_retries=0,
-                timeout=CLIENT_TIMEOUT,
+                timeout=timeout,
+                default_headers=headers or None,
+                default_query=query or None,
             )
             self._clients[cache_key] = client
-        return client, key
+        return client, (key, *headers.values())
 
     async def respond(
         self,
@@ -79,13 +145,17 @@ class OpenAIProvider:
 
         With `on_delta`, the model is asked to stream and each text delta is passed on.
         """
-        client, key = self.client(inp.model)
+        client, secrets = self.client(inp.model)
+        request: dict[str, Any] = {}
+        if secrets[0] == NO_KEY and len(secrets) > 1:
+            # The gateway authenticates by its own header: send no placeholder bearer token.
+            request["extra_headers"] = {"Authorization": Omit()}
         try:
             if inp.model.api == "chat":
-                return await _chat(client, inp, instructions, transcript, on_delta)
-            return await _responses(client, inp, instructions, transcript, on_delta)
+                return await _chat(client, inp, instructions, transcript, on_delta, request)
+            return await _responses(client, inp, instructions, transcript, on_delta, request)
         except openai.APIError as exc:
-            raise map_error(exc, inp.model, key) from None
+            raise map_error(exc, inp.model, *secrets) from None
 
 
 # ----------------------------------------------------------------------------- Responses API
@@ -124,8 +194,9 @@ async def _responses(
     instructions: str | None,
     transcript: list[dict[str, Any]],
     on_delta: OnDelta | None = None,
+    request: Mapping[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], Usage, str | None]:
-    kwargs: dict[str, Any] = {"model": inp.model.name, "input": transcript}
+    kwargs: dict[str, Any] = {"model": inp.model.name, "input": transcript, **(request or {})}
     if instructions:
         kwargs["instructions"] = instructions
     if inp.tools:
@@ -256,11 +327,13 @@ async def _chat(
     instructions: str | None,
     transcript: list[dict[str, Any]],
     on_delta: OnDelta | None = None,
+    request: Mapping[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], Usage, str | None]:
     s = inp.settings
     kwargs: dict[str, Any] = {
         "model": inp.model.name,
         "messages": to_chat_messages(instructions, transcript),
+        **(request or {}),
     }
     if inp.tools:
         kwargs["tools"] = _chat_tools(inp.tools)
@@ -368,39 +441,75 @@ def _chat_output(
 # ----------------------------------------------------------------------------- errors
 
 
-def scrub(text: str, key: str | None) -> str:
-    """Remove anything that looks like a key from provider error text."""
-    if key and key != "not-needed":
-        text = text.replace(key, "[redacted]")
+def scrub(text: str, *secrets: str | None) -> str:
+    """Remove the given secrets, and anything that looks like a key, from provider error text."""
+    for secret in secrets:
+        if secret and secret != NO_KEY:
+            text = text.replace(secret, "[redacted]")
     return _KEYLIKE.sub("[redacted]", text)
 
 
-def _retry_after(exc: openai.APIStatusError) -> float | None:
-    headers = exc.response.headers if exc.response is not None else {}
+def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
+    """The wait a response asks for, in seconds, or `None` when it asks for none we can read.
+
+    Reads `retry-after-ms` (OpenAI's), then `retry-after` as seconds or as an HTTP date
+    (relative to `now`). The result is clamped to `[0, MAX_RETRY_AFTER]`: a date in the past
+    means "now", and a server asking for hours does not park the run for hours per attempt.
+    """
+    delay: float | None = None
     ms = headers.get("retry-after-ms")
     if ms:
-        try:
-            return float(ms) / 1000
-        except ValueError:
-            pass
+        delay = _number(ms)
+        delay = delay / 1000 if delay is not None else None
     value = headers.get("retry-after")
-    if value:
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
+    if delay is None and value:
+        delay = _number(value)
+        if delay is None:
+            try:
+                when = parsedate_to_datetime(value)
+            except (TypeError, ValueError, IndexError, OverflowError):
+                return None
+            if when.tzinfo is None:  # "-0000": UTC with no claim about the local zone
+                when = when.replace(tzinfo=UTC)
+            delay = (when - (now or datetime.now(UTC))).total_seconds()
+    if delay is None:
+        return None
+    return min(max(delay, 0.0), MAX_RETRY_AFTER)
 
 
-def map_error(exc: openai.APIError, spec: ModelSpec, key: str | None) -> ApplicationError:
-    """Classify a provider error: what Temporal should retry and what a person must fix."""
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return None if math.isnan(value) else value
+
+
+def _wait(exc: openai.APIStatusError) -> timedelta | None:
+    """The server's requested wait as a `next_retry_delay` (`None`: the retry policy decides)."""
+    delay = retry_after_seconds(exc.response.headers)
+    return timedelta(seconds=delay) if delay else None
+
+
+def map_error(exc: openai.APIError, spec: ModelSpec, *secrets: str | None) -> ApplicationError:
+    """Classify a provider error: what Temporal should retry and what a person must fix.
+
+    `secrets` (the key and secret header values in use) are removed from every message.
+    """
     where = f"model {spec.name!r}" + (f" at {spec.base_url}" if spec.base_url else "")
     body = getattr(exc, "body", None)
     text = body.get("message") if isinstance(body, dict) else None
-    detail = scrub(str(text or getattr(exc, "message", None) or exc), key)
-    var = spec.api_key_env or DEFAULT_KEY_ENV
+    detail = scrub(str(text or getattr(exc, "message", None) or exc), *secrets)
+    names = [spec.api_key_env or DEFAULT_KEY_ENV, *(spec.default_headers_env or {}).values()]
+    variables = " and ".join(names)
     if isinstance(exc, openai.APITimeoutError):
-        return ApplicationError(f"{where}: request timed out", type="ModelTimeout")
+        limit = exc.request.extensions.get("timeout", {}).get("read")
+        after = f" after {limit:g}s" if isinstance(limit, int | float) else ""
+        return ApplicationError(
+            f"{where}: request timed out{after}; it is retried (a slow model may need "
+            "OpenAIModel(timeout_seconds=...))",
+            type="ModelTimeout",
+        )
     if isinstance(exc, openai.APIConnectionError):
         return ApplicationError(f"{where}: connection failed: {detail}", type="ModelUnavailable")
     if not isinstance(exc, openai.APIStatusError):
@@ -415,26 +524,29 @@ def map_error(exc: openai.APIError, spec: ModelSpec, key: str | None) -> Applica
                 type="ModelProviderError",
                 non_retryable=True,
             )
-        delay = _retry_after(exc)
+        wait = _wait(exc)
+        after = f", retry after {wait.total_seconds():g}s" if wait else ""
         return ApplicationError(
-            f"{where}: rate limited (429){f', retry after {delay:g}s' if delay else ''}",
+            f"{where}: rate limited (429){after}",
             type="ModelRateLimited",
-            next_retry_delay=timedelta(seconds=delay) if delay else None,
+            next_retry_delay=wait,
         )
     if status >= 500 or status in (408, 409):
         return ApplicationError(
-            f"{where}: server error {status}: {detail}", type="ModelUnavailable"
+            f"{where}: server error {status}: {detail}",
+            type="ModelUnavailable",
+            next_retry_delay=_wait(exc),  # a 503 may say when to come back
         )
     if status == 401:
-        fix = f"check {var} in the worker's environment"
         return ApplicationError(
-            f"{where}: authentication failed (401); {fix}",
+            f"{where}: authentication failed (401); check {variables} in the worker's environment",
             type="ModelProviderError",
             non_retryable=True,
         )
     if status == 403:
         return ApplicationError(
-            f"{where}: permission denied (403): {detail}; the key in {var} cannot use this model",
+            f"{where}: permission denied (403): {detail}; the credentials in {variables} cannot "
+            "use this model",
             type="ModelProviderError",
             non_retryable=True,
         )
@@ -452,7 +564,8 @@ def map_error(exc: openai.APIError, spec: ModelSpec, key: str | None) -> Applica
             non_retryable=True,
         )
     return ApplicationError(
-        f"{where}: request refused ({status}): {detail}",
+        f"{where}: request refused ({status}): {detail}; fix what the provider names "
+        "(model settings, tools or output_type)",
         type="ModelProviderError",
         non_retryable=True,
     )

@@ -11,7 +11,8 @@ import hashlib
 import inspect
 import json
 import os
-from collections.abc import Awaitable, Callable, Sequence
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -33,6 +34,9 @@ class Model:
 class OpenAIModel(Model):
     """An OpenAI or OpenAI-compatible model reached by the worker.
 
+    Everything here is recorded in history, so it names environment variables for secrets and
+    never holds one: the worker reads the values when it calls the model.
+
     Attributes:
         name: The provider's model name.
         api: `responses` (OpenAI) or `chat` (Chat Completions, what most compatible servers
@@ -40,6 +44,13 @@ class OpenAIModel(Model):
         base_url: Base URL of a compatible server (Ollama, vLLM, LM Studio, a gateway).
         api_key_env: Worker environment variable holding the key (default `OPENAI_API_KEY`).
         local_activity: Run calls as local activities (not recommended for real models).
+        timeout_seconds: Seconds the client waits for one HTTP request (default 120). The
+            worker keeps it inside the model activity's start-to-close timeout.
+        default_headers_env: Extra headers for gateways, as header name -> name of the worker
+            environment variable holding the value, e.g. `{"api-key": "AZURE_OPENAI_API_KEY"}`.
+            With a `base_url` and no key set, no `Authorization` header is sent.
+        default_query: Extra query parameters on every request, e.g. `{"api-version":
+            "2024-10-21"}`. Recorded in history as given: never put secrets here.
     """
 
     name: str
@@ -47,12 +58,31 @@ class OpenAIModel(Model):
     base_url: str | None = None
     api_key_env: str | None = None
     local_activity: bool = False
+    timeout_seconds: float | None = None
+    default_headers_env: Mapping[str, str] | None = None
+    default_query: Mapping[str, str] | None = None
 
     def spec(self) -> ModelSpec:
         """The model as data."""
         api = self.api or ("chat" if self.base_url else "responses")
         if api not in ("responses", "chat"):
             raise UserError(f"api must be 'responses' or 'chat', not {self.api!r}")
+        if self.timeout_seconds is not None and not self.timeout_seconds > 0:
+            raise UserError(f"timeout_seconds must be positive, not {self.timeout_seconds!r}")
+        # A value pasted where a variable name belongs would be recorded in history; the
+        # messages below therefore never repeat it.
+        if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
+            raise UserError(
+                "api_key_env must be the name of an environment variable (letters, digits, _), "
+                "not the key itself"
+            )
+        headers = dict(self.default_headers_env or {})
+        for header, var in headers.items():
+            if not _ENV_NAME.match(var):
+                raise UserError(
+                    f"default_headers_env[{header!r}] must be the name of an environment variable "
+                    "(letters, digits, _), not the header's value"
+                )
         return ModelSpec(
             provider="openai",
             name=self.name,
@@ -60,7 +90,13 @@ class OpenAIModel(Model):
             base_url=self.base_url,
             api_key_env=self.api_key_env,
             local_activity=self.local_activity,
+            timeout_seconds=self.timeout_seconds,
+            default_headers_env=headers or None,
+            default_query=dict(self.default_query) if self.default_query else None,
         )
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def model_spec_for(model: str | Model | None, default: str | None = None) -> ModelSpec:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 
 @dataclass
@@ -36,6 +37,8 @@ class Recorded:
     headers: dict[str, str]
     body: dict[str, Any]
     at: float = field(default_factory=time.monotonic)
+    """When the server received it (monotonic clock of the test process)."""
+    query: dict[str, str] = field(default_factory=dict)
 
 
 class FakeOpenAI:
@@ -50,8 +53,8 @@ class FakeOpenAI:
     @property
     def base_url(self) -> str:
         assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        port = self._server.server_address[1]
+        return f"http://127.0.0.1:{port}/v1"
 
     def queue(self, path: str, *replies: Reply) -> None:
         with self.lock:
@@ -67,13 +70,15 @@ class FakeOpenAI:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(length) if length else b"{}"
-                path = self.path.split("?")[0]
+                url = urlsplit(self.path)
+                path = url.path
                 with fake.lock:
                     fake.requests.append(
                         Recorded(
                             path,
                             {k.lower(): v for k, v in self.headers.items()},
                             json.loads(raw or b"{}"),
+                            query=dict(parse_qsl(url.query)),
                         )
                     )
                     queue = fake.replies.get(path)
@@ -136,8 +141,10 @@ def _usage_responses(inp: int = 10, out: int = 5) -> dict[str, Any]:
     }
 
 
-def response_body(output: list[dict[str, Any]], rid: str = "resp_1") -> dict[str, Any]:
-    """A Responses API response object."""
+def response_body(
+    output: list[dict[str, Any]], rid: str = "resp_1", usage: tuple[int, int] = (10, 5)
+) -> dict[str, Any]:
+    """A Responses API response object; `usage` is (input, output) tokens."""
     return {
         "id": rid,
         "object": "response",
@@ -148,7 +155,7 @@ def response_body(output: list[dict[str, Any]], rid: str = "resp_1") -> dict[str
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
-        "usage": _usage_responses(),
+        "usage": _usage_responses(*usage),
     }
 
 
@@ -178,8 +185,9 @@ def chat_body(
     content: str | None = None,
     tool_calls: list[tuple[str, str | dict[str, Any], str]] | None = None,
     cid: str = "chatcmpl-1",
+    usage: tuple[int, int] = (20, 7),
 ) -> dict[str, Any]:
-    """A Chat Completions response object."""
+    """A Chat Completions response object; `usage` is (prompt, completion) tokens."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = [
@@ -205,11 +213,17 @@ def chat_body(
                 "finish_reason": "tool_calls" if tool_calls else "stop",
             }
         ],
-        "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27},
+        "usage": {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": sum(usage),
+        },
     }
 
 
-def error_body(message: str, code: str | None = None, kind: str = "invalid_request_error") -> dict:
+def error_body(
+    message: str, code: str | None = None, kind: str = "invalid_request_error"
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "code": code, "param": None}}
 
 

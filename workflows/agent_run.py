@@ -1080,6 +1080,10 @@ class AgentRun:
             stream=cfg.stream_text_deltas and agent.model.provider != "scripted",
             input_filter=cfg.call_model_input_filter,
         )
+        # The activity outlives the client's own timeout (the model's, or the worker default).
+        timeout = MODEL_TIMEOUT
+        if agent.model.timeout_seconds is not None:
+            timeout = max(MODEL_TIMEOUT, timedelta(seconds=agent.model.timeout_seconds + 60))
         self._busy += 1
         attrs: dict[str, str | int] = {
             "hitl.agent": agent.name,
@@ -1095,7 +1099,7 @@ class AgentRun:
                         ACT_CALL_MODEL,
                         inp,
                         result_type=ModelResponse,
-                        start_to_close_timeout=MODEL_TIMEOUT,
+                        start_to_close_timeout=timeout,
                         retry_policy=MODEL_RETRY,
                     )
                 else:
@@ -1108,7 +1112,7 @@ class AgentRun:
                         ACT_CALL_MODEL,
                         inp,
                         result_type=ModelResponse,
-                        start_to_close_timeout=MODEL_TIMEOUT,
+                        start_to_close_timeout=timeout,
                         retry_policy=MODEL_RETRY,
                         summary=f"{agent.name}: {agent.model.name}",
                         task_queue=cfg.model_task_queue,  # None: the run's own queue

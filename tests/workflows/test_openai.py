@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +20,7 @@ from hitl import (
     Runner,
     function_tool,
 )
+from hitl.wire import RunStatus
 from tests.fake_openai import (
     FakeOpenAI,
     Reply,
@@ -33,6 +35,8 @@ from tests.helpers import payload_texts, serving
 
 KEY_ENV = "HITL_TEST_OPENAI_KEY"
 CANARY_KEY = "sk-test-CANARY-5f2d9a7c1e"
+GATEWAY_ENV = "HITL_TEST_GATEWAY_KEY"
+GATEWAY_SECRET = "gw-CANARY-3e8b41d07a"
 RESPONSES = "/v1/responses"
 CHAT = "/v1/chat/completions"
 
@@ -75,7 +79,10 @@ def make_agent(fake: FakeOpenAI, api: str = "responses", **kw: object) -> Agent[
 
 
 def model_attempts(hist: object) -> list[tuple[int, str]]:
-    """(attempt, last failure message) of each call_model activity that started."""
+    """(attempt, last failure message) of each call_model activity that started.
+
+    The time-skipping server leaves `last_failure` empty; the attempt number is what it records.
+    """
     out = []
     scheduled: dict[int, str] = {}
     for e in hist.events:  # type: ignore[attr-defined]
@@ -86,6 +93,11 @@ def model_attempts(hist: object) -> list[tuple[int, str]]:
             if scheduled.get(attrs.scheduled_event_id) == "call_model":
                 out.append((attrs.attempt, attrs.last_failure.message))
     return out
+
+
+def decoded_history(raw: str) -> str:
+    """A history's JSON plus every payload in it decoded (payload data is base64 there)."""
+    return raw + payload_texts(raw)
 
 
 async def test_responses_tool_call_approval_then_final_answer(
@@ -125,11 +137,6 @@ async def test_responses_tool_call_approval_then_final_answer(
         "call_id": "call_a",
         "output": "Cancelled order 7",
     }
-    # The client never retries on its own (max_retries=0): one HTTP request per attempt.
-    assert (
-        "x-stainless-retry-count" not in first.headers
-        or first.headers["x-stainless-retry-count"] == "0"
-    )
 
 
 async def test_chat_completions_tool_call_then_final_answer(
@@ -226,13 +233,16 @@ async def test_structured_output_uses_json_schema(
 async def test_rate_limit_retries_after_retry_after(
     ts_env: WorkflowEnvironment, fake: FakeOpenAI
 ) -> None:
+    # 3 s, not 1 s: the retry policy's own first interval is 1 s, so only a wait well past it
+    # shows that Retry-After was honoured. (Activity retry delays pass in real time on the
+    # time-skipping server: nothing skips them.)
     agent = make_agent(fake)
     fake.queue(
         RESPONSES,
         Reply(
             error_body("Rate limit reached", "rate_limit_exceeded", "requests"),
             429,
-            {"retry-after": "1"},
+            {"retry-after": "3"},
         ),
         Reply(response_body([responses_text("ok")])),
     )
@@ -242,8 +252,9 @@ async def test_rate_limit_retries_after_retry_after(
     hist = await ts_env.client.get_workflow_handle(result.workflow_id).fetch_history()
     [(attempt, _)] = model_attempts(hist)
     assert attempt == 2, "the 429 was retried by Temporal, visibly"
+    # Exactly one HTTP request per Temporal attempt: the client itself never retries.
     first, second = fake.requests_to(RESPONSES)
-    assert second.at - first.at >= 0.9, "the retry waited for Retry-After"
+    assert second.at - first.at >= 2.9, "the retry waited for Retry-After"
 
 
 async def test_server_error_retries_then_succeeds(
@@ -260,7 +271,10 @@ async def test_server_error_retries_then_succeeds(
     assert result.final_output == "recovered"
     hist = await ts_env.client.get_workflow_handle(result.workflow_id).fetch_history()
     [(attempt, _)] = model_attempts(hist)
-    assert attempt == 2
+    assert attempt == 2, "Temporal made the second attempt"
+    # With the client's own retries on (openai's default max_retries=2), the 500 would have
+    # been retried inside attempt 1: two requests, and history would show attempt 1.
+    assert len(fake.requests_to(CHAT)) == 2
 
 
 async def test_bad_request_is_not_retried(ts_env: WorkflowEnvironment, fake: FakeOpenAI) -> None:
@@ -318,6 +332,8 @@ async def test_malformed_arguments_then_recovery(
 
 async def test_api_key_never_enters_history(ts_env: WorkflowEnvironment, fake: FakeOpenAI) -> None:
     agent = make_agent(fake)
+    prompt = "Where is parcel kestrel-77?"
+    failed_id = f"key-check-failed-{uuid.uuid4().hex[:8]}"
     fake.queue(
         RESPONSES,
         Reply(
@@ -334,20 +350,25 @@ async def test_api_key_never_enters_history(ts_env: WorkflowEnvironment, fake: F
         with pytest.raises(ModelProviderError) as err:
             await Runner.run(
                 agent,
-                "hi",
+                prompt,
                 client=ts_env.client,
                 task_queue=tq,
                 serve=False,
-                workflow_id="key-check-failed",
+                workflow_id=failed_id,
             )
         assert f"check {KEY_ENV} in the worker's environment" in err.value.message
-        result = await Runner.run(agent, "hi", client=ts_env.client, task_queue=tq, serve=False)
+        result = await Runner.run(agent, prompt, client=ts_env.client, task_queue=tq, serve=False)
         assert result.final_output == "done"
-        for wid in ("key-check-failed", result.workflow_id):
+        for wid in (failed_id, result.workflow_id):
             raw = (await ts_env.client.get_workflow_handle(wid).fetch_history()).to_json()
-            texts = raw + payload_texts(raw)  # payload data is base64 in the JSON
+            texts = decoded_history(raw)
+            # Positive controls: the scan sees inside payloads (the prompt is only there in
+            # base64), and the key's variable *name* is recorded where the key is not.
+            assert prompt not in raw and prompt in texts
+            assert KEY_ENV in payload_texts(raw)
             assert CANARY_KEY not in texts
             assert CANARY_KEY[:12] not in texts and CANARY_KEY[-6:] not in texts
+    assert fake.requests_to(RESPONSES)[0].headers["authorization"] == f"Bearer {CANARY_KEY}"
 
 
 def test_scrub_removes_keys() -> None:
@@ -396,3 +417,115 @@ async def test_run_config_model_overrides_agents(
         )
     assert result.final_output == "from the run's model"
     assert fake.requests_to(CHAT)[0].body["model"] == "llama-run"
+
+
+AGENT_SETTINGS = ModelSettings(
+    temperature=0.2,
+    top_p=0.9,
+    max_tokens=256,
+    tool_choice="auto",
+    parallel_tool_calls=False,
+    reasoning_effort="low",
+)
+RUN_SETTINGS = ModelSettings(temperature=0.7, max_tokens=64)
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_run_settings_override_agent_settings_and_usage_adds_up(
+    ts_env: WorkflowEnvironment, fake: FakeOpenAI, api: str
+) -> None:
+    agent = make_agent(fake, api=api, model_settings=AGENT_SETTINGS)
+    call = ("cancel_order", {"order_id": 5}, "call_s")
+    if api == "responses":
+        path = RESPONSES
+        fake.queue(
+            path,
+            Reply(response_body([responses_call(*call)], usage=(11, 3))),
+            Reply(response_body([responses_text("Cancelled.")], rid="resp_2", usage=(17, 4))),
+        )
+        wanted = {
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "max_output_tokens": 64,
+            "tool_choice": "auto",
+            "parallel_tool_calls": False,
+            "reasoning": {"effort": "low"},
+        }
+    else:
+        path = CHAT
+        fake.queue(
+            path,
+            Reply(chat_body(tool_calls=[call], usage=(11, 3))),
+            Reply(chat_body(content="Cancelled.", cid="chatcmpl-2", usage=(17, 4))),
+        )
+        wanted = {
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "max_tokens": 64,
+            "tool_choice": "auto",
+            "parallel_tool_calls": False,
+            "reasoning_effort": "low",
+        }
+    async with serving(ts_env.client, agent) as tq:
+        result = await Runner.run(
+            agent,
+            "cancel order 5",
+            run_config=RunConfig(model_settings=RUN_SETTINGS),
+            client=ts_env.client,
+            task_queue=tq,
+            serve=False,
+        )
+        assert [i.call_id for i in result.interruptions] == ["call_s"]
+        handle = ts_env.client.get_workflow_handle(result.workflow_id)
+        status = await handle.query("status", result_type=RunStatus)
+        assert status.phase == "awaiting_approval"
+        paused = status.usage
+        assert (paused.requests, paused.input_tokens, paused.output_tokens) == (1, 11, 3)
+        assert paused.total_tokens == 14
+        state = result.to_state()
+        state.approve(result.interruptions[0])
+        result = await Runner.run(agent, state, client=ts_env.client, task_queue=tq, serve=False)
+    assert result.final_output == "Cancelled."
+    usage = result.usage
+    assert (usage.requests, usage.input_tokens, usage.output_tokens, usage.total_tokens) == (
+        2,
+        28,
+        7,
+        35,
+    )
+    requests = fake.requests_to(path)
+    assert len(requests) == 2
+    for request in requests:  # the run's override holds on every turn, also after the pause
+        assert {k: request.body.get(k) for k in wanted} == wanted
+
+
+async def test_gateway_headers_query_and_timeout_reach_the_wire(
+    ts_env: WorkflowEnvironment, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(GATEWAY_ENV, GATEWAY_SECRET)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    agent: Agent[None] = Agent(
+        name="Gateway desk",
+        instructions="Help with orders.",
+        model=OpenAIModel(
+            "gpt-test",
+            base_url=fake.base_url,
+            timeout_seconds=45,
+            default_headers_env={"api-key": GATEWAY_ENV},
+            default_query={"api-version": "2024-10-21"},
+        ),
+    )
+    fake.queue(CHAT, Reply(chat_body(content="via the gateway")))
+    async with serving(ts_env.client, agent) as tq:
+        result = await Runner.run(agent, "hi", client=ts_env.client, task_queue=tq, serve=False)
+    assert result.final_output == "via the gateway"
+    [request] = fake.requests_to(CHAT)
+    assert request.headers["api-key"] == GATEWAY_SECRET
+    assert "authorization" not in request.headers, "no placeholder bearer token beside api-key"
+    assert request.query == {"api-version": "2024-10-21"}
+    # The client announces its read timeout: the spec's 45 s reached the worker's client.
+    assert request.headers["x-stainless-read-timeout"] == "45.0"
+    raw = (await ts_env.client.get_workflow_handle(result.workflow_id).fetch_history()).to_json()
+    texts = decoded_history(raw)
+    assert GATEWAY_ENV in texts and "2024-10-21" in texts  # recorded: names and query
+    assert GATEWAY_SECRET not in texts  # never recorded: the header's value
