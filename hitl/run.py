@@ -61,6 +61,7 @@ from hitl.wire import (
     DEFAULT_TASK_QUEUE,
     WORKFLOW_TYPE,
     DecideInput,
+    DecisionRecord,
     DecisionRequest,
     RunContextData,
     RunEvent,
@@ -560,9 +561,14 @@ def _update_id(
 ) -> str:
     # Deterministic: a retry after a timeout is deduplicated by the server and reports the real
     # outcome; a *different* decision gets a different id and reaches the validator.
+    # An explicit tuple, not `model_dump()`: a field added to DecisionRequest later must not
+    # change the id between client versions (a retry from an upgraded client still dedupes).
     canonical = json.dumps(
         [
-            [d.model_dump(mode="json") for d in sorted(decisions, key=lambda d: d.call_id)],
+            [
+                [d.call_id, d.kind, d.approver, d.always, d.message, d.reason]
+                for d in sorted(decisions, key=lambda d: d.call_id)
+            ],
             context.model_dump(mode="json") if context else None,
         ],
         sort_keys=True,
@@ -638,12 +644,30 @@ def _check_decisions_applied(result: RunResult, decisions: list[DecisionRequest]
     recorded = {d.call_id: d for d in result.decisions}
     for d in decisions:
         prior = recorded.get(d.call_id)
-        if prior is None or prior.kind != d.kind:
+        if prior is None or not _applied(prior, d):
             what = f"{prior.kind} by {prior.approver or prior.source}" if prior else "not decided"
             raise AlreadyDecidedError(
                 f"run {result.workflow_id} finished before this decision arrived; "
                 f"call '{d.call_id}' was {what}"
             )
+
+
+def _applied(prior: DecisionRecord, d: DecisionRequest) -> bool:
+    """Whether the recorded decision is the one sent.
+
+    A rule or policy that decided the same way counts: the call went the way the person wanted.
+    """
+    if prior.kind != d.kind:
+        return False
+    if prior.source != "person":
+        return True
+    message = d.message if d.kind == "reject" else None
+    return (prior.approver, prior.always, prior.reason, prior.message) == (
+        d.approver,
+        d.always,
+        d.reason,
+        message,
+    )
 
 
 async def _settle(session: _Session, workflow_id: str, status: RunStatus | None) -> RunResult:

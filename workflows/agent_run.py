@@ -884,13 +884,15 @@ class AgentRun:
             )
             return
         now = workflow.now()
-        for kind_tool, kind in msg.rules.items():
-            if self._book.always_rules.get(kind_tool) != kind:
-                self._book.add_rule(kind_tool, kind, now)
+        # Decisions first, so the call a person decided is recorded as theirs; then the rules,
+        # which decide this run's other waiting calls of the same tool.
         for rec in msg.decisions:
             problem = self._book.apply_forwarded(rec)
             if problem is not None:
                 self._record_refused(rec.kind, rec.call_id, "AlreadyDecided", problem)
+        for kind_tool, kind in msg.rules.items():
+            if self._book.always_rules.get(kind_tool) != kind:
+                self._book.add_rule(kind_tool, kind, now)
         self._seen_from_root = max(self._seen_from_root, msg.seq)
 
     def _path(self) -> list[str]:

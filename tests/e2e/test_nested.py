@@ -463,3 +463,53 @@ def both_script(req: ModelRequest) -> ModelReply:
 async def _closed(client: Client, workflow_id: str) -> bool:
     desc = await client.get_workflow_handle(workflow_id).describe()
     return desc.status is not None and desc.status.name != "RUNNING"
+
+
+def surveyor_script(req: ModelRequest) -> ModelReply:
+    """Fetch every URL of the request, one per turn, inside one nested run."""
+    urls = req.last_user_text().split()
+    done = req.results_for("fetch")
+    if len(done) < len(urls):
+        return ModelReply.call("fetch", {"url": urls[len(done)]})
+    return ModelReply.say(" + ".join(r.output or "" for r in done))
+
+
+surveyor = Agent(name="Surveyor", tools=[fetch], model=ScriptedModel(surveyor_script, "t.surveyor"))
+
+
+def survey_once(req: ModelRequest) -> ModelReply:
+    if not req.results_for("survey"):
+        return ModelReply.call("survey", {"input": req.last_user_text()})
+    return ModelReply.say(req.results_for("survey")[0].output or "")
+
+
+survey_desk = Agent(
+    name="Survey desk",
+    tools=[surveyor.as_tool(tool_name="survey")],
+    model=ScriptedModel(survey_once, "t.survey_desk"),
+)
+
+
+async def test_always_approve_reaches_a_nested_run_already_running(
+    dev_client: Client, cache_size: int, ledger: Ledger
+) -> None:
+    client = dev_client
+    async with serving(client, survey_desk, cache=cache_size) as tq:
+        result = await Runner.run(
+            survey_desk, "p.org q.org", client=client, task_queue=tq, serve=False
+        )
+        [first] = result.interruptions
+        assert first.arguments == '{"url": "p.org"}'
+        state = result.to_state()
+        state.approve(first, always_approve=True)
+        # The nested run started before the rule existed: only forwarding can tell it.
+        result = await Runner.run(survey_desk, state, client=client, task_queue=tq, serve=False)
+    assert result.interruptions == []
+    assert result.final_output == "content of p.org + content of q.org"
+    assert ledger.count("fetch") == 2
+    child_id = f"{result.workflow_id}--{first.call_id.split('/')[0]}"
+    child = await client.get_workflow_handle(child_id, result_type=RunOutput).result()
+    assert [(d.source, d.via) for d in child.decisions] == [
+        ("person", "root"),
+        ("always_rule", "workflow"),
+    ]
