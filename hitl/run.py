@@ -59,6 +59,8 @@ from hitl.state import RunState, ToolApprovalItem, items_from_pending
 from hitl.stream import current_offset, events_until_settled
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
+    MAX_ID_PREFIX,
+    MAX_WORKFLOW_ID,
     WORKFLOW_TYPE,
     DecideInput,
     DecisionRecord,
@@ -464,8 +466,18 @@ def _context_value(
 
 def new_workflow_id(agent_name: str) -> str:
     """A fresh workflow id for a run of `agent_name` (`run-<slug>-<random>`)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", agent_name.lower()).strip("-") or "agent"
+    slug = re.sub(r"[^a-z0-9]+", "-", agent_name.lower()).strip("-")[:60].strip("-") or "agent"
     return f"run-{slug}-{uuid.uuid4().hex[:12]}"
+
+
+def _check_id(value: str, what: str) -> str:
+    """Refuse an id the cluster could not store once nested runs extend it."""
+    if not value or len(value) > MAX_ID_PREFIX:
+        raise UserError(
+            f"{what} must be 1 to {MAX_ID_PREFIX} characters (got {len(value)}): nested runs "
+            f"extend it, and Temporal on PostgreSQL stores at most {MAX_WORKFLOW_ID}"
+        )
+    return value
 
 
 def _summary(agent: Agent[Any], user_input: str | list[dict[str, Any]]) -> str:
@@ -505,6 +517,10 @@ class _StartRequest:
         spec.context_type = ctx_type
         if isinstance(conversation, TemporalSession):
             conversation = conversation.session_id
+        if conversation is not None:
+            _check_id(conversation, "session id")
+        if workflow_id is not None:
+            _check_id(workflow_id, "workflow_id")
         agent = session.agent
         return cls(
             workflow_id=workflow_id or new_workflow_id(agent.name),

@@ -12,6 +12,7 @@ I/O and of anything non-deterministic.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
@@ -37,6 +38,26 @@ ACT_SAVE_SESSION = "save_session"
 SESSION_WORKFLOW_TYPE = "AgentSession"
 EVENTS_TOPIC = "events"
 """The topic of a run's workflow stream that carries its `RunEvent`s."""
+
+
+MAX_WORKFLOW_ID = 255
+"""Longest workflow id we create or accept: PostgreSQL-backed Temporal stores ids in
+`VARCHAR(255)` (the dev server's SQLite would take longer ones, production would not)."""
+MAX_ID_PREFIX = 160
+"""Longest business workflow id or session id a client may give: nested runs append
+`--<call id>` to their root's id (see `child_workflow_id`)."""
+
+
+def child_workflow_id(parent_id: str, call_id: str) -> str:
+    """Workflow id of the nested run answering agent-tool call `call_id` of `parent_id`.
+
+    `<parent>--<call id>`, shortened with a digest when nesting would pass `MAX_WORKFLOW_ID`.
+    """
+    child = f"{parent_id}--{call_id}"
+    if len(child) <= MAX_WORKFLOW_ID:
+        return child
+    digest = hashlib.sha256(child.encode("utf-8")).hexdigest()[:20]
+    return f"{child[: MAX_WORKFLOW_ID - len(digest) - 2]}--{digest}"
 
 
 def session_workflow_id(session_id: str) -> str:

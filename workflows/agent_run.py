@@ -99,6 +99,7 @@ with workflow.unsafe.imports_passed_through():
         TranscriptRef,
         Usage,
         WaitInput,
+        child_workflow_id,
     )
     from workflows.book import ApprovalBook, ChildView, parse_payload, refusal
     from workflows.items import (
@@ -767,7 +768,7 @@ class AgentRun:
             text = json.loads(rec.arguments or "{}").get("input", "")
         except (json.JSONDecodeError, AttributeError):
             text = rec.arguments
-        child_id = f"{info.workflow_id}--{rec.call_id}"
+        child_id = child_workflow_id(info.workflow_id, rec.call_id)
         token = str(workflow.uuid4())
         view = self._book.add_child(rec.call_id, child_id, token)
         child_input = RunInput(

@@ -87,3 +87,23 @@ def test_connect_config_reads_the_cli_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("TEMPORAL_CONFIG_FILE", "/nonexistent/temporal.toml")
     assert connect_config()["target_host"] == "localhost:7233"
     assert connect_config(address="h:1")["target_host"] == "h:1"
+
+
+def test_workflow_ids_fit_a_postgresql_backed_cluster() -> None:
+    from hitl.run import _check_id, new_workflow_id
+    from hitl.wire import MAX_ID_PREFIX, MAX_WORKFLOW_ID, child_workflow_id
+
+    assert child_workflow_id("run-a-1", "call_x_0") == "run-a-1--call_x_0", "short ids unchanged"
+    # Nesting ten levels deep under the longest id a client may give stays storable, and
+    # distinct calls still get distinct ids.
+    wid = "r" * MAX_ID_PREFIX
+    seen = set()
+    for level in range(10):
+        wid = child_workflow_id(wid, f"call_{'f' * 12}_{level}")
+        assert len(wid) <= MAX_WORKFLOW_ID
+        seen.add(wid)
+    assert len(seen) == 10
+    assert child_workflow_id("p" * 250, "call_1") != child_workflow_id("p" * 250, "call_2")
+    assert len(new_workflow_id("A very long agent name " * 40)) < 100
+    with pytest.raises(UserError, match="workflow_id must be 1 to 160 characters"):
+        _check_id("x" * 161, "workflow_id")
