@@ -7,10 +7,12 @@
     hitl show RUN [--json]                     a run: status, transcript, pending requests
     hitl approve RUN [CALL_ID | --all] [--always] [--as NAME] [--reason TEXT]
     hitl reject RUN [CALL_ID | --all] [--always] [--message TEXT] [--as NAME]
-    hitl watch RUN                             follow a run until it finishes
+    hitl watch RUN [--from-offset N]           follow a run until it finishes
     hitl codec-server [--port 8081]            decrypt payloads for the temporal CLI and UI
 
 Exit codes: 0 done, 1 refused or failed (the typed reason is printed), 2 usage error.
+`pending` exits 0 when some runs could not be asked for their calls (no worker answered within
+--timeout): they are listed from their search attributes, and a note on stderr says why.
 Connection settings are the `temporal` CLI's (envconfig profile, TEMPORAL_ADDRESS, ...).
 """
 
@@ -34,7 +36,9 @@ from typing import Any, NoReturn
 from temporalio.client import (
     Client,
     WorkflowExecution,
+    WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -54,6 +58,7 @@ from hitl.wire import (
     DecideInput,
     DecisionInput,
     DecisionKind,
+    DecisionRecord,
     DecisionRequest,
     RunEvent,
     RunInput,
@@ -114,29 +119,151 @@ async def _handle(client: Client, run_id: str) -> WorkflowHandle[Any, Any]:
     return client.get_workflow_handle(run_id, result_type=RunOutput)
 
 
-async def _status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
+def _code(exc: RPCError) -> str:
     try:
-        status: RunStatus = await handle.query("status", result_type=RunStatus)
+        return RPCStatusCode(exc.status).name
+    except ValueError:
+        return str(exc.status)
+
+
+# The server keeps a query waiting for a worker (about 30 s) and then cancels it; the client's
+# own deadline (`--timeout`) ends the wait sooner with one of these codes.
+_UNANSWERED = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
+
+
+class _Pollers:
+    """Live workflow pollers per task queue, asked once per queue and command.
+
+    A second, `fresh` count is taken (once) after a query went unanswered, to say why.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._asked: dict[tuple[str, bool], asyncio.Future[int | None]] = {}
+
+    async def count(self, queue: str, *, fresh: bool = False) -> int | None:
+        """How many workers poll `queue` (`None`: the server would not say)."""
+        key = (queue, fresh)
+        if key not in self._asked:
+            self._asked[key] = asyncio.ensure_future(self._ask(queue))
+        return await self._asked[key]
+
+    async def _ask(self, queue: str) -> int | None:
+        from hitl.run import live_pollers
+
+        try:
+            return await live_pollers(self.client, queue)
+        except RPCError:
+            return None
+
+    async def why_unanswered(self, queue: str, timeout: float) -> str:
+        """Why a run on `queue` did not answer a query within `timeout` seconds."""
+        if await self.count(queue, fresh=True) == 0:
+            return f"no worker is polling task queue {queue!r}"
+        return f"no worker answered within {timeout:g}s on task queue {queue!r}"
+
+
+async def _query(
+    client: Client,
+    handle: WorkflowHandle[Any, Any],
+    name: str,
+    result_type: type[Any],
+    timeout: float,
+    pollers: _Pollers | None = None,
+) -> Any:
+    """Ask a run a query within `timeout` seconds, or say plainly why it cannot answer.
+
+    Queries are answered by a worker. With none polling the run's task queue the answer is
+    immediate; with one that does not answer, it comes after `timeout` seconds, never after the
+    server's own query timeout.
+    """
+    pollers = pollers or _Pollers(client)
+    try:
+        desc = await handle.describe(rpc_timeout=timedelta(seconds=timeout))
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise Refused(f"no run {handle.id!r} in this namespace") from None
-        raise Refused(f"cannot read run {handle.id}: {exc.message}") from None
+        raise Refused(f"cannot read run {handle.id}: {exc.message} ({_code(exc)})") from None
+    queue = desc.task_queue
+    if await pollers.count(queue) == 0:
+        raise Refused(f"cannot read run {handle.id}: no worker is polling task queue {queue!r}")
+    try:
+        return await handle.query(
+            name, result_type=result_type, rpc_timeout=timedelta(seconds=timeout)
+        )
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise Refused(f"no run {handle.id!r} in this namespace") from None
+        if exc.status in _UNANSWERED:
+            why = await pollers.why_unanswered(queue, timeout)
+            raise Refused(f"cannot read run {handle.id}: {why}") from None
+        raise Refused(f"cannot read run {handle.id}: {exc.message} ({_code(exc)})") from None
+    except WorkflowQueryFailedError as exc:
+        raise Refused(f"cannot read run {handle.id}: the {name} query failed: {exc}") from None
+
+
+async def _status(
+    client: Client,
+    handle: WorkflowHandle[Any, Any],
+    timeout: float,
+    pollers: _Pollers | None = None,
+) -> RunStatus:
+    status: RunStatus = await _query(client, handle, "status", RunStatus, timeout, pollers)
     return status
 
 
-async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
-    """List every pending approval across runs."""
+def _literal(value: str) -> str | None:
+    """`value` as a visibility-query string literal, or `None` when no literal matches it.
+
+    A single quote is escaped. Double quotes and backslashes cannot be matched exactly by every
+    visibility store (the dev server's SQLite store matches neither, escaped or not), so such
+    values are filtered on the client instead.
+    """
+    if any(c in value for c in '"\\') or any(ord(c) < 32 for c in value):
+        return None
+    return "'" + value.replace("'", "\\'") + "'"
+
+
+def _path_text(path: Sequence[str], tool: str) -> str:
+    """`Desk > research > Researcher > fetch`: where a call sits in the run's agent graph."""
+    return " > ".join([*path, tool])
+
+
+_TOOLS_KEY = SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS)
+_SINCE_KEY = SearchAttributeKey.for_datetime(SA_PENDING_SINCE)
+_AGENT_KEY = SearchAttributeKey.for_keyword(SA_AGENT)
+
+
+async def _paused_runs(
+    client: Client, args: argparse.Namespace
+) -> tuple[list[WorkflowExecution], bool]:
+    """Runs waiting for a person (visibility query); True when our search attributes are missing.
+
+    Without our search attributes every running `AgentRun` is listed, to be asked one by one.
+    """
     clauses = [f"{SA_STATUS} = 'awaiting_approval'", "ExecutionStatus = 'Running'"]
-    if args.agent:
-        clauses.append(f"{SA_AGENT} = '{args.agent}'")
+    fallback = [f"WorkflowType = '{WORKFLOW_TYPE}'", "ExecutionStatus = 'Running'"]
+    agent = _literal(args.agent) if args.agent else None
+    if agent:
+        clauses.append(f"{SA_AGENT} = {agent}")
     if args.task_queue_filter:
-        clauses.append(f"TaskQueue = '{args.task_queue_filter}'")
-    query = " AND ".join(clauses)
+        queue = _literal(args.task_queue_filter)
+        if queue:
+            clauses.append(f"TaskQueue = {queue}")
+            fallback.append(f"TaskQueue = {queue}")
+    timeout = timedelta(seconds=args.timeout)
+
+    async def listing(query: str) -> list[WorkflowExecution]:
+        return [
+            w async for w in client.list_workflows(query, limit=args.limit, rpc_timeout=timeout)
+        ]
+
+    degraded = False
     try:
-        found = [w async for w in client.list_workflows(query, limit=args.limit)]
+        found = await listing(" AND ".join(clauses))
     except RPCError as exc:
-        if "HitlStatus" not in exc.message and "search attribute" not in exc.message.lower():
-            raise
+        if SA_STATUS not in exc.message and "search attribute" not in exc.message.lower():
+            raise Refused(f"cannot list paused runs: {exc.message} ({_code(exc)})") from None
         if args.runs:
             raise Refused(
                 "`hitl pending --runs` reads our search attributes, and they are not "
@@ -147,62 +274,124 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
             "scanning every running AgentRun instead",
             file=sys.stderr,
         )
-        fallback = f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'"
-        if args.task_queue_filter:
-            fallback += f" AND TaskQueue = '{args.task_queue_filter}'"
-        found = [w async for w in client.list_workflows(fallback, limit=args.limit)]
+        degraded = True
+        try:
+            found = await listing(" AND ".join(fallback))
+        except RPCError as exc2:
+            raise Refused(f"cannot list runs: {exc2.message} ({_code(exc2)})") from None
+    # Exact matches on the client too: a value no literal can express was left out of the query.
+    if args.task_queue_filter:
+        found = [w for w in found if w.task_queue == args.task_queue_filter]
+    if args.agent and not degraded:
+        found = [w for w in found if w.typed_search_attributes.get(_AGENT_KEY) == args.agent]
+    return found, degraded
+
+
+async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
+    """List every pending approval across runs.
+
+    A run that cannot be asked for its calls (no worker polls its task queue, or none answers
+    within `--timeout` seconds) still appears, from its search attributes, with the call-level
+    columns marked unavailable, and one note per reason goes to stderr. That is not a failure
+    (exit 0): the listing is complete at the level of runs, and `--json` marks such rows with
+    an `unavailable` reason.
+    """
+    found, degraded = await _paused_runs(client, args)
     if args.runs:
         return _print_pending_runs(found, args)
-    ids = [w.id for w in found]
 
+    pollers = _Pollers(client)
     semaphore = asyncio.Semaphore(16)
 
-    async def status_of(wid: str) -> RunStatus | None:
+    async def ask(w: WorkflowExecution) -> RunStatus | str | None:
+        """The run's status, or why it could not be asked (`None`: it is gone)."""
+        if await pollers.count(w.task_queue) == 0:
+            return f"no worker is polling task queue {w.task_queue!r}"
         async with semaphore:
             try:
-                return await _status(client.get_workflow_handle(wid))
-            except Refused:
-                return None
+                status: RunStatus = await client.get_workflow_handle(w.id).query(
+                    "status", result_type=RunStatus, rpc_timeout=timedelta(seconds=args.timeout)
+                )
+            except RPCError as exc:
+                if exc.status == RPCStatusCode.NOT_FOUND:
+                    return None
+                if exc.status in _UNANSWERED:
+                    return await pollers.why_unanswered(w.task_queue, args.timeout)
+                return f"{exc.message} ({_code(exc)})"
+            except WorkflowQueryFailedError as exc:
+                return f"the status query failed: {exc}"
+        return status
 
-    statuses = [s for s in await asyncio.gather(*(status_of(w) for w in ids)) if s is not None]
-    entries = [
-        (s, p) for s in statuses for p in s.pending if not args.agent or s.agent == args.agent
-    ]
-    entries.sort(key=lambda e: e[1].requested_at or datetime.max.replace(tzinfo=UTC))
+    answers = await asyncio.gather(*(ask(w) for w in found))
+    far = datetime.max.replace(tzinfo=UTC)
+    rows: list[tuple[datetime, list[str], dict[str, Any]]] = []
+    unavailable: dict[str, int] = {}
+    for w, answer in zip(found, answers, strict=True):
+        if answer is None:
+            continue
+        if isinstance(answer, str):
+            unavailable[answer] = unavailable.get(answer, 0) + 1
+            if degraded:
+                continue  # without search attributes, nothing says this run is even paused
+            agent = w.typed_search_attributes.get(_AGENT_KEY) or ""
+            tools = list(w.typed_search_attributes.get(_TOOLS_KEY) or [])
+            since = w.typed_search_attributes.get(_SINCE_KEY)
+            cells = [
+                w.id,
+                "(unavailable)",
+                _path_text([agent] if agent else [], ", ".join(tools) or "?"),
+                "(unavailable: see note)",
+                _ago(since),
+            ]
+            data: dict[str, Any] = {
+                "workflow_id": w.id,
+                "agent": agent,
+                "call_id": None,
+                "tool_name": None,
+                "pending_tools": tools,
+                "requested_at": _iso(since),
+                "path": [agent] if agent else [],
+                "task_queue": w.task_queue,
+                "unavailable": answer,
+            }
+            rows.append((since or far, cells, data))
+            continue
+        if args.agent and answer.agent != args.agent:
+            continue
+        for p in answer.pending:
+            title = p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}"
+            cells = [
+                answer.workflow_id,
+                p.call_id,
+                _path_text(p.path or [p.agent_name], p.tool_name),
+                _short(title),
+                _ago(p.requested_at),
+            ]
+            data = {
+                **p.model_dump(mode="json"),
+                # Decisions go to the root run; the call's own (nested) run is named apart.
+                "workflow_id": answer.workflow_id,
+                "owner_workflow_id": p.workflow_id or answer.workflow_id,
+                "agent": answer.agent,
+                "task_queue": w.task_queue,
+                "unavailable": None,
+            }
+            rows.append((p.requested_at or far, cells, data))
+    rows.sort(key=lambda r: r[0])
+    for why, n in unavailable.items():
+        print(f"note: {n} run(s) could not be asked for their calls: {why}", file=sys.stderr)
     if args.json:
-        print(
-            _json(
-                [
-                    {
-                        "workflow_id": s.workflow_id,
-                        "agent": s.agent,
-                        **p.model_dump(mode="json"),
-                    }
-                    for s, p in entries
-                ]
-            )
-        )
+        print(_json([data for _, _, data in rows]))
         return EXIT_OK
-    if not entries:
+    if not rows:
         print("no pending approvals")
         return EXIT_OK
-    rows = [
-        [
-            s.workflow_id,
-            p.call_id,
-            p.tool_name,
-            _short(p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}"),
-            _ago(p.requested_at),
-        ]
-        for s, p in entries
-    ]
-    print(_table(rows, ["RUN", "CALL ID", "TOOL", "TITLE", "WAITING SINCE"]))
+    print(
+        _table(
+            [cells for _, cells, _ in rows], ["RUN", "CALL ID", "PATH", "TITLE", "WAITING SINCE"]
+        )
+    )
     return EXIT_OK
-
-
-_TOOLS_KEY = SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS)
-_SINCE_KEY = SearchAttributeKey.for_datetime(SA_PENDING_SINCE)
-_AGENT_KEY = SearchAttributeKey.for_keyword(SA_AGENT)
 
 
 def _print_pending_runs(found: list[WorkflowExecution], args: argparse.Namespace) -> int:
@@ -273,12 +462,7 @@ def _transcript_lines(snap: RunSnapshot) -> list[str]:
 async def cmd_show(client: Client, args: argparse.Namespace) -> int:
     """Show one run: status, transcript summary, pending requests with their preview."""
     handle = await _handle(client, args.run)
-    try:
-        snap: RunSnapshot = await handle.query("snapshot", result_type=RunSnapshot)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise Refused(f"no run {args.run!r} in this namespace") from None
-        raise Refused(f"cannot read run {args.run}: {exc.message}") from None
+    snap: RunSnapshot = await _query(client, handle, "snapshot", RunSnapshot, args.timeout)
     if args.json:
         print(snap.model_dump_json(indent=2))
         return EXIT_OK
@@ -300,9 +484,11 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
         req = p.request
         print(f"\n[{n}] {req.title if req else p.tool_name}")
         print(
-            f"    call {p.call_id}, tool {p.tool_name}, agent {p.agent_name}, "
+            f"    call {p.call_id}, path {_path_text(p.path or [p.agent_name], p.tool_name)}, "
             f"waiting since {p.requested_at} ({_ago(p.requested_at)})"
         )
+        if p.workflow_id and p.workflow_id != st.workflow_id:
+            print(f"    in nested run {p.workflow_id} (decide it here, on the root run)")
         if req is not None:
             for line in req.message.splitlines():
                 print(f"    {line}")
@@ -334,12 +520,19 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
 
 
 def _decision_update_id(workflow_id: str, decisions: Sequence[DecisionRequest]) -> str:
-    # Deterministic per (run, calls, decision, approver): retrying after a timeout or while no
-    # worker runs attaches to the first request; a different decision reaches the validator.
-    key = "|".join(
-        f"{d.call_id}:{d.kind}:{d.approver}" for d in sorted(decisions, key=lambda d: d.call_id)
+    """Deterministic per (run, and each call's kind, approver, always, message, reason).
+
+    Retrying the same command after a timeout, or while no worker runs, attaches to the first
+    request and reports its outcome; a command that differs in any field gets its own id and
+    reaches the validator, which refuses a call decided differently (AlreadyDecided).
+    """
+    canonical = json.dumps(
+        [
+            [d.call_id, d.kind, d.approver, d.always, d.message, d.reason]
+            for d in sorted(decisions, key=lambda d: d.call_id)
+        ]
     )
-    return "cli-" + hashlib.sha256(f"{workflow_id}|{key}".encode()).hexdigest()[:32]
+    return "cli-" + hashlib.sha256(f"{workflow_id}|{canonical}".encode()).hexdigest()[:32]
 
 
 async def _no_worker_message(client: Client, handle: WorkflowHandle[Any, Any]) -> str:
@@ -358,12 +551,91 @@ async def _no_worker_message(client: Client, handle: WorkflowHandle[Any, Any]) -
     )
 
 
+def _matches(want: DecisionRequest, rec: DecisionRecord) -> bool:
+    """True when `rec` is the outcome `want` asked for, not an earlier, different decision.
+
+    A call a rule or policy already decided the same way counts (the run answers such a repeat
+    with that record, and the printed outcome names who decided); a person's decision counts
+    only when every field is the same.
+    """
+    if rec.kind != want.kind:
+        return False
+    if rec.source != "person":
+        return True
+    return (
+        rec.always == want.always
+        and rec.approver == want.approver
+        and rec.reason == want.reason
+        and (want.kind == "approve" or rec.message == want.message)
+    )
+
+
+def _decided_text(rec: DecisionRecord) -> str:
+    """What a recorded decision says: `approve by alice (always, for the rest of the run)`."""
+    who = rec.approver or rec.source.replace("_", " ")
+    text = f"{rec.kind} by {who}"
+    if rec.approver and rec.source != "person":
+        text += f" ({rec.source.replace('_', ' ')})"
+    if rec.always:
+        text += " (always, for the rest of the run)"
+    if rec.message:
+        text += f", message {json.dumps(rec.message)}"
+    if rec.reason:
+        text += f", reason {json.dumps(rec.reason)}"
+    return text
+
+
+def _outcome(
+    run_id: str, decisions: Sequence[DecisionRequest], recorded: dict[str, DecisionRecord]
+) -> list[DecisionRecord]:
+    """The recorded decision for each request, or `Refused` when one was decided otherwise."""
+    records = []
+    for d in decisions:
+        rec = recorded.get(d.call_id)
+        if rec is None:
+            raise Refused(f"run {run_id} recorded no decision for call '{d.call_id}'")
+        if not _matches(d, rec):
+            raise Refused(
+                f"refused: call '{d.call_id}' was already decided: {_decided_text(rec)} "
+                "(AlreadyDecided)"
+            )
+        records.append(rec)
+    return records
+
+
+async def _finished_run_decisions(
+    handle: WorkflowHandle[Any, Any], timeout: float
+) -> dict[str, DecisionRecord]:
+    """The decisions a closed run recorded (its result), or `Refused` saying why there are none."""
+    try:
+        desc = await handle.describe(rpc_timeout=timedelta(seconds=timeout))
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise Refused(f"no run {handle.id!r} in this namespace") from None
+        raise Refused(f"cannot read run {handle.id}: {exc.message} ({_code(exc)})") from None
+    if desc.status == WorkflowExecutionStatus.COMPLETED:
+        out: RunOutput = await handle.result(rpc_timeout=timedelta(seconds=timeout))
+        return {d.call_id: d for d in out.decisions}
+    state = desc.status.name.lower() if desc.status else "unknown"
+    raise Refused(f"run {handle.id} has finished ({state}); it takes no more decisions")
+
+
 async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKind) -> int:
-    """Approve or reject one call, or all pending calls of a run."""
+    """Approve or reject one call, or all pending calls of a run.
+
+    What is printed is what the run recorded (returned by the update), never the flags given:
+    a call decided earlier in another way is reported as refused (AlreadyDecided, exit 1).
+    """
     handle = await _handle(client, args.run)
     approver = args.as_ or os.environ.get("HITL_APPROVER") or getpass.getuser()
     if args.all:
-        status = await _status(handle)
+        try:
+            status = await _status(client, handle, args.timeout)
+        except Refused as exc:
+            raise Refused(
+                f"{exc}; --all needs a worker to list the calls (name a CALL_ID to queue a "
+                "decision until one runs)"
+            ) from None
         call_ids = [p.call_id for p in status.pending]
         if not call_ids:
             raise Refused(f"run {args.run} has no pending approvals")
@@ -383,6 +655,7 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
     ]
     uid = _decision_update_id(args.run, decisions)
     timeout = timedelta(seconds=args.timeout)
+    recorded: dict[str, DecisionRecord]
     try:
         if len(decisions) == 1:
             d = decisions[0]
@@ -393,14 +666,19 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
                 approver=d.approver,
                 reason=d.reason,
             )
-            await handle.execute_update(kind, payload, id=uid, rpc_timeout=timeout)
+            rec: DecisionRecord = await handle.execute_update(
+                kind, payload, id=uid, rpc_timeout=timeout, result_type=DecisionRecord
+            )
+            recorded = {rec.call_id: rec}
         else:
-            await handle.execute_update(
+            after: RunStatus = await handle.execute_update(
                 "decide",
                 DecideInput(decisions=decisions, wait=False),
                 id=uid,
                 rpc_timeout=timeout,
+                result_type=RunStatus,
             )
+            recorded = {r.call_id: r for r in after.decisions}
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         if isinstance(cause, ApplicationError):
@@ -409,10 +687,16 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
     except WorkflowUpdateRPCTimeoutOrCancelledError:
         raise Refused(await _no_worker_message(client, handle)) from None
     except RPCError as exc:
-        raise Refused(f"cannot decide on run {args.run}: {exc.message}") from None
-    verb = "approved" if kind == "approve" else "rejected"
-    always = " (always, for the rest of the run)" if args.always else ""
-    print(f"{verb} {', '.join(call_ids)} on {args.run} as {approver}{always}")
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise Refused(
+                f"cannot decide on run {args.run}: {exc.message} ({_code(exc)})"
+            ) from None
+        # A closed run takes no new update; what it recorded is the outcome.
+        recorded = await _finished_run_decisions(handle, args.timeout)
+    for rec in _outcome(args.run, decisions, recorded):
+        verb, _, rest = _decided_text(rec).partition(" ")
+        verb = "approved" if verb == "approve" else "rejected"
+        print(f"{verb} {rec.call_id} ({rec.tool_name}) on {args.run} {rest}")
     return EXIT_OK
 
 
@@ -580,6 +864,14 @@ def cmd_codec_server(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _signal_pending(stop: dict[str, bool], grace: float = 1.0) -> bool:
+    """True when a stop was requested, allowing `grace` seconds for its handler to run."""
+    deadline = time.monotonic() + grace
+    while not stop["now"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return stop["now"]
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     """The local stack: dev server (persistent, UI), search attributes, a worker. Ctrl-C stops."""
     from worker.devserver import DevServer, free_port, port_free
@@ -619,7 +911,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     print(f"Web UI               http://127.0.0.1:{ui_port}")
     print(
         f"Approval inbox       http://127.0.0.1:{ui_port}/namespaces/default/workflows"
-        f"?query=HitlStatus%3D%22awaiting_approval%22"
+        "?query=HitlStatus%3D%22awaiting_approval%22%20AND%20ExecutionStatus%3D%22Running%22"
     )
     print(f"Worker               {', '.join(agents)} on task queue {args.task_queue!r}")
     print(f"Connect              export TEMPORAL_ADDRESS={server.address}")
@@ -627,11 +919,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
     code = EXIT_OK
     try:
         while not stop["now"]:
-            if worker.poll() is not None:
+            worker_gone = worker.poll() is not None
+            server_gone = server.process is None or server.process.poll() is not None
+            # Ctrl-C reaches the whole process group: the children may stop on their own
+            # signal a moment before ours is handled. That is a requested stop, not a crash.
+            if (worker_gone or server_gone) and _signal_pending(stop):
+                break
+            if worker_gone:
                 print(f"the worker exited with code {worker.returncode}", file=sys.stderr)
                 code = EXIT_FAILED
                 break
-            if server.process is None or server.process.poll() is not None:
+            if server_gone:
                 print("the dev server exited", file=sys.stderr)
                 code = EXIT_FAILED
                 break
@@ -697,6 +995,12 @@ def build_parser() -> argparse.ArgumentParser:
     pending.add_argument("--json", action="store_true")
     pending.add_argument("--limit", type=int, default=1000)
     pending.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="seconds to wait for each run's worker to answer (unanswered runs are still listed)",
+    )
+    pending.add_argument(
         "--runs",
         action="store_true",
         help="one row per paused run, from search attributes only (no per-run query, so it "
@@ -706,6 +1010,9 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="show a run with its pending requests")
     show.add_argument("run")
     show.add_argument("--json", action="store_true")
+    show.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the run's worker"
+    )
 
     for name in ("approve", "reject"):
         d = sub.add_parser(name, help=f"{name} a pending call (or --all)")
@@ -781,17 +1088,21 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command in ("approve", "reject") and bool(args.call_id) == bool(args.all):
         _usage(parser, f"{args.command} needs a CALL_ID or --all (not both)")
-    if args.command == "dev":
-        return cmd_dev(args)
-    if args.command == "codec-server":
-        return cmd_codec_server(args)
     try:
+        if args.command == "dev":
+            return cmd_dev(args)
+        if args.command == "codec-server":
+            return cmd_codec_server(args)
         return asyncio.run(_main(args))
     except Refused as exc:
         print(f"hitl: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except UserError as exc:
         print(f"hitl: {exc.message}", file=sys.stderr)
+        return EXIT_FAILED
+    except RPCError as exc:
+        # A server answer no command expected: still one typed line, not a traceback.
+        print(f"hitl: the server refused: {exc.message} ({_code(exc)})", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130

@@ -8,18 +8,27 @@ Any process that can reach the Temporal cluster can load it and resume the run.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from hitl.agent import Agent, capture_graph
+from hitl.agent import Agent, CapturedGraph, capture_graph
 from hitl.errors import StateVersionError, UnknownCallError, UserError
 from hitl.wire import DEFAULT_TASK_QUEUE, ApprovalRequestData, DecisionRequest, PendingApproval
 
-CURRENT_SCHEMA_VERSION = 1
+CURRENT_SCHEMA_VERSION = 2
 SCHEMA_VERSIONS = {
     1: "Workflow handle, pending approvals (call id, agent, tool, arguments) and local decisions.",
+    2: "Pending approvals carry their path in the agent graph and the run that owns them.",
 }
+
+
+class AgentGraphChangedWarning(UserWarning):
+    """A `RunState` was loaded with an agent graph that differs from the one it was saved with.
+
+    The run itself is unaffected: it stays pinned to the graph it started with.
+    """
 
 
 @dataclass(frozen=True)
@@ -41,8 +50,12 @@ class ToolApprovalItem:
         agent: The agent whose tool it is (the live `Agent` when resolvable).
         agent_id: The agent's stable id in the run's graph.
         requested_at: When the run started waiting for this decision.
-        workflow_id: The run's workflow id.
+        workflow_id: The run's workflow id (the root run: decisions go there).
         request: The approval request (title, message, preview) rendered for this call.
+        path: Agents and agent tools from the root agent down to the agent whose tool this is,
+            e.g. `["Desk", "research", "Researcher"]` (empty when the run did not say).
+        owner_workflow_id: The run that owns the call: a nested run's workflow id for calls
+            inside agent tools, else the root run's (`None` when the run did not say).
     """
 
     call_id: str
@@ -53,6 +66,8 @@ class ToolApprovalItem:
     requested_at: datetime | None = None
     workflow_id: str = ""
     request: ApprovalRequestData | None = None
+    path: list[str] = field(default_factory=list)
+    owner_workflow_id: str | None = None
 
     @property
     def tool_name(self) -> str:
@@ -79,6 +94,8 @@ class ToolApprovalItem:
             "agent_id": self.agent_id,
             "requested_at": self.requested_at.isoformat() if self.requested_at else None,
             "request": self.request.model_dump(mode="json") if self.request else None,
+            "path": list(self.path),
+            "owner_workflow_id": self.owner_workflow_id,
         }
 
 
@@ -97,6 +114,8 @@ def items_from_pending(
             requested_at=p.requested_at,
             workflow_id=workflow_id,
             request=p.request,
+            path=list(p.path),
+            owner_workflow_id=p.workflow_id or workflow_id,
         )
         for p in pending
     ]
@@ -211,7 +230,8 @@ class RunState:
                 f"this RunState belongs to agent {data.get('root_agent')!r}, "
                 f"not {initial_agent.name!r}"
             )
-        agents = capture_graph(initial_agent).agents
+        captured = capture_graph(initial_agent)
+        agents = captured.agents
         try:
             interruptions = [
                 ToolApprovalItem(
@@ -229,20 +249,24 @@ class RunState:
                         if i.get("request")
                         else None
                     ),
+                    path=[str(a) for a in i.get("path") or []],
+                    owner_workflow_id=i.get("owner_workflow_id"),
                 )
                 for i in data.get("interruptions", [])
             ]
             decisions = [DecisionRequest.model_validate(d) for d in data.get("decisions", [])]
-            return cls(
-                workflow_id=data["workflow_id"],
-                run_id=data.get("run_id"),
-                task_queue=data.get("task_queue") or DEFAULT_TASK_QUEUE,
-                root_agent=initial_agent,
-                interruptions=interruptions,
-                decisions={d.call_id: d for d in decisions},
-            )
+            workflow_id = data["workflow_id"]
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"malformed RunState: {exc}") from exc
+        _check_graph(captured, interruptions, data.get("graph_fingerprint"), workflow_id)
+        return cls(
+            workflow_id=workflow_id,
+            run_id=data.get("run_id"),
+            task_queue=data.get("task_queue") or DEFAULT_TASK_QUEUE,
+            root_agent=initial_agent,
+            interruptions=interruptions,
+            decisions={d.call_id: d for d in decisions},
+        )
 
     @classmethod
     async def from_string(cls, initial_agent: Agent[Any], state_string: str) -> RunState:
@@ -279,3 +303,41 @@ class RunState:
         if context_strategy == "replace":
             state.decisions = {}
         return state
+
+
+def _check_graph(
+    captured: CapturedGraph,
+    interruptions: list[ToolApprovalItem],
+    saved_fingerprint: Any,
+    workflow_id: str,
+) -> None:
+    """Refuse a state whose pending calls the agent graph no longer has; warn if it changed.
+
+    A run is pinned to the graph it started with, so a changed definition does not change the
+    run. But a pending call must still name an agent and a tool of the graph given here, or
+    nothing in this process could show or decide it faithfully.
+    """
+    graph = captured.graph
+    root = graph.agents[graph.root].name
+    for item in interruptions:
+        spec = graph.agents.get(item.agent_id)
+        if spec is None:
+            raise UserError(
+                f"RunState of run {workflow_id}: pending call {item.call_id!r} belongs to agent "
+                f"{item.agent_id!r}, which is no longer in the agent graph of {root!r}. Load "
+                "it with the agent definition the run was started with."
+            )
+        if spec.tool(item.name) is None and spec.handoff(item.name) is None:
+            raise UserError(
+                f"RunState of run {workflow_id}: pending call {item.call_id!r} is for tool "
+                f"{item.name!r} of agent {item.agent_id!r}, which no longer has it. Load it "
+                "with the agent definition the run was started with."
+            )
+    if isinstance(saved_fingerprint, str) and saved_fingerprint != graph.fingerprint:
+        warnings.warn(
+            f"the definition of agent {root!r} changed since this RunState of run {workflow_id} "
+            f"was saved (graph {saved_fingerprint} -> {graph.fingerprint}); the run stays "
+            "pinned to the agent graph it started with, and the change applies to new runs",
+            AgentGraphChangedWarning,
+            stacklevel=3,
+        )

@@ -3,19 +3,36 @@
 from __future__ import annotations
 
 import json
+import os
+import queue
+import re
+import signal
 import subprocess
 import sys
+import threading
+import time
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from hitl.wire import RunOutput
-from tests.helpers import ROOT, WorkerProcess, queue_name, temporal_cli, wait_for
-from worker.devserver import DevServer
+from hitl.wire import (
+    SA_AGENT,
+    SA_PENDING_SINCE,
+    SA_PENDING_TOOLS,
+    SA_STATUS,
+    WORKFLOW_TYPE,
+    RunInput,
+    RunOutput,
+)
+from tests.helpers import ROOT, Ledger, WorkerProcess, queue_name, temporal_cli, wait_for
+from worker.devserver import DevServer, free_port, port_free
 
 
 def hitl(address: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -224,16 +241,25 @@ async def test_approving_while_no_worker_runs(
     waited = hitl(address, "approve", wid, call, "--as", "carol", "--timeout", "2")
     assert waited.returncode == 1
     assert "the decision is queued on the server and applies when a worker runs" in waited.stderr
+
+    # The queued decision applies by itself once a worker returns: nothing is sent again.
+    handle = dev_client.get_workflow_handle(wid, result_type=RunOutput)
     worker = start_worker(address, tq, tmp_path)
     try:
-        retry = hitl(address, "approve", wid, call, "--as", "carol", "--timeout", "30")
-        assert retry.returncode == 0, retry.stderr
-        out = await dev_client.get_workflow_handle(wid, result_type=RunOutput).result()
+        out = await handle.result()
     finally:
         worker.stop()
     assert out.final_output == "cancel_order: Cancelled order 9"
-    assert [(d.approver, d.kind) for d in out.decisions] == [("carol", "approve")]
-    hist = await dev_client.get_workflow_handle(wid).fetch_history()
+    assert [(d.approver, d.kind, d.always) for d in out.decisions] == [("carol", "approve", False)]
+    assert [json.loads(r[2]) for r in Ledger(tmp_path / "ledger.db").rows("cancel_order")] == [
+        {"order_id": 9}
+    ]
+
+    # Only now the operator re-runs the same command: it reports the real, recorded outcome.
+    retry = hitl(address, "approve", wid, call, "--as", "carol", "--timeout", "30")
+    assert retry.returncode == 0, retry.stderr
+    assert retry.stdout.strip() == f"approved {call} (cancel_order) on {wid} by carol"
+    hist = await handle.fetch_history()
     accepted = [
         e
         for e in hist.events
@@ -241,7 +267,7 @@ async def test_approving_while_no_worker_runs(
         and e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
         == "approve"
     ]
-    assert len(accepted) == 1, "the retried command attached to the queued decision"
+    assert len(accepted) == 1, "the queued decision and the retry are one update"
 
 
 def test_usage_errors_exit_2(dev_server: DevServer) -> None:
@@ -316,3 +342,480 @@ def test_setup_registers_the_search_attributes_on_a_bare_cluster(tmp_path: Path)
     assert listed["HitlStatus"] == "INDEXED_VALUE_TYPE_KEYWORD"
     assert listed["HitlPendingTools"] == "INDEXED_VALUE_TYPE_KEYWORD_LIST"
     assert listed["HitlPendingSince"] == "INDEXED_VALUE_TYPE_DATETIME"
+
+
+# ----------------------------------------------------------------------------- no worker
+
+
+def _timed(address: str, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    began = time.monotonic()
+    out = hitl(address, *args)
+    return out, time.monotonic() - began
+
+
+async def _listed_by_visibility(address: str, tq: str, wid: str) -> None:
+    def listed() -> bool:
+        out = hitl(address, "pending", "--runs", "--queue", tq, "--json")
+        return out.returncode == 0 and [r["workflow_id"] for r in json.loads(out.stdout)] == [wid]
+
+    await wait_for(listed, what=f"{wid} in the visibility store")
+
+
+async def test_pending_show_and_approve_all_say_when_no_worker_answers(
+    dev_server: DevServer, dev_client: Client, tmp_path: Path
+) -> None:
+    address = dev_server.address
+    tq = queue_name("gone")
+    wid = f"{tq}-run"
+    worker = start_worker(address, tq, tmp_path)
+    try:
+        start(address, tq, "Support agent", "cancel order 21", wid)
+    finally:
+        worker.kill()
+    await _listed_by_visibility(address, tq, wid)
+
+    # The server remembers a killed worker's polls for a while, so the run is asked and does
+    # not answer: after --timeout seconds (the server alone would wait about 30), it is still
+    # listed, from its search attributes, and a note says why its calls are missing.
+    unanswered = rf"no worker (answered within 2s on|is polling) task queue '{tq}'"
+    out, took = _timed(address, "pending", "--queue", tq, "--json", "--timeout", "2")
+    assert out.returncode == 0, out.stderr
+    assert took < 20
+    [row] = json.loads(out.stdout)
+    assert (row["workflow_id"], row["agent"], row["pending_tools"]) == (
+        wid,
+        "Support agent",
+        ["cancel_order"],
+    )
+    assert row["call_id"] is None and row["requested_at"]
+    assert re.fullmatch(unanswered, row["unavailable"])
+    assert re.search(
+        r"^note: 1 run\(s\) could not be asked for their calls: " + unanswered, out.stderr, re.M
+    )
+    table = hitl(address, "pending", "--queue", tq, "--timeout", "2")
+    assert table.returncode == 0, table.stderr
+    [line] = [ln for ln in table.stdout.splitlines() if ln.startswith(wid)]
+    assert "(unavailable)" in line and "Support agent > cancel_order" in line
+    show, took = _timed(address, "show", wid, "--timeout", "2")
+    assert show.returncode == 1 and took < 20
+    assert re.search(f"cannot read run {wid}: " + unanswered, show.stderr)
+    every, took = _timed(address, "approve", wid, "--all", "--timeout", "2")
+    assert every.returncode == 1 and took < 20
+    assert re.search(unanswered, every.stderr) and "name a CALL_ID" in every.stderr
+
+    # A queue no worker ever polled: nothing is asked, so nothing is waited for. (A run that
+    # paused and whose worker is gone for good looks the same to the visibility store.)
+    never = queue_name("never")
+    ghost = await dev_client.start_workflow(
+        WORKFLOW_TYPE,
+        RunInput(agent="Support agent", input="cancel order 22"),
+        id=f"{never}-run",
+        task_queue=never,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(SearchAttributeKey.for_keyword(SA_STATUS), "awaiting_approval"),
+                SearchAttributePair(SearchAttributeKey.for_keyword(SA_AGENT), "Support agent"),
+                SearchAttributePair(
+                    SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS), ["cancel_order"]
+                ),
+                SearchAttributePair(
+                    SearchAttributeKey.for_datetime(SA_PENDING_SINCE), datetime.now(UTC)
+                ),
+            ]
+        ),
+    )
+    try:
+        await _listed_by_visibility(address, never, ghost.id)
+        polling = f"no worker is polling task queue '{never}'"
+        out, took = _timed(address, "pending", "--queue", never, "--json", "--timeout", "45")
+        assert out.returncode == 0, out.stderr
+        assert took < 20, "no query was sent, so none was waited for"
+        assert [(r["workflow_id"], r["unavailable"]) for r in json.loads(out.stdout)] == [
+            (ghost.id, polling)
+        ]
+        assert f"note: 1 run(s) could not be asked for their calls: {polling}" in out.stderr
+        show, took = _timed(address, "show", ghost.id, "--timeout", "45")
+        assert show.returncode == 1 and took < 20
+        assert f"hitl: cannot read run {ghost.id}: {polling}" in show.stderr
+        every, took = _timed(address, "approve", ghost.id, "--all", "--timeout", "45")
+        assert every.returncode == 1 and took < 20 and polling in every.stderr
+    finally:
+        await ghost.terminate()
+        await dev_client.get_workflow_handle(wid).terminate()
+
+
+# ----------------------------------------------------------------------------- nested runs
+
+
+async def test_nested_calls_show_their_path_and_are_decided_at_the_root(
+    cli_stack: tuple[str, str, Path], dev_client: Client
+) -> None:
+    address, tq, tmp = cli_stack
+    wid = f"{tq}-nested"
+    start(address, tq, "CLI desk", "tides", wid)
+    rows: list[dict[str, object]] = []
+
+    def listed() -> bool:
+        nonlocal rows
+        out = hitl(address, "pending", "--queue", tq, "--agent", "CLI desk", "--json")
+        rows = json.loads(out.stdout) if out.returncode == 0 else []
+        return [r["workflow_id"] for r in rows] == [wid]
+
+    await wait_for(listed, what="the nested call in `hitl pending`")
+    [row] = rows
+    assert (row["tool_name"], row["path"]) == ("lookup", ["CLI desk", "research", "CLI looker"])
+    call = str(row["call_id"])
+    research_call, nested_call = call.split("/")
+    assert row["owner_workflow_id"] == f"{wid}--{research_call}"
+
+    table = hitl(address, "pending", "--queue", tq, "--agent", "CLI desk")
+    assert table.returncode == 0, table.stderr
+    [line] = [ln for ln in table.stdout.splitlines() if ln.startswith(wid)]
+    assert call in line and "CLI desk > research > CLI looker > lookup" in line
+
+    show = hitl(address, "show", wid)
+    assert show.returncode == 0, show.stderr
+    assert f"call {call}, path CLI desk > research > CLI looker > lookup" in show.stdout
+    assert f"in nested run {wid}--{research_call}" in show.stdout
+    assert f"hitl approve {wid} {call}" in show.stdout
+
+    ledger = Ledger(tmp / "ledger.db")
+    assert ledger.count("lookup") == 0
+    ok = hitl(address, "approve", wid, f"{research_call}/{nested_call}", "--as", "dana")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == f"approved {call} (lookup) on {wid} by dana"
+    out = await dev_client.get_workflow_handle(wid, result_type=RunOutput).result()
+    assert out.final_output == "summary: facts about tides"
+    assert [json.loads(r[2]) for r in ledger.rows("lookup")] == [{"topic": "tides"}]
+    child = await dev_client.get_workflow_handle(
+        f"{wid}--{research_call}", result_type=RunOutput
+    ).result()
+    assert [(d.call_id, d.approver, d.via) for d in child.decisions] == [
+        (nested_call, "dana", "root")
+    ]
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+async def test_a_repeated_decision_reports_what_was_recorded(
+    cli_stack: tuple[str, str, Path], dev_client: Client
+) -> None:
+    address, tq, _ = cli_stack
+    wid = f"{tq}-repeat"
+    # Two calls wait, so the run stays open after the first decision.
+    start(address, tq, "Support agent", "cancel order 31 and email about the refund", wid)
+    pending = json.loads(hitl(address, "show", wid, "--json").stdout)["status"]["pending"]
+    calls = {p["tool_name"]: p["call_id"] for p in pending}
+    cancel, email = calls["cancel_order"], calls["send_email"]
+
+    first = hitl(address, "approve", wid, cancel, "--as", "xavier", "--reason", "customer called")
+    assert first.returncode == 0, first.stderr
+    said = f'approved {cancel} (cancel_order) on {wid} by xavier, reason "customer called"'
+    assert first.stdout.strip() == said
+
+    # Same call, now with --always: not what was decided, so refused, with what was decided.
+    differs = hitl(
+        address, "approve", wid, cancel, "--as", "xavier", "--reason", "customer called", "--always"
+    )
+    assert differs.returncode == 1, differs.stdout
+    assert "AlreadyDecided" in differs.stderr
+    assert "approve by xavier" in differs.stderr and "always" not in differs.stdout
+
+    # The exact same command again: the same update, the same recorded outcome.
+    again = hitl(address, "approve", wid, cancel, "--as", "xavier", "--reason", "customer called")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == said
+
+    handle = dev_client.get_workflow_handle(wid, result_type=RunOutput)
+    hist = await handle.fetch_history()
+    accepted = [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    ]
+    # The run refused the different repeat (its validator): no trace of it in history.
+    assert accepted.count("approve") == 1
+
+    rej = hitl(address, "reject", wid, email, "--message", "No email.", "--as", "xavier")
+    assert rej.returncode == 0, rej.stderr
+    assert rej.stdout.strip() == (
+        f'rejected {email} (send_email) on {wid} by xavier, message "No email."'
+    )
+    out = await handle.result()
+    assert sorted((d.tool_name, d.kind, d.always, d.approver, d.reason) for d in out.decisions) == [
+        ("cancel_order", "approve", False, "xavier", "customer called"),
+        ("send_email", "reject", False, "xavier", None),
+    ]
+
+
+async def test_reject_all_rejects_every_pending_call(
+    cli_stack: tuple[str, str, Path], dev_client: Client
+) -> None:
+    address, tq, _ = cli_stack
+    wid = f"{tq}-reject-all"
+    start(address, tq, "Support agent", "cancel order 32 and email about the refund", wid)
+    rej = hitl(address, "reject", wid, "--all", "--message", "Not today.", "--as", "erin")
+    assert rej.returncode == 0, rej.stderr
+    assert len(rej.stdout.splitlines()) == 2
+    out = await dev_client.get_workflow_handle(wid, result_type=RunOutput).result()
+    assert sorted((d.tool_name, d.kind, d.message, d.approver) for d in out.decisions) == [
+        ("cancel_order", "reject", "Not today.", "erin"),
+        ("send_email", "reject", "Not today.", "erin"),
+    ]
+    assert out.final_output == "cancel_order: Not today.; send_email: Not today."
+
+
+async def test_reject_always_rejects_the_later_calls_of_the_tool(
+    cli_stack: tuple[str, str, Path], dev_client: Client
+) -> None:
+    address, tq, tmp = cli_stack
+    wid = f"{tq}-reject-always"
+    # One cancel_order per turn: the second and third come after the decision on the first.
+    start(address, tq, "Serial canceller", "cancel 41 42 43", wid)
+    [first] = json.loads(hitl(address, "show", wid, "--json").stdout)["status"]["pending"]
+    rej = hitl(
+        address, "reject", wid, first["call_id"], "--always", "--message", "No cancellations."
+    )
+    assert rej.returncode == 0, rej.stderr
+    assert "(always, for the rest of the run)" in rej.stdout
+    out = await dev_client.get_workflow_handle(wid, result_type=RunOutput).result()
+    assert [(d.kind, d.source) for d in out.decisions] == [
+        ("reject", "person"),
+        ("reject", "always_rule"),
+        ("reject", "always_rule"),
+    ]
+    cancelled = [
+        json.loads(r[2])["order_id"] for r in Ledger(tmp / "ledger.db").rows("cancel_order")
+    ]
+    assert not {41, 42, 43} & set(cancelled), "no rejected cancellation ran"
+
+
+async def test_approve_all_always_covers_calls_of_the_same_tool(
+    cli_stack: tuple[str, str, Path], dev_client: Client
+) -> None:
+    address, tq, tmp = cli_stack
+    wid = f"{tq}-approve-all-always"
+    start(address, tq, "Bulk canceller", "cancel 45 46", wid)
+    ok = hitl(address, "approve", wid, "--all", "--always", "--as", "bob")
+    assert ok.returncode == 0, ok.stderr
+    assert len(ok.stdout.splitlines()) == 2
+    out = await dev_client.get_workflow_handle(wid, result_type=RunOutput).result()
+    assert out.final_output == "Cancelled order 45 | Cancelled order 46"
+    assert [d.kind for d in out.decisions] == ["approve", "approve"]
+    assert ("bob", True) in [(d.approver, d.always) for d in out.decisions]
+    cancelled = [
+        json.loads(r[2])["order_id"] for r in Ledger(tmp / "ledger.db").rows("cancel_order")
+    ]
+    assert {45, 46} <= set(cancelled)
+
+
+# ----------------------------------------------------------------------------- run, watch
+
+
+async def test_run_without_wait_returns_at_once(dev_server: DevServer, dev_client: Client) -> None:
+    tq = queue_name("nowait")  # no worker polls it: waiting for the run would never end
+    wid = f"{tq}-run"
+    out, took = _timed(
+        dev_server.address, "--task-queue", tq, "run", "Support agent", "x", "--id", wid
+    )
+    assert out.returncode == 0, out.stderr
+    assert took < 20
+    assert out.stdout.strip() == f"started {wid}"
+    handle = dev_client.get_workflow_handle(wid)
+    try:
+        desc = await handle.describe()
+        assert desc.task_queue == tq and desc.status == WorkflowExecutionStatus.RUNNING
+        hist = await handle.fetch_history()
+        assert EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED not in [e.event_type for e in hist.events]
+    finally:
+        await handle.terminate()
+
+
+async def test_watch_from_an_offset_shows_nothing_before_it(
+    cli_stack: tuple[str, str, Path], dev_client: Client
+) -> None:
+    address, tq, _ = cli_stack
+    wid = f"{tq}-offsets"
+    start(address, tq, "Support agent", "cancel order 14", wid)
+    [p] = json.loads(hitl(address, "show", wid, "--json").stdout)["status"]["pending"]
+    assert hitl(address, "approve", wid, p["call_id"], "--as", "fay").returncode == 0
+    await dev_client.get_workflow_handle(wid).result()
+
+    full = hitl(address, "watch", wid)
+    assert full.returncode == 0, full.stderr
+    lines = full.stdout.splitlines()
+    offsets = [int(re.match(r"\[(\d+)\]", ln).group(1)) for ln in lines]  # type: ignore[union-attr]
+    assert offsets == list(range(len(lines))) and len(lines) > 3
+    n = next(i for i, ln in enumerate(lines) if "WAITING FOR APPROVAL" in ln)
+    assert n > 0
+    tail = hitl(address, "watch", wid, "--from-offset", str(n))
+    assert tail.returncode == 0, tail.stderr
+    assert tail.stdout.splitlines() == lines[n:]
+
+
+# ----------------------------------------------------------------------------- search attributes
+
+
+async def test_search_attributes_never_carry_tool_arguments(
+    cli_stack: tuple[str, str, Path], dev_client: Client
+) -> None:
+    address, tq, _ = cli_stack
+    wid = f"{tq}-canary"
+    canary = f"canary-{uuid.uuid4().hex}"
+    start(address, tq, "Support agent", f"email about the refund {canary}", wid)
+    [p] = json.loads(hitl(address, "show", wid, "--json").stdout)["status"]["pending"]
+    assert p["tool_name"] == "send_email" and canary in p["arguments"], "the canary is there"
+
+    handle = dev_client.get_workflow_handle(wid)
+    desc = await handle.describe()
+    attrs = desc.typed_search_attributes
+    assert attrs.get(SearchAttributeKey.for_keyword(SA_STATUS)) == "awaiting_approval"
+    assert attrs.get(SearchAttributeKey.for_keyword(SA_AGENT)) == "Support agent"
+    assert attrs.get(SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS)) == ["send_email"]
+    assert canary not in repr([pair.value for pair in attrs])
+
+    def indexed() -> bool:
+        out = hitl(address, "pending", "--runs", "--queue", tq, "--json")
+        return out.returncode == 0 and wid in [r["workflow_id"] for r in json.loads(out.stdout)]
+
+    await wait_for(indexed, what="the canary run in the visibility store")
+    [listed] = [w async for w in dev_client.list_workflows(f"WorkflowId = '{wid}'")]
+    assert listed.typed_search_attributes.get(SearchAttributeKey.for_keyword(SA_STATUS)) == (
+        "awaiting_approval"
+    )
+    assert canary not in repr([pair.value for pair in listed.typed_search_attributes])
+    assert hitl(address, "reject", wid, "--all").returncode == 0
+
+
+# ----------------------------------------------------------------------------- --agent quoting
+
+
+async def test_agent_names_with_quotes_are_matched_exactly(
+    cli_stack: tuple[str, str, Path], dev_client: Client
+) -> None:
+    address, tq, _ = cli_stack
+    wid = f"{tq}-quoted"
+    start(address, tq, "O'Brien's desk", "cancel order 51", wid)
+    rows: list[dict[str, object]] = []
+
+    def listed() -> bool:
+        nonlocal rows
+        out = hitl(address, "pending", "--queue", tq, "--agent", "O'Brien's desk", "--json")
+        rows = json.loads(out.stdout) if out.returncode == 0 else []
+        return bool(rows)
+
+    await wait_for(listed, what="the run of O'Brien's desk in `hitl pending --agent`")
+    assert [(r["workflow_id"], r["tool_name"]) for r in rows] == [(wid, "cancel_order")]
+    runs = hitl(address, "pending", "--runs", "--queue", tq, "--agent", "O'Brien's desk", "--json")
+    assert [r["workflow_id"] for r in json.loads(runs.stdout)] == [wid]
+    # A quote cannot widen the query: this matches no agent, rather than every run.
+    sneaky = hitl(address, "pending", "--runs", "--queue", tq, "--agent", "x' OR HitlAgent != 'y")
+    assert sneaky.returncode == 0, sneaky.stderr
+    assert sneaky.stdout.strip() == "no pending approvals"
+    # No literal matches a double quote on every store: the CLI filters such names itself.
+    odd = hitl(address, "pending", "--queue", tq, "--agent", 'Say "hi"', "--json")
+    assert odd.returncode == 0, odd.stderr
+    assert json.loads(odd.stdout) == []
+    assert hitl(address, "reject", wid, "--all").returncode == 0
+
+
+# ----------------------------------------------------------------------------- hitl dev
+
+
+def _descendants(pid: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_hitl_dev_runs_the_stack_and_ctrl_c_stops_all_of_it(tmp_path: Path) -> None:
+    port, ui_port = free_port(), free_port()
+    tq = queue_name("dev")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hitl.cli",
+            "--task-queue",
+            tq,
+            "dev",
+            "--agents",
+            "tests.agents",
+            "--port",
+            str(port),
+            "--ui-port",
+            str(ui_port),
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal would give it
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    seen: list[str] = []
+    try:
+        while not (
+            any("Ctrl-C stops everything." in ln for ln in seen)
+            and any("worker ready" in ln for ln in seen)
+        ):
+            line = lines.get(timeout=60)
+            assert line is not None, "hitl dev exited early:\n" + "".join(seen)
+            seen.append(line)
+        assert f"Temporal dev server  127.0.0.1:{port}" in "".join(seen)
+        children = _descendants(proc.pid)
+        assert len(children) >= 2, "a dev server and a worker"
+
+        run = hitl(
+            f"127.0.0.1:{port}",
+            "--task-queue",
+            tq,
+            "run",
+            "Support agent",
+            "cancel order 7",
+            "--wait",
+        )
+        assert run.returncode == 0, run.stderr
+        assert "awaiting_approval: 1 pending approval(s)" in run.stdout
+
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+        code = proc.wait(60)
+        while (line := lines.get(timeout=10)) is not None:
+            seen.append(line)
+        assert code == 0, "".join(seen)
+        assert seen[-1].strip() == "stopped"
+        assert [pid for pid in children if _alive(pid)] == []
+        assert port_free(port), "nothing listens on the dev server's port any more"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)

@@ -110,3 +110,103 @@ def test_run_state_refuses_what_it_cannot_read() -> None:
         asyncio.run(RunState.from_json(agent, {"$schemaVersion": 1, "root_agent": "Root"}))
     with pytest.raises(UnknownCallError):
         _state(agent).approve("c9")
+
+
+# ----------------------------------------------------------------------------- nested paths
+
+
+def test_interruptions_keep_their_path_and_owning_run() -> None:
+    from hitl.state import items_from_pending
+    from hitl.wire import PendingApproval
+
+    inner = Agent(name="Researcher", model=model, tools=[act])
+    root = Agent(name="Desk", model=model, tools=[inner.as_tool(tool_name="research")])
+    [item] = items_from_pending(
+        [
+            PendingApproval(
+                call_id="c1/c2",
+                tool_name="act",
+                agent_id="Researcher",
+                agent_name="Researcher",
+                arguments='{"x": 1}',
+                turn=1,
+                path=["Desk", "research", "Researcher"],
+                workflow_id="wf-1--c1",
+            )
+        ],
+        root,
+        "wf-1",
+    )
+    assert (item.path, item.owner_workflow_id, item.workflow_id) == (
+        ["Desk", "research", "Researcher"],
+        "wf-1--c1",
+        "wf-1",
+    )
+    assert item.agent is inner
+    state = RunState(workflow_id="wf-1", root_agent=root, interruptions=[item])
+    loaded = asyncio.run(RunState.from_string(root, state.to_string()))
+    assert loaded.interruptions[0].path == ["Desk", "research", "Researcher"]
+    assert loaded.interruptions[0].owner_workflow_id == "wf-1--c1"
+    assert SCHEMA_VERSIONS[CURRENT_SCHEMA_VERSION].startswith("Pending approvals carry their path")
+
+
+def test_a_version_1_state_still_loads() -> None:
+    agent = Agent(name="Root", model=model, tools=[act])
+    data = _state(agent).to_json()
+    data["$schemaVersion"] = 1
+    for item in data["interruptions"]:
+        del item["path"], item["owner_workflow_id"]
+    loaded = asyncio.run(RunState.from_json(agent, data))
+    assert [(i.call_id, i.path, i.owner_workflow_id) for i in loaded.interruptions] == [
+        ("c1", [], None),
+        ("c2", [], None),
+    ]
+
+
+# ----------------------------------------------------------------------------- changed graphs
+
+
+@function_tool(needs_approval=True)
+def other(x: int) -> int:
+    """Something else."""
+    return x
+
+
+def test_loading_with_a_changed_graph_warns_that_the_run_stays_pinned() -> None:
+    import warnings
+
+    from hitl.state import AgentGraphChangedWarning
+
+    saved = Agent(name="Root", instructions="v1", model=model, tools=[act])
+    text = _state(saved).to_string()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same graph: no warning at all
+        asyncio.run(RunState.from_string(saved, text))
+    changed = Agent(name="Root", instructions="v2", model=model, tools=[act, other])
+    with pytest.warns(AgentGraphChangedWarning, match="stays pinned to the agent graph") as seen:
+        loaded = asyncio.run(RunState.from_string(changed, text))
+    assert capture_graph(saved).graph.fingerprint in str(seen[0].message)
+    assert loaded.interruptions[0].agent is changed
+
+
+def test_loading_refuses_calls_the_graph_no_longer_has() -> None:
+    saved = Agent(name="Root", model=model, tools=[act])
+    text = _state(saved).to_string()
+    without_tool = Agent(name="Root", model=model, tools=[other])
+    with pytest.raises(UserError, match="is for tool 'act' of agent 'Root', which no longer"):
+        asyncio.run(RunState.from_string(without_tool, text))
+
+    inner = Agent(name="Researcher", model=model, tools=[act])
+    nested = Agent(name="Desk", model=model, tools=[inner.as_tool(tool_name="research")])
+    data = RunState(
+        workflow_id="wf-2",
+        root_agent=nested,
+        interruptions=[
+            ToolApprovalItem(
+                call_id="c1/c2", name="act", arguments="{}", agent=inner, agent_id="Researcher"
+            )
+        ],
+    ).to_string()
+    flat = Agent(name="Desk", model=model, tools=[other])
+    with pytest.raises(UserError, match="belongs to agent 'Researcher', which is no longer"):
+        asyncio.run(RunState.from_string(flat, data))
