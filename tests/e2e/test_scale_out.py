@@ -1,7 +1,12 @@
 """Scale-out on the real dev server: several worker processes share one task queue.
 
-One worker is SIGKILLed (the others carry on: every run completes, every approved tool has
-exactly one effect) or stopped with SIGTERM (its in-flight tool finishes on it first).
+One worker is SIGKILLed mid-way through 50 runs (the other carries on: every run completes,
+every approved call has exactly one effect, and only the calls the dead worker was running are
+attempted again), or stopped with SIGTERM: its in-flight tool finishes on it within the grace
+period, or is cancelled after it and handed to another worker.
+
+The ship_order tool (tests/agents.py) notes every attempt in the ledger before its effect, with
+the process that ran it and how its body ended, so a tool body that ran twice always shows.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ import asyncio
 import json
 import os
 import signal
+import time
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +26,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from hitl.wire import WORKFLOW_TYPE, DecisionInput, RunInput, RunOutput, RunStatus, WaitInput
 from tests.agents import shipping_agent
 from tests.helpers import (
+    Attempt,
     Ledger,
     WorkerProcess,
     event_count,
@@ -37,9 +45,16 @@ RUNS = 50
 STICKY = ["--sticky-queue-timeout", "2"]
 
 
-def effects(ledger: Path) -> list[tuple[str, int, int]]:
-    """(idempotency key, pid of the first attempt, attempts) per recorded shipment."""
-    return [(key, json.loads(args)["pid"], n) for key, _, args, n in Ledger(ledger).rows()]
+def shipments(ledger: Path) -> list[Attempt]:
+    return Ledger(ledger).attempts("ship_order")
+
+
+def effects_by_order(ledger: Path) -> dict[int, list[str]]:
+    """Idempotency keys of the recorded shipments (the business rows), per order."""
+    out: dict[int, list[str]] = defaultdict(list)
+    for key, _, args, _ in Ledger(ledger).rows("ship_order"):
+        out[json.loads(args)["order_id"]].append(key)
+    return dict(out)
 
 
 def workflow_task_identities(hist: WorkflowHistory) -> set[str]:
@@ -48,6 +63,33 @@ def workflow_task_identities(hist: WorkflowHistory) -> set[str]:
         for e in hist.events
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
     }
+
+
+def tool_attempt(hist: WorkflowHistory) -> tuple[int, str]:
+    """(attempt, worker identity) that completed the run's one execute_tool activity.
+
+    Temporal writes an activity's started event when the activity closes, with the attempt that
+    closed it: the attempts a dead or stopping worker abandoned leave no event of their own.
+    """
+    [scheduled] = [
+        e.event_id
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "execute_tool"
+    ]
+    [started] = [
+        e.activity_task_started_event_attributes
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id == scheduled
+    ]
+    [_] = [
+        e
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        and e.activity_task_completed_event_attributes.scheduled_event_id == scheduled
+    ]
+    return started.attempt, started.identity
 
 
 async def start_parked(
@@ -70,20 +112,29 @@ async def start_parked(
     return handle, pending.call_id
 
 
-async def test_fifty_runs_on_two_workers_survive_killing_one(
+# Each first attempt lingers this long after its effect; with 4 tool slots per worker the 50
+# approved shipments take several rounds, so the kill lands with some done, some running on
+# the victim and most still to come.
+LINGER = "0.5"
+SLOTS = ["--max-concurrent-activities", "4"]
+DONE_BEFORE_KILL = 5
+
+
+async def test_fifty_runs_on_two_workers_survive_killing_one_mid_way(
     dev_server: DevServer, dev_client: Client, tmp_path: Path
 ) -> None:
     tq = queue_name("scale")
     ledger = tmp_path / "ledger.db"
     Ledger(ledger)
-    env = {"HITL_TEST_LEDGER": str(ledger), "HITL_TEST_TOOL_SECONDS": "4"}
+    env = {"HITL_TEST_LEDGER": str(ledger), "HITL_TEST_TOOL_SECONDS": LINGER}
     workers = {
         name: WorkerProcess(
-            dev_server.address, tq, env=env, extra_args=[*STICKY, "--identity", name]
+            dev_server.address, tq, env=env, extra_args=[*STICKY, *SLOTS, "--identity", name]
         )
         for name in ("worker-a", "worker-b")
     }
     await asyncio.gather(*(asyncio.to_thread(w.start) for w in workers.values()))
+    names = {w.process.pid: name for name, w in workers.items() if w.process}
     approvals: asyncio.Future[list[object]] | None = None
     try:
         parked = await asyncio.gather(*(start_parked(dev_client, tq, n) for n in range(RUNS)))
@@ -94,14 +145,29 @@ async def test_fifty_runs_on_two_workers_survive_killing_one(
                 for h, call_id in parked
             )
         )
-        # Kill whichever worker records a shipment first, while that shipment still runs (each
-        # first attempt lingers after its effect): the worst case for at-most-one-effect. Later
-        # approvals of runs it had cached are taken over by the survivor.
-        pids = {w.process.pid: name for name, w in workers.items() if w.process}
-        await wait_for(lambda: effects(ledger), what="a shipment to start")
-        victim = pids[effects(ledger)[0][1]]
-        workers[victim].kill()
-        survivor = next(w for name, w in workers.items() if name != victim)
+
+        # Kill a worker once both have finished several shipments, at a moment it is running
+        # one (effect committed, activity not completed): the worst case for one effect.
+        chosen: list[str] = []
+
+        def victim_now() -> bool:
+            rows = shipments(ledger)
+            done = Counter(a.pid for a in rows if a.outcome == "done")
+            running = [a.pid for a in rows if a.outcome is None]
+            if running and all(done[pid] >= DONE_BEFORE_KILL for pid in names):
+                chosen.append(names[running[-1]])
+            return bool(chosen)
+
+        await wait_for(victim_now, timeout=60, what="both workers to ship, one mid-shipment")
+        victim_name = chosen[0]
+        workers[victim_name].kill()
+        [survivor_name] = [name for name in workers if name != victim_name]
+        survivor = workers[survivor_name]
+        victim_pid = next(pid for pid, name in names.items() if name == victim_name)
+        # The victim is dead: what it had started, and which bodies it never finished, is final.
+        at_kill = [a for a in shipments(ledger) if a.pid == victim_pid]
+        started = {a.key for a in shipments(ledger)}
+        assert len(started) < RUNS, "the kill came mid-way: some shipments had not started"
 
         await asyncio.wait_for(approvals, 60)
         outs = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 60)
@@ -115,16 +181,43 @@ async def test_fifty_runs_on_two_workers_survive_killing_one(
             w.kill()
 
     assert [o.final_output for o in outs] == [f"Shipped order {n}" for n in range(RUNS)]
-    rows = effects(ledger)
-    expected_keys = {f"{h.id}:{call_id}" for h, call_id in parked}
-    assert len(rows) == RUNS and {key for key, _, _ in rows} == expected_keys, "one effect each"
-    victim_pid = next(p for p, name in pids.items() if name == victim)
-    assert any(pid == victim_pid and attempts > 1 for _, pid, attempts in rows), (
-        "the kill interrupted a shipment, which another worker retried with the same key"
-    )
+    expected = {n: f"{h.id}:{call_id}" for n, (h, call_id) in enumerate(parked)}
 
+    # Effects: exactly one business row per approved call, under the call's idempotency key.
+    assert effects_by_order(ledger) == {n: [key] for n, key in expected.items()}
+
+    # Attempts: only the calls the victim had started were attempted again, each exactly once
+    # more, on the survivor; the ones it was still running are among them.
+    by_key: dict[str, list[Attempt]] = defaultdict(list)
+    for a in shipments(ledger):
+        by_key[a.key].append(a)
+    assert set(by_key) == set(expected.values())
+    unfinished = {a.key for a in at_kill if a.outcome is None}
+    twice = {key for key, rows in by_key.items() if len(rows) > 1}
+    assert unfinished, "the kill landed while the victim was running shipments"
+    assert unfinished <= twice <= {a.key for a in at_kill}, (unfinished, twice)
+    assert survivor.process is not None
+    survivor_pid = survivor.process.pid
+    for key, rows in by_key.items():
+        if key in twice:
+            first, again = rows
+            assert (first.pid, first.attempt) == (victim_pid, 1), rows
+            assert (again.pid, again.attempt, again.outcome) == (survivor_pid, 2, "done"), rows
+        else:
+            [once] = rows
+            assert once.outcome == "done", rows
+
+    # History: one execute_tool per run, closed by the attempt and worker the ledger saw last;
+    # every interrupted call completed on attempt 2 by the survivor.
     histories = await asyncio.gather(*(h.fetch_history() for h in handles))
     assert [tool_activity_count(h) for h in histories] == [1] * RUNS, "scheduled once per run"
+    closed = {expected[n]: tool_attempt(hist) for n, hist in enumerate(histories)}
+    for key, (attempt, identity) in closed.items():
+        last = by_key[key][-1]
+        assert (attempt, identity) == (last.attempt, names[last.pid]), (key, by_key[key])
+        if attempt > 1:
+            assert (attempt, identity) == (2, survivor_name), (key, attempt, identity)
+    assert {key for key, (attempt, _) in closed.items() if attempt == 2} >= twice
     assert sum(event_count(h, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED) for h in histories) == 0
     seen = set().union(*(workflow_task_identities(h) for h in histories))
     assert {"worker-a", "worker-b"} <= seen, f"both workers ran workflow tasks: {seen}"
@@ -150,11 +243,11 @@ async def test_sigterm_lets_the_in_flight_tool_finish(
     try:
         handle, call_id = await start_parked(dev_client, tq, 7)
         await handle.execute_update("approve", DecisionInput(call_id=call_id))
-        await wait_for(lambda: effects(ledger), what="the shipment to start")
-        [(_, pid, _)] = effects(ledger)
-        busy = next(w for w in workers if w.process and w.process.pid == pid)
+        await wait_for(lambda: shipments(ledger), what="the shipment to start")
+        [started] = shipments(ledger)
+        busy = next(w for w in workers if w.process and w.process.pid == started.pid)
         assert busy.process is not None
-        os.kill(pid, signal.SIGTERM)  # what `docker stop` sends
+        os.kill(started.pid, signal.SIGTERM)  # what `docker stop` sends
         # The worker stays up until its shipment is done, then exits cleanly.
         code = await asyncio.to_thread(busy.process.wait, 30)
         assert code == 0, "".join(busy.output)
@@ -164,18 +257,62 @@ async def test_sigterm_lets_the_in_flight_tool_finish(
             w.kill()
 
     assert out.final_output == "Shipped order 7"
-    [(_, _, attempts)] = effects(ledger)
-    assert attempts == 1, "the tool finished on the stopping worker; nothing was retried"
+    assert shipments(ledger) == [
+        Attempt(f"{handle.id}:{call_id}", "ship_order", started.pid, 1, "done")
+    ], "the tool finished on the stopping worker; nothing was retried"
+    assert effects_by_order(ledger) == {7: [f"{handle.id}:{call_id}"]}
     hist = await handle.fetch_history()
-    [done] = [
-        e for e in hist.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-    ]
-    [started] = [
-        e.activity_task_started_event_attributes
-        for e in hist.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.event_id == done.activity_task_completed_event_attributes.started_event_id
-    ]
-    assert started.identity == busy.extra_args[-1] and started.attempt == 1
+    assert tool_attempt(hist) == (1, busy.extra_args[-1])
     other = next(w for w in workers if w is not busy).extra_args[-1]
     assert other in workflow_task_identities(hist), "the other worker finished the run"
+
+
+async def test_sigterm_past_the_grace_hands_the_tool_to_another_worker(
+    dev_server: DevServer, dev_client: Client, tmp_path: Path
+) -> None:
+    tq = queue_name("handover")
+    ledger = tmp_path / "ledger.db"
+    Ledger(ledger)
+    # The first attempt would run 20 s; the stopping worker gives it 1 s.
+    env = {"HITL_TEST_LEDGER": str(ledger), "HITL_TEST_TOOL_SECONDS": "20"}
+    workers = [
+        WorkerProcess(
+            dev_server.address,
+            tq,
+            env=env,
+            extra_args=["--graceful-shutdown", "1", "--identity", name],
+        )
+        for name in ("handover-a", "handover-b")
+    ]
+    await asyncio.gather(*(asyncio.to_thread(w.start) for w in workers))
+    try:
+        handle, call_id = await start_parked(dev_client, tq, 9)
+        await handle.execute_update("approve", DecisionInput(call_id=call_id))
+        await wait_for(lambda: shipments(ledger), what="the shipment to start")
+        [started] = shipments(ledger)
+        busy = next(w for w in workers if w.process and w.process.pid == started.pid)
+        other = next(w for w in workers if w is not busy)
+        assert busy.process is not None and other.process is not None
+        sent = time.monotonic()
+        os.kill(started.pid, signal.SIGTERM)
+        code = await asyncio.to_thread(busy.process.wait, 30)
+        stopped_in = time.monotonic() - sent
+        assert code == 0, "".join(busy.output)
+        out = await asyncio.wait_for(handle.result(), 30)
+        handed_over_in = time.monotonic() - sent
+    finally:
+        for w in workers:
+            w.kill()
+
+    assert out.final_output == "Shipped order 9"
+    key = f"{handle.id}:{call_id}"
+    assert shipments(ledger) == [
+        Attempt(key, "ship_order", busy.process.pid, 1, "cancelled"),
+        Attempt(key, "ship_order", other.process.pid, 2, "done"),
+    ], "cancelled on the stopping worker after its grace, retried on the other with the same key"
+    assert effects_by_order(ledger) == {9: [key]}, "one effect"
+    assert stopped_in < 10, f"the worker waited {stopped_in:.1f}s, not for the 20 s tool"
+    assert handed_over_in < 15, f"the run finished {handed_over_in:.1f}s after SIGTERM"
+    hist = await handle.fetch_history()
+    assert tool_activity_count(hist) == 1
+    assert tool_attempt(hist) == (2, other.extra_args[-1])

@@ -1,8 +1,9 @@
 """Connection failures become one line that says what to fix (hitl/client.py).
 
 The transport errors below are the SDK's own texts, captured from real failed connections (the
-end-to-end versions are in tests/e2e/test_production.py); credential rejections need a real
-cluster with authentication, so they are checked here against the status the server returns.
+end-to-end versions are in tests/e2e/test_production.py). Credential rejections are checked here
+against the status the server returns, and end to end in tests/e2e/test_production.py against a
+fake gRPC frontend that answers UNAUTHENTICATED or PERMISSION_DENIED.
 """
 
 from __future__ import annotations

