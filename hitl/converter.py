@@ -52,9 +52,7 @@ class HitlPayloadConverter(CompositePayloadConverter):
     def __init__(self) -> None:
         super().__init__(
             *(
-                SparseJSONPayloadConverter()
-                if isinstance(c, JSONPlainPayloadConverter)
-                else c
+                SparseJSONPayloadConverter() if isinstance(c, JSONPlainPayloadConverter) else c
                 for c in DefaultPayloadConverter.default_encoding_payload_converters
             )
         )
