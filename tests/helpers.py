@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
@@ -210,8 +210,9 @@ class WorkerProcess:
         self.process: subprocess.Popen[str] | None = None
         self.output: list[str] = []
 
-    def start(self, timeout: float = 30.0) -> WorkerProcess:
-        cmd = [
+    def command(self) -> list[str]:
+        """The command line (`python -m worker ...`); subclasses run other worker modules."""
+        return [
             sys.executable,
             "-m",
             "worker",
@@ -225,8 +226,10 @@ class WorkerProcess:
             "WARNING",
             *self.extra_args,
         ]
+
+    def start(self, timeout: float = 30.0) -> Self:
         self.process = subprocess.Popen(
-            cmd,
+            self.command(),
             cwd=ROOT,
             env={**os.environ, **self.env},
             stdout=subprocess.PIPE,
@@ -243,6 +246,7 @@ class WorkerProcess:
             if "worker ready" in line:
                 threading.Thread(target=self._drain, daemon=True).start()
                 return self
+        self.kill()
         raise RuntimeError("worker did not start:\n" + "".join(self.output))
 
     def _drain(self) -> None:
@@ -263,7 +267,7 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def __enter__(self) -> WorkerProcess:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -9,9 +9,7 @@ run's history by the replay-safe tracer and exported once, by the worker that en
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +26,7 @@ from hitl import RunConfig, Runner
 from hitl.client import data_converter
 from tests.agents import support_agent
 from tests.e2e.traced_worker import span_record, trace_triage
-from tests.helpers import ROOT, WorkerProcess, queue_name, serving
+from tests.helpers import WorkerProcess, queue_name, serving
 from worker.devserver import DevServer
 
 EXPORTER = InMemorySpanExporter()
@@ -238,30 +236,15 @@ class TracedWorker(WorkerProcess):
         super().__init__(address, task_queue)
         self.spans = spans
 
-    def start(self, timeout: float = 30.0) -> TracedWorker:
-        cmd = [sys.executable, "-m", "tests.e2e.traced_worker"]
-        self.process = subprocess.Popen(
-            [*cmd, self.address, self.task_queue, str(self.spans)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        deadline = time.monotonic() + timeout
-        assert self.process.stdout is not None
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                break
-            self.output.append(line)
-            if "worker ready" in line:
-                threading.Thread(target=self._drain, daemon=True).start()
-                return self
-        self.kill()
-        raise RuntimeError("traced worker did not start:\n" + "".join(self.output))
-
-    def __enter__(self) -> TracedWorker:
-        return self.start()
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "tests.e2e.traced_worker",
+            self.address,
+            self.task_queue,
+            str(self.spans),
+        ]
 
     def exported(self) -> list[dict[str, Any]]:
         if not self.spans.exists():
