@@ -551,25 +551,6 @@ async def _no_worker_message(client: Client, handle: WorkflowHandle[Any, Any]) -
     )
 
 
-def _matches(want: DecisionRequest, rec: DecisionRecord) -> bool:
-    """True when `rec` is the outcome `want` asked for, not an earlier, different decision.
-
-    A call a rule or policy already decided the same way counts (the run answers such a repeat
-    with that record, and the printed outcome names who decided); a person's decision counts
-    only when every field is the same.
-    """
-    if rec.kind != want.kind:
-        return False
-    if rec.source != "person":
-        return True
-    return (
-        rec.always == want.always
-        and rec.approver == want.approver
-        and rec.reason == want.reason
-        and (want.kind == "approve" or rec.message == want.message)
-    )
-
-
 def _decided_text(rec: DecisionRecord) -> str:
     """What a recorded decision says: `approve by alice (always, for the rest of the run)`."""
     who = rec.approver or rec.source.replace("_", " ")
@@ -594,7 +575,7 @@ def _outcome(
         rec = recorded.get(d.call_id)
         if rec is None:
             raise Refused(f"run {run_id} recorded no decision for call '{d.call_id}'")
-        if not _matches(d, rec):
+        if not rec.answers(d.kind, d):
             raise Refused(
                 f"refused: call '{d.call_id}' was already decided: {_decided_text(rec)} "
                 "(AlreadyDecided)"

@@ -63,7 +63,6 @@ from hitl.wire import (
     MAX_WORKFLOW_ID,
     WORKFLOW_TYPE,
     DecideInput,
-    DecisionRecord,
     DecisionRequest,
     RunContextData,
     RunEvent,
@@ -470,14 +469,13 @@ def new_workflow_id(agent_name: str) -> str:
     return f"run-{slug}-{uuid.uuid4().hex[:12]}"
 
 
-def _check_id(value: str, what: str) -> str:
+def _check_id(value: str, what: str) -> None:
     """Refuse an id the cluster could not store once nested runs extend it."""
     if not value or len(value) > MAX_ID_PREFIX:
         raise UserError(
             f"{what} must be 1 to {MAX_ID_PREFIX} characters (got {len(value)}): nested runs "
             f"extend it, and Temporal on PostgreSQL stores at most {MAX_WORKFLOW_ID}"
         )
-    return value
 
 
 def _summary(agent: Agent[Any], user_input: str | list[dict[str, Any]]) -> str:
@@ -660,30 +658,12 @@ def _check_decisions_applied(result: RunResult, decisions: list[DecisionRequest]
     recorded = {d.call_id: d for d in result.decisions}
     for d in decisions:
         prior = recorded.get(d.call_id)
-        if prior is None or not _applied(prior, d):
+        if prior is None or not prior.answers(d.kind, d):
             what = f"{prior.kind} by {prior.approver or prior.source}" if prior else "not decided"
             raise AlreadyDecidedError(
                 f"run {result.workflow_id} finished before this decision arrived; "
                 f"call '{d.call_id}' was {what}"
             )
-
-
-def _applied(prior: DecisionRecord, d: DecisionRequest) -> bool:
-    """Whether the recorded decision is the one sent.
-
-    A rule or policy that decided the same way counts: the call went the way the person wanted.
-    """
-    if prior.kind != d.kind:
-        return False
-    if prior.source != "person":
-        return True
-    message = d.message if d.kind == "reject" else None
-    return (prior.approver, prior.always, prior.reason, prior.message) == (
-        d.approver,
-        d.always,
-        d.reason,
-        message,
-    )
 
 
 async def _settle(session: _Session, workflow_id: str, status: RunStatus | None) -> RunResult:

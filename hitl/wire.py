@@ -416,6 +416,25 @@ class DecisionRecord(_Model):
     via: DecisionVia = "update"
     decided_at: datetime
 
+    def answers(self, kind: DecisionKind, d: DecisionInput) -> bool:
+        """Whether this record is the outcome of decision `d` of `kind` (so a repeat is a retry).
+
+        A rule, policy or deadline that decided the same way counts; a person's decision only
+        when nothing differs (a repeat that adds `always` or changes the message is another
+        decision).
+        """
+        if self.kind != kind:
+            return False
+        if self.source != "person":
+            return True
+        message = d.message if kind == "reject" else None
+        return (self.always, self.message, self.approver, self.reason) == (
+            d.always,
+            message,
+            d.approver,
+            d.reason,
+        )
+
 
 class CarriedState(_Model):
     """Everything a run needs to continue as new without losing anything."""

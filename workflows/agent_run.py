@@ -218,8 +218,6 @@ class AgentRun:
         self._usage = Usage()
         self._book = ApprovalBook()
         self._refused: list[RefusedDecision] = []
-        self._policy_refusals: set[str] = set()
-        """Calls refused by a policy (a guardrail, the tool's own argument check)."""
         self._continued_runs = 0
         self._busy = 0
         self._output: RunOutput | None = None
@@ -641,6 +639,7 @@ class AgentRun:
         ]
         # (A tool with approval "never" needs no plan: nothing to ask, render or decide.)
         policies: dict[str, PolicyDecision] = {}
+        by_policy: set[str] = set()  # refused by a guardrail: a policy's answer, not a mistake
         if to_plan:
             plans = await self._plan(agent, to_plan)
             for rec, plan in zip(to_plan, plans.plans, strict=True):
@@ -648,9 +647,11 @@ class AgentRun:
                     t = plan.tripwire
                     raise RunFailure(t.type, t.message, t.details)
                 if plan.refusal is not None:
-                    # A policy's answer (arguments the tool refuses, a pre-approval guardrail),
-                    # not a model mistake: it does not count as a bad turn.
-                    self._refuse(rec, plan.refusal, bad_turn=not plan.by_policy)
+                    # Arguments the tool refuses are the model's mistake; a pre-approval
+                    # guardrail's refusal is a policy's answer and not a bad turn.
+                    self._refuse(rec, plan.refusal)
+                    if plan.by_policy:
+                        by_policy.add(rec.call_id)
                     continue
                 # The graph pinned at run start decides whether a call needs a person: a
                 # deploy that relaxes a tool's `needs_approval` does not relax parked runs.
@@ -691,7 +692,7 @@ class AgentRun:
                 )
         self._announce_decisions()
 
-        mistakes = [r for r in records if r.call_id not in self._policy_refusals]
+        mistakes = [r for r in records if r.call_id not in by_policy]
         if any(r.state == "refused" for r in mistakes) and all(
             r.state == "refused" for r in mistakes if r.call_id != handoff_call
         ):
@@ -714,12 +715,10 @@ class AgentRun:
                 "hitl.handoff", **{"hitl.from": previous, "hitl.to": self._agent_name()}
             )
 
-    def _refuse(self, rec: CallRecord, message: str, *, bad_turn: bool = True) -> None:
+    def _refuse(self, rec: CallRecord, message: str) -> None:
         rec.state = "refused"
         rec.output = message
         rec.is_error = True
-        if not bad_turn:
-            self._policy_refusals.add(rec.call_id)
 
     async def _drive(self, agent: AgentSpec, rec: CallRecord) -> None:
         """Take one call from its current state to an output."""

@@ -55,20 +55,6 @@ def parse_payload(model: type[M], value: Any, what: str = "decision") -> M:
         raise refusal("InvalidDecision", f"invalid {what}: {problems}") from None
 
 
-def _same_decision(prior: DecisionRecord, d: DecisionInput) -> bool:
-    """True when a person's repeated decision is a retry: nothing in it differs.
-
-    A repeat that adds `always` or changes the message must not be reported as applied.
-    """
-    message = d.message if prior.kind == "reject" else None
-    return (prior.always, prior.message, prior.approver, prior.reason) == (
-        d.always,
-        message,
-        d.approver,
-        d.reason,
-    )
-
-
 def _check_approver(d: DecisionInput, tool: str, allowed: list[str]) -> None:
     # The list stops mistakes, not forgery: Temporal does not authenticate who sends an update,
     # so production puts an approval gateway (holding the write credentials) in front.
@@ -249,7 +235,7 @@ class ApprovalBook:
             raise refusal("InvalidDecision", "call_id must not be empty")
         prior = self.decisions.get(d.call_id)
         if prior is not None:
-            if prior.kind == kind and (prior.source != "person" or _same_decision(prior, d)):
+            if prior.answers(kind, d):
                 return prior  # a retry: idempotent, answered with what was recorded
             who = prior.approver or prior.source.replace("_", " ")
             what = prior.kind + (" (always)" if prior.always else "")
