@@ -75,6 +75,18 @@ class Refused(Exception):
     """A command could not do what was asked; the message says why (exit 1)."""
 
 
+class _Gone(Refused):
+    """The run does not exist (any more) in this namespace."""
+
+
+class _Unreadable(Refused):
+    """The run exists but could not be asked; `reason` says why, without the run's id."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(f"cannot read run {run_id}: {reason}")
+        self.reason = reason
+
+
 # ----------------------------------------------------------------------------- output helpers
 
 
@@ -170,36 +182,37 @@ async def _query(
     result_type: type[Any],
     timeout: float,
     pollers: _Pollers | None = None,
+    queue: str | None = None,
 ) -> Any:
     """Ask a run a query within `timeout` seconds, or say plainly why it cannot answer.
 
-    Queries are answered by a worker. With none polling the run's task queue the answer is
-    immediate; with one that does not answer, it comes after `timeout` seconds, never after the
-    server's own query timeout.
+    Queries are answered by a worker. With none polling the run's task queue (`queue`, else
+    looked up) the answer is immediate; with one that does not answer, it comes after `timeout`
+    seconds, never after the server's own query timeout. Raises `_Gone` or `_Unreadable`.
     """
     pollers = pollers or _Pollers(client)
-    try:
-        desc = await handle.describe(rpc_timeout=timedelta(seconds=timeout))
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise Refused(f"no run {handle.id!r} in this namespace") from None
-        raise Refused(f"cannot read run {handle.id}: {exc.message} ({_code(exc)})") from None
-    queue = desc.task_queue
+    if queue is None:
+        try:
+            desc = await handle.describe(rpc_timeout=timedelta(seconds=timeout))
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise _Gone(f"no run {handle.id!r} in this namespace") from None
+            raise _Unreadable(handle.id, f"{exc.message} ({_code(exc)})") from None
+        queue = desc.task_queue
     if await pollers.count(queue) == 0:
-        raise Refused(f"cannot read run {handle.id}: no worker is polling task queue {queue!r}")
+        raise _Unreadable(handle.id, f"no worker is polling task queue {queue!r}")
     try:
         return await handle.query(
             name, result_type=result_type, rpc_timeout=timedelta(seconds=timeout)
         )
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
-            raise Refused(f"no run {handle.id!r} in this namespace") from None
+            raise _Gone(f"no run {handle.id!r} in this namespace") from None
         if exc.status in _UNANSWERED:
-            why = await pollers.why_unanswered(queue, timeout)
-            raise Refused(f"cannot read run {handle.id}: {why}") from None
-        raise Refused(f"cannot read run {handle.id}: {exc.message} ({_code(exc)})") from None
+            raise _Unreadable(handle.id, await pollers.why_unanswered(queue, timeout)) from None
+        raise _Unreadable(handle.id, f"{exc.message} ({_code(exc)})") from None
     except WorkflowQueryFailedError as exc:
-        raise Refused(f"cannot read run {handle.id}: the {name} query failed: {exc}") from None
+        raise _Unreadable(handle.id, f"the {name} query failed: {exc}") from None
 
 
 async def _status(
@@ -305,21 +318,16 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
 
     async def ask(w: WorkflowExecution) -> RunStatus | str | None:
         """The run's status, or why it could not be asked (`None`: it is gone)."""
-        if await pollers.count(w.task_queue) == 0:
-            return f"no worker is polling task queue {w.task_queue!r}"
+        handle = client.get_workflow_handle(w.id)
         async with semaphore:
             try:
-                status: RunStatus = await client.get_workflow_handle(w.id).query(
-                    "status", result_type=RunStatus, rpc_timeout=timedelta(seconds=args.timeout)
+                status: RunStatus = await _query(
+                    client, handle, "status", RunStatus, args.timeout, pollers, w.task_queue
                 )
-            except RPCError as exc:
-                if exc.status == RPCStatusCode.NOT_FOUND:
-                    return None
-                if exc.status in _UNANSWERED:
-                    return await pollers.why_unanswered(w.task_queue, args.timeout)
-                return f"{exc.message} ({_code(exc)})"
-            except WorkflowQueryFailedError as exc:
-                return f"the status query failed: {exc}"
+            except _Gone:
+                return None
+            except _Unreadable as exc:
+                return exc.reason
         return status
 
     answers = await asyncio.gather(*(ask(w) for w in found))
