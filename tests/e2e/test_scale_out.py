@@ -17,11 +17,13 @@ import os
 import signal
 import time
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.common import WorkflowIDConflictPolicy
 
 from hitl.wire import WORKFLOW_TYPE, DecisionInput, RunInput, RunOutput, RunStatus, WaitInput
 from tests.agents import shipping_agent
@@ -97,7 +99,8 @@ async def start_parked(
 ) -> tuple[WorkflowHandle[Any, RunOutput], str]:
     """Start a run as `temporal workflow start` does, wait until it parks; its call id.
 
-    (The operator path, the same calls `hitl` and the `temporal` CLI make.)
+    (The operator path, the same calls `hitl` and the `temporal` CLI make.) Calling it again
+    for the same `n` finds the run instead of starting another.
     """
     handle = await client.start_workflow(
         WORKFLOW_TYPE,
@@ -105,6 +108,7 @@ async def start_parked(
         id=f"{tq}-{n}",
         task_queue=tq,
         result_type=RunOutput,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
     status = await handle.execute_update("wait", WaitInput(), result_type=RunStatus)
     [pending] = status.pending
@@ -223,70 +227,49 @@ async def test_fifty_runs_on_two_workers_survive_killing_one_mid_way(
     assert {"worker-a", "worker-b"} <= seen, f"both workers ran workflow tasks: {seen}"
 
 
-async def test_sigterm_lets_the_in_flight_tool_finish(
-    dev_server: DevServer, dev_client: Client, tmp_path: Path
-) -> None:
-    tq = queue_name("drain")
-    ledger = tmp_path / "ledger.db"
+@dataclass
+class Stopped:
+    """What `sigterm_mid_tool` saw: the run, the worker it stopped and the other one."""
+
+    handle: WorkflowHandle[Any, RunOutput]
+    call_id: str
+    busy: WorkerProcess
+    other: WorkerProcess
+    started: Attempt
+    out: RunOutput
+    stopped_in: float
+    """Seconds from SIGTERM until the stopped worker exited (with code 0)."""
+    finished_in: float
+    """Seconds from SIGTERM until the run completed."""
+
+
+async def sigterm_mid_tool(
+    dev_server: DevServer,
+    client: Client,
+    ledger: Path,
+    *,
+    grace: str,
+    linger: str,
+    order: int,
+    names: tuple[str, str],
+) -> Stopped:
+    """Two workers; approve one shipment; SIGTERM the worker running it (what `docker stop`
+    sends) with `grace` seconds of graceful shutdown while the tool lingers `linger` s."""
+    tq = queue_name(names[0])
     Ledger(ledger)
-    env = {"HITL_TEST_LEDGER": str(ledger), "HITL_TEST_TOOL_SECONDS": "3"}
+    env = {"HITL_TEST_LEDGER": str(ledger), "HITL_TEST_TOOL_SECONDS": linger}
     workers = [
         WorkerProcess(
             dev_server.address,
             tq,
             env=env,
-            extra_args=["--graceful-shutdown", "30", "--identity", name],
+            extra_args=["--graceful-shutdown", grace, "--identity", name],
         )
-        for name in ("drain-a", "drain-b")
+        for name in names
     ]
     await asyncio.gather(*(asyncio.to_thread(w.start) for w in workers))
     try:
-        handle, call_id = await start_parked(dev_client, tq, 7)
-        await handle.execute_update("approve", DecisionInput(call_id=call_id))
-        await wait_for(lambda: shipments(ledger), what="the shipment to start")
-        [started] = shipments(ledger)
-        busy = next(w for w in workers if w.process and w.process.pid == started.pid)
-        assert busy.process is not None
-        os.kill(started.pid, signal.SIGTERM)  # what `docker stop` sends
-        # The worker stays up until its shipment is done, then exits cleanly.
-        code = await asyncio.to_thread(busy.process.wait, 30)
-        assert code == 0, "".join(busy.output)
-        out = await asyncio.wait_for(handle.result(), 30)
-    finally:
-        for w in workers:
-            w.kill()
-
-    assert out.final_output == "Shipped order 7"
-    assert shipments(ledger) == [
-        Attempt(f"{handle.id}:{call_id}", "ship_order", started.pid, 1, "done")
-    ], "the tool finished on the stopping worker; nothing was retried"
-    assert effects_by_order(ledger) == {7: [f"{handle.id}:{call_id}"]}
-    hist = await handle.fetch_history()
-    assert tool_attempt(hist) == (1, busy.extra_args[-1])
-    other = next(w for w in workers if w is not busy).extra_args[-1]
-    assert other in workflow_task_identities(hist), "the other worker finished the run"
-
-
-async def test_sigterm_past_the_grace_hands_the_tool_to_another_worker(
-    dev_server: DevServer, dev_client: Client, tmp_path: Path
-) -> None:
-    tq = queue_name("handover")
-    ledger = tmp_path / "ledger.db"
-    Ledger(ledger)
-    # The first attempt would run 20 s; the stopping worker gives it 1 s.
-    env = {"HITL_TEST_LEDGER": str(ledger), "HITL_TEST_TOOL_SECONDS": "20"}
-    workers = [
-        WorkerProcess(
-            dev_server.address,
-            tq,
-            env=env,
-            extra_args=["--graceful-shutdown", "1", "--identity", name],
-        )
-        for name in ("handover-a", "handover-b")
-    ]
-    await asyncio.gather(*(asyncio.to_thread(w.start) for w in workers))
-    try:
-        handle, call_id = await start_parked(dev_client, tq, 9)
+        handle, call_id = await start_parked(client, tq, order)
         await handle.execute_update("approve", DecisionInput(call_id=call_id))
         await wait_for(lambda: shipments(ledger), what="the shipment to start")
         [started] = shipments(ledger)
@@ -299,20 +282,65 @@ async def test_sigterm_past_the_grace_hands_the_tool_to_another_worker(
         stopped_in = time.monotonic() - sent
         assert code == 0, "".join(busy.output)
         out = await asyncio.wait_for(handle.result(), 30)
-        handed_over_in = time.monotonic() - sent
+        return Stopped(
+            handle, call_id, busy, other, started, out, stopped_in, time.monotonic() - sent
+        )
     finally:
         for w in workers:
             w.kill()
 
-    assert out.final_output == "Shipped order 9"
-    key = f"{handle.id}:{call_id}"
+
+async def test_sigterm_lets_the_in_flight_tool_finish(
+    dev_server: DevServer, dev_client: Client, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.db"
+    # The worker stays up until its 3 s shipment is done, then exits cleanly.
+    run = await sigterm_mid_tool(
+        dev_server,
+        dev_client,
+        ledger,
+        grace="30",
+        linger="3",
+        order=7,
+        names=("drain-a", "drain-b"),
+    )
+    handle, call_id = run.handle, run.call_id
+    assert run.out.final_output == "Shipped order 7"
+    assert shipments(ledger) == [
+        Attempt(f"{handle.id}:{call_id}", "ship_order", run.started.pid, 1, "done")
+    ], "the tool finished on the stopping worker; nothing was retried"
+    assert effects_by_order(ledger) == {7: [f"{handle.id}:{call_id}"]}
+    hist = await handle.fetch_history()
+    assert tool_attempt(hist) == (1, run.busy.extra_args[-1])
+    other = run.other.extra_args[-1]
+    assert other in workflow_task_identities(hist), "the other worker finished the run"
+
+
+async def test_sigterm_past_the_grace_hands_the_tool_to_another_worker(
+    dev_server: DevServer, dev_client: Client, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.db"
+    # The first attempt would run 20 s; the stopping worker gives it 1 s.
+    run = await sigterm_mid_tool(
+        dev_server,
+        dev_client,
+        ledger,
+        grace="1",
+        linger="20",
+        order=9,
+        names=("handover-a", "handover-b"),
+    )
+    handle, busy, other = run.handle, run.busy, run.other
+    assert busy.process is not None and other.process is not None
+    assert run.out.final_output == "Shipped order 9"
+    key = f"{handle.id}:{run.call_id}"
     assert shipments(ledger) == [
         Attempt(key, "ship_order", busy.process.pid, 1, "cancelled"),
         Attempt(key, "ship_order", other.process.pid, 2, "done"),
     ], "cancelled on the stopping worker after its grace, retried on the other with the same key"
     assert effects_by_order(ledger) == {9: [key]}, "one effect"
-    assert stopped_in < 10, f"the worker waited {stopped_in:.1f}s, not for the 20 s tool"
-    assert handed_over_in < 15, f"the run finished {handed_over_in:.1f}s after SIGTERM"
+    assert run.stopped_in < 10, f"the worker waited {run.stopped_in:.1f}s, not for the 20 s tool"
+    assert run.finished_in < 15, f"the run finished {run.finished_in:.1f}s after SIGTERM"
     hist = await handle.fetch_history()
     assert tool_activity_count(hist) == 1
     assert tool_attempt(hist) == (2, other.extra_args[-1])

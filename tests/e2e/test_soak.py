@@ -22,19 +22,13 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.common import WorkflowIDConflictPolicy
 
 from hitl.wire import (
-    WORKFLOW_TYPE,
     DecisionInput,
     DecisionRecord,
-    RunInput,
     RunOutput,
-    RunStatus,
-    WaitInput,
 )
-from tests.agents import shipping_agent
-from tests.e2e.test_scale_out import STICKY
+from tests.e2e.test_scale_out import STICKY, start_parked
 from tests.helpers import Ledger, WorkerProcess, queue_name
 from worker.devserver import DevServer
 
@@ -42,21 +36,6 @@ pytestmark = pytest.mark.soak
 
 RUNS = int(os.environ.get("HITL_SOAK_RUNS", "200"))
 SEED = int(os.environ.get("HITL_SOAK_SEED", "7"))
-
-
-async def _park(client: Client, tq: str, n: int) -> str:
-    """Start run `n` (or find it, on a retry) and wait until it parks; its call id."""
-    handle = await client.start_workflow(
-        WORKFLOW_TYPE,
-        RunInput(agent=shipping_agent.name, input=f"ship order {n}"),
-        id=f"{tq}-{n}",
-        task_queue=tq,
-        result_type=RunOutput,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-    )
-    status = await handle.execute_update("wait", WaitInput(), result_type=RunStatus)
-    [pending] = status.pending
-    return pending.call_id
 
 
 async def _approve(client: Client, wid: str, call_id: str) -> None:
@@ -116,7 +95,7 @@ async def test_random_worker_kills_lose_nothing(
             async with sem:
                 for _ in range(30):
                     try:
-                        call_id = await _park(dev_client, tq, n)
+                        _, call_id = await start_parked(dev_client, tq, n)
                         break
                     except Exception:  # the wait died with a worker: ask again
                         await asyncio.sleep(0.5)
@@ -140,12 +119,12 @@ async def test_random_worker_kills_lose_nothing(
     rows = Ledger(ledger).rows("ship_order")
     orders = sorted(json.loads(args)["order_id"] for _, _, args, _ in rows)
     assert orders == list(range(RUNS)), "exactly one effect per approved call"
-    listed = [w async for w in dev_client.list_workflows(f"TaskQueue = '{tq}'")]
+    listed = [run async for run in dev_client.list_workflows(f"TaskQueue = '{tq}'")]
     assert len(listed) == RUNS
-    assert all(w.status == WorkflowExecutionStatus.COMPLETED for w in listed)
-    for w in listed[:: max(1, RUNS // 20)]:
-        hist = await dev_client.get_workflow_handle(w.id).fetch_history()
+    assert all(run.status == WorkflowExecutionStatus.COMPLETED for run in listed)
+    for run in listed[:: max(1, RUNS // 20)]:
+        hist = await dev_client.get_workflow_handle(run.id).fetch_history()
         failed = sum(
             1 for e in hist.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
         )
-        assert failed <= 3, f"{w.id} failed {failed} workflow tasks"
+        assert failed <= 3, f"{run.id} failed {failed} workflow tasks"
