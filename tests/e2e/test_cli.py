@@ -12,9 +12,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -82,6 +83,23 @@ def start(address: str, tq: str, agent: str, text: str, wid: str) -> None:
     assert "awaiting_approval" in out.stdout
 
 
+async def pending_json(
+    address: str, *args: str, until: Callable[[list[dict[str, Any]]], bool], what: str
+) -> list[dict[str, Any]]:
+    """`hitl pending ARGS --json`, asked again until its rows satisfy `until` (visibility is
+    eventually consistent); the rows."""
+    rows: list[dict[str, Any]] = []
+
+    def listed() -> bool:
+        nonlocal rows
+        out = hitl(address, "pending", *args, "--json")
+        rows = json.loads(out.stdout) if out.returncode == 0 else []
+        return until(rows)
+
+    await wait_for(listed, what=what)
+    return rows
+
+
 async def test_operator_flow_pending_show_approve_reject(
     cli_stack: tuple[str, str, Path], dev_client: Client
 ) -> None:
@@ -97,16 +115,13 @@ async def test_operator_flow_pending_show_approve_reject(
     start(address, tq, "File editor", 'In notes.txt, replace "world" with "there"', edit_run)
     start(address, tq, "Support agent", "cancel order 3", support_run)
 
-    # Visibility is eventually consistent: wait until every pending call is listed.
-    listing: list[dict[str, object]] = []
-
-    def listed() -> bool:
-        nonlocal listing
-        out = hitl(address, "pending", "--queue", tq, "--json")
-        listing = json.loads(out.stdout) if out.returncode == 0 else []
-        return len(listing) == 4
-
-    await wait_for(listed, what="four pending approvals in `hitl pending`")
+    listing = await pending_json(
+        address,
+        "--queue",
+        tq,
+        until=lambda rows: len(rows) == 4,
+        what="four pending approvals in `hitl pending`",
+    )
     assert sorted((e["workflow_id"], e["tool_name"]) for e in listing) == sorted(
         [
             (refund_run, "refund"),
@@ -225,15 +240,14 @@ async def test_approving_while_no_worker_runs(
     finally:
         worker.kill()
     # The inbox by run reads search attributes only, so it works while no worker runs.
-    runs: list[dict[str, object]] = []
-
-    def listed() -> bool:
-        nonlocal runs
-        out = hitl(address, "pending", "--runs", "--queue", tq, "--json")
-        runs = json.loads(out.stdout) if out.returncode == 0 else []
-        return len(runs) == 1
-
-    await wait_for(listed, what="the paused run in `hitl pending --runs`")
+    runs = await pending_json(
+        address,
+        "--runs",
+        "--queue",
+        tq,
+        until=lambda rows: len(rows) == 1,
+        what="the paused run in `hitl pending --runs`",
+    )
     assert runs[0]["workflow_id"] == wid and runs[0]["agent"] == "Support agent"
     assert runs[0]["pending_tools"] == ["cancel_order"] and runs[0]["pending_since"]
     table = hitl(address, "pending", "--runs", "--queue", tq)
@@ -354,11 +368,14 @@ def _timed(address: str, *args: str) -> tuple[subprocess.CompletedProcess[str], 
 
 
 async def _listed_by_visibility(address: str, tq: str, wid: str) -> None:
-    def listed() -> bool:
-        out = hitl(address, "pending", "--runs", "--queue", tq, "--json")
-        return out.returncode == 0 and [r["workflow_id"] for r in json.loads(out.stdout)] == [wid]
-
-    await wait_for(listed, what=f"{wid} in the visibility store")
+    await pending_json(
+        address,
+        "--runs",
+        "--queue",
+        tq,
+        until=lambda rows: [r["workflow_id"] for r in rows] == [wid],
+        what=f"{wid} in the visibility store",
+    )
 
 
 async def test_pending_show_and_approve_all_say_when_no_worker_answers(
@@ -453,15 +470,15 @@ async def test_nested_calls_show_their_path_and_are_decided_at_the_root(
     address, tq, tmp = cli_stack
     wid = f"{tq}-nested"
     start(address, tq, "CLI desk", "tides", wid)
-    rows: list[dict[str, object]] = []
-
-    def listed() -> bool:
-        nonlocal rows
-        out = hitl(address, "pending", "--queue", tq, "--agent", "CLI desk", "--json")
-        rows = json.loads(out.stdout) if out.returncode == 0 else []
-        return [r["workflow_id"] for r in rows] == [wid]
-
-    await wait_for(listed, what="the nested call in `hitl pending`")
+    rows = await pending_json(
+        address,
+        "--queue",
+        tq,
+        "--agent",
+        "CLI desk",
+        until=lambda rows: [r["workflow_id"] for r in rows] == [wid],
+        what="the nested call in `hitl pending`",
+    )
     [row] = rows
     assert (row["tool_name"], row["path"]) == ("lookup", ["CLI desk", "research", "CLI looker"])
     call = str(row["call_id"])
@@ -697,15 +714,15 @@ async def test_agent_names_with_quotes_are_matched_exactly(
     address, tq, _ = cli_stack
     wid = f"{tq}-quoted"
     start(address, tq, "O'Brien's desk", "cancel order 51", wid)
-    rows: list[dict[str, object]] = []
-
-    def listed() -> bool:
-        nonlocal rows
-        out = hitl(address, "pending", "--queue", tq, "--agent", "O'Brien's desk", "--json")
-        rows = json.loads(out.stdout) if out.returncode == 0 else []
-        return bool(rows)
-
-    await wait_for(listed, what="the run of O'Brien's desk in `hitl pending --agent`")
+    rows = await pending_json(
+        address,
+        "--queue",
+        tq,
+        "--agent",
+        "O'Brien's desk",
+        until=bool,
+        what="the run of O'Brien's desk in `hitl pending --agent`",
+    )
     assert [(r["workflow_id"], r["tool_name"]) for r in rows] == [(wid, "cancel_order")]
     runs = hitl(address, "pending", "--runs", "--queue", tq, "--agent", "O'Brien's desk", "--json")
     assert [r["workflow_id"] for r in json.loads(runs.stdout)] == [wid]
