@@ -32,7 +32,8 @@ from tests.e2e.test_scale_out import STICKY, start_parked
 from tests.helpers import Ledger, WorkerProcess, queue_name
 from worker.devserver import DevServer
 
-pytestmark = pytest.mark.soak
+# Its runs get 900 s (below), more than the suite's default per-test timeout (pyproject.toml).
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(1200)]
 
 RUNS = int(os.environ.get("HITL_SOAK_RUNS", "200"))
 SEED = int(os.environ.get("HITL_SOAK_SEED", "7"))
