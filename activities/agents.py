@@ -12,7 +12,6 @@ from activities.context import rebuild_context
 from hitl.admin import search_attributes_ready
 from hitl.errors import UserError
 from hitl.model import model_spec_for
-from hitl.refs import resolve_ref
 from hitl.registry import AgentRegistry
 from hitl.run_config import RunErrorHandlerInput, RunErrorHandlerResult
 from hitl.wire import (
@@ -63,24 +62,42 @@ class AgentActivities:
 
     @activity.defn(name=ACT_RESOLVE_AGENT)
     async def resolve_agent(self, inp: ResolveAgentInput) -> ResolvedRun:
-        """Capture the graph of the named agent (recorded in history: the run is pinned to it)."""
+        """Capture the graph of the named agent (recorded in history: the run is pinned to it).
+
+        Everything the run's config names must be allowed on this worker (`hitl.refs`): the
+        run fails here, before any model call or tool, when something is not.
+        """
         try:
             graph = self.registry.resolve(inp.agent).graph
             cfg = inp.run_config
-            refs = [
-                cfg.tool_error_formatter,
-                cfg.context_type,
-                cfg.approver,
-                *cfg.error_handlers.values(),
+            allowed = self.registry.allowed
+            named = [
+                ("tool_error_formatter", cfg.tool_error_formatter),
+                ("approver", cfg.approver),
+                ("handoff_input_filter", cfg.handoff_input_filter),
+                ("handoff_history_mapper", cfg.handoff_history_mapper),
+                ("call_model_input_filter", cfg.call_model_input_filter),
+                ("context_deserializer", cfg.context_deserializer),
+                *((f"error_handlers[{k!r}]", v) for k, v in cfg.error_handlers.items()),
+                *(("input_guardrails", g) for g in cfg.input_guardrails),
+                *(("output_guardrails", g) for g in cfg.output_guardrails),
             ]
-            for ref in refs:
+            for what, ref in named:
                 if ref:
-                    resolve_ref(ref)
+                    allowed.get(ref, what=f"the run's {what}")
+            if cfg.context_type:
+                allowed.get(cfg.context_type, what="the run context's type")
             unknown = set(cfg.error_handlers) - {"max_turns"}
             if unknown:
                 raise UserError(f"unsupported error_handlers keys: {sorted(unknown)}")
             if cfg.model:
                 spec = cfg.model if isinstance(cfg.model, ModelSpec) else model_spec_for(cfg.model)
+                if not allowed.allows_model(spec):
+                    raise UserError(
+                        f"the run's model {spec.name[:100]!r} names an endpoint or secret "
+                        "variables this worker does not know; allow the Model on the worker "
+                        "(`hitl.allow(OpenAIModel(...))` or `build_worker(..., allow=[...])`)"
+                    )
                 graph = graph.model_copy(
                     update={
                         "agents": {
@@ -100,8 +117,10 @@ class AgentActivities:
     async def handle_run_error(self, inp: HandleRunErrorInput) -> HandleRunErrorOutput:
         """Run an `error_handlers` entry; it may turn the error into a controlled final output."""
         try:
-            handler = resolve_ref(inp.handler)
-            context = rebuild_context(inp.context)
+            handler = self.registry.allowed.get_callable(
+                inp.handler, what="the run's max_turns error handler"
+            )
+            context = rebuild_context(inp.context, self.registry.allowed)
         except UserError as exc:
             raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
         data = RunErrorHandlerInput(

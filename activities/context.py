@@ -8,19 +8,25 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from hitl.errors import UserError
-from hitl.refs import resolve_ref
+from hitl.refs import Allowed
 from hitl.wire import RunContextData
 
 
-def rebuild_context(data: RunContextData | None) -> Any:
-    """The context object user code sees: its JSON value, rebuilt as its type when one is known."""
+def rebuild_context(data: RunContextData | None, allowed: Allowed) -> Any:
+    """The context object user code sees: its JSON value, rebuilt as its type when one is known.
+
+    The type and the deserializer are names; only ones this worker allows are used.
+    """
     if data is None:
         return None
     if data.deserializer is not None:
-        return resolve_ref(data.deserializer)(data.value)
+        fn = allowed.get_callable(data.deserializer, what="the run's context_deserializer")
+        return fn(data.value)
     if data.type is None:
         return data.value
-    cls: Any = resolve_ref(data.type)
+    cls: Any = allowed.get(data.type, what="the run context's type")
+    if not isinstance(cls, type):
+        raise UserError(f"the run context's type {data.type!r} is not a type")
     try:
         return TypeAdapter(cls).validate_python(data.value)
     except ValidationError as exc:

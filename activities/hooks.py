@@ -14,7 +14,6 @@ from hitl.agent import HandoffInputData, _as_handoff
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
 from hitl.guardrails import GuardrailFunctionOutput, InputGuardrail, OutputGuardrail, evaluate
-from hitl.refs import resolve_ref
 from hitl.registry import AgentRegistry
 from hitl.wire import (
     ACT_FILTER_HANDOFF,
@@ -54,8 +53,11 @@ class HookActivities:
         """Evaluate the agent's and the run's input or output guardrails."""
         try:
             agent = self.registry.agent(inp.root_agent, inp.agent_id)
-            context = rebuild_context(inp.context)
-            refs = [resolve_ref(r) for r in inp.run_guardrails]
+            context = rebuild_context(inp.context, self.registry.allowed)
+            refs = [
+                self.registry.allowed.get(r, what=f"run-level {inp.kind} guardrail")
+                for r in inp.run_guardrails
+            ]
         except UserError as exc:
             raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
         own: list[Any] = list(agent.input_guardrails if inp.kind == "input" else [])
@@ -84,15 +86,20 @@ class HookActivities:
         """Apply the handoff's input filter, or nest the history, for the next agent."""
         try:
             source = self.registry.agent(inp.root_agent, inp.from_agent_id)
-            context = rebuild_context(inp.context)
+            context = rebuild_context(inp.context, self.registry.allowed)
             handoff = next(
                 (h for h in map(_as_handoff, source.handoffs) if h.tool_name == inp.handoff_tool),
                 None,
             )
             fn = handoff.input_filter if handoff and handoff.input_filter else None
+            allowed = self.registry.allowed
             if fn is None and inp.run_filter:
-                fn = resolve_ref(inp.run_filter)
-            mapper = resolve_ref(inp.mapper) if inp.mapper else None
+                fn = allowed.get_callable(inp.run_filter, what="the run's handoff_input_filter")
+            mapper = (
+                allowed.get_callable(inp.mapper, what="the run's handoff_history_mapper")
+                if inp.mapper
+                else None
+            )
         except UserError as exc:
             raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
         data = HandoffInputData(

@@ -18,7 +18,7 @@ from hitl.agent import Agent, output_is_wrapped
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
 from hitl.model import ModelRequest, ScriptedModel
-from hitl.refs import resolve_ref
+from hitl.refs import Allowed
 from hitl.registry import AgentRegistry
 from hitl.wire import (
     ACT_CALL_MODEL,
@@ -47,7 +47,7 @@ class ModelActivities:
         """Ask the agent's model for its next step and validate the answer."""
         try:
             agent = self.registry.agent(inp.root_agent, inp.agent_id)
-            context = rebuild_context(inp.context)
+            context = rebuild_context(inp.context, self.registry.allowed)
             instructions = await self._instructions(inp, agent, context)
         except UserError as exc:
             raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
@@ -64,7 +64,7 @@ class ModelActivities:
         if inp.input_filter:
             before, given = len(transcript), instructions
             instructions, transcript = await _apply_input_filter(
-                inp.input_filter, agent, context, instructions, transcript
+                self.registry.allowed, inp.input_filter, agent, context, instructions, transcript
             )
             # Recorded with the response (the filter's result is not otherwise in history).
             filtered = InputFilterRecord(
@@ -185,6 +185,7 @@ def _cap_output(output: list[dict[str, Any]], max_argument_bytes: int) -> list[d
 
 
 async def _apply_input_filter(
+    allowed: Allowed,
     ref: str,
     agent: Agent[Any],
     context: Any,
@@ -195,7 +196,7 @@ async def _apply_input_filter(
     from hitl.run_config import CallModelData, ModelInputData
 
     try:
-        fn = resolve_ref(ref)
+        fn = allowed.get_callable(ref, what="the run's call_model_input_filter")
     except UserError as exc:
         raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
     data = CallModelData(

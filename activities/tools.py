@@ -22,7 +22,7 @@ from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenie
 from hitl.context import RunContextWrapper, ToolContext
 from hitl.errors import UserError
 from hitl.guardrails import ToolGuardrailFunctionOutput, ToolInputGuardrailData
-from hitl.refs import resolve_ref
+from hitl.limits import MAX_CONTEXT_BYTES
 from hitl.registry import AgentRegistry
 from hitl.run_config import ToolErrorFormatterArgs
 from hitl.tools import FunctionTool, ToolArgumentsError, tool_output_text
@@ -102,8 +102,12 @@ class ToolActivities:
         """
         try:
             agent = self.registry.agent(inp.root_agent, inp.agent_id)
-            context = rebuild_context(inp.context)
-            run_approver = resolve_ref(inp.run_approver) if inp.run_approver else None
+            context = rebuild_context(inp.context, self.registry.allowed)
+            run_approver = (
+                self.registry.allowed.get_callable(inp.run_approver, what="the run's approver")
+                if inp.run_approver
+                else None
+            )
         except UserError as exc:
             raise _user_error(exc) from None
         ctx = RunContextWrapper(context=context, workflow_id=inp.workflow_id, agent_name=agent.name)
@@ -256,6 +260,17 @@ class ToolActivities:
             else None
         )
         text = tool_output_text(result)
+        if changed is not None:
+            size = len(json.dumps(changed.value))
+            if size > MAX_CONTEXT_BYTES:
+                # The effect happened; only the oversized context is not kept (every later
+                # activity would carry it).
+                log.warning("tool %s grew the run context to %d bytes", inp.tool_name, size)
+                changed = None
+                text += (
+                    f"\n[the tool's change to the run context was not kept: {size} bytes, "
+                    f"limit {MAX_CONTEXT_BYTES}]"
+                )
         encoded = text.encode("utf-8")
         if len(encoded) > inp.max_output_bytes:
             cut = encoded[: inp.max_output_bytes].decode("utf-8", "ignore")
@@ -280,8 +295,10 @@ class ToolActivities:
                 return RejectionTextOutput(message=tool_output_text(result))
             if not inp.formatter:
                 return RejectionTextOutput()
-            formatter = resolve_ref(inp.formatter)
-            context = rebuild_context(inp.context)
+            formatter = self.registry.allowed.get_callable(
+                inp.formatter, what="the run's tool_error_formatter"
+            )
+            context = rebuild_context(inp.context, self.registry.allowed)
         except UserError as exc:
             raise _user_error(exc) from None
         args = ToolErrorFormatterArgs(
@@ -302,7 +319,7 @@ class ToolActivities:
     ) -> ToolContext[Any]:
         try:
             agent_name = self.registry.agent(root, agent_id).name
-            context = rebuild_context(inp.context)
+            context = rebuild_context(inp.context, self.registry.allowed)
         except UserError as exc:
             raise _user_error(exc) from None
         return ToolContext(

@@ -55,6 +55,7 @@ from hitl.guardrails import (
     tool_input_guardrail,
 )
 from hitl.model import Model, ModelReply, ModelRequest, OpenAIModel, ScriptedModel
+from hitl.refs import allow
 from hitl.result import RunResult
 from hitl.run import Runner, RunResultStreaming, serve_agents
 from hitl.run_config import (
@@ -148,6 +149,7 @@ __all__ = [
     "UserAction",
     "UserError",
     "WORKFLOW_TYPE",
+    "allow",
     "connect",
     "data_converter",
     "function_tool",

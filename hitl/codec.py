@@ -94,19 +94,37 @@ class EncryptionCodec(PayloadCodec):
         for a task timeout), so a decision typed into a CLI without `--codec-endpoint` is
         accepted, and stored in clear: it holds call ids, names and messages, never tool
         arguments. Operators use the codec endpoint (`hitl codec-server`).
+
+        Decoding never raises: a payload that claims our encoding but cannot be decrypted (an
+        unknown key id, a wrong key, bytes someone typed) becomes an `UNDECRYPTABLE` payload
+        saying why. Raising would fail every workflow task that carries it, for good; the run's
+        handlers refuse the payload instead, and typed reads report the reason.
         """
         out = []
         for p in payloads:
             if p.metadata.get("encoding") != ENCODING:
                 out.append(p)
                 continue
-            kid = p.metadata.get("encryption-key-id", b"").decode()
+            kid = p.metadata.get("encryption-key-id", b"").decode("utf-8", "replace")
             cipher = self._ciphers.get(kid)
             if cipher is None:
-                raise ValueError(f"payload encrypted with unknown key id {kid!r}")
-            plain = cipher.decrypt(p.data[:12], p.data[12:], None)
-            out.append(Payload.FromString(plain))
+                out.append(undecryptable(f"encrypted with unknown key id {kid[:40]!r}"))
+                continue
+            try:
+                plain = cipher.decrypt(p.data[:12], p.data[12:], None)
+                out.append(Payload.FromString(plain))
+            except Exception:
+                out.append(undecryptable(f"does not decrypt with key {kid[:40]!r}"))
         return out
+
+
+UNDECRYPTABLE = b"binary/undecryptable"
+"""Encoding of a payload the codec could not decrypt (metadata `reason` says why)."""
+
+
+def undecryptable(reason: str) -> Payload:
+    """The stand-in for a payload that could not be decrypted."""
+    return Payload(metadata={"encoding": UNDECRYPTABLE, "reason": reason.encode()}, data=b"")
 
 
 def serve_codec(

@@ -13,15 +13,23 @@ guards them.
 What operators read as JSON from the `temporal` CLI or the UI stays complete: the `status`
 and `snapshot` queries, decision results and the run's result (models whose class sets
 `_sparse = False`).
+
+Inside a workflow, a payload decoded without a type hint (the arguments of handlers that take
+`*args`) is handed over as the raw payload (`RawValue`): our handlers check the number of
+arguments, the encoding, the size and the schema themselves (`workflows.inputs`), so nothing a
+caller sends can make decoding fail the workflow task or be dropped without a trace.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import temporalio.api.common.v1
 from pydantic import BaseModel
 from pydantic_core import SchemaSerializer, core_schema
+from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
@@ -29,6 +37,8 @@ from temporalio.converter import (
     DefaultPayloadConverter,
     JSONPlainPayloadConverter,
 )
+
+from hitl.codec import UNDECRYPTABLE
 
 _SERIALIZER = SchemaSerializer(core_schema.any_schema())
 
@@ -56,6 +66,24 @@ class HitlPayloadConverter(CompositePayloadConverter):
                 for c in DefaultPayloadConverter.default_encoding_payload_converters
             )
         )
+
+    def from_payloads(
+        self,
+        payloads: Sequence[temporalio.api.common.v1.Payload],
+        type_hints: list[type] | None = None,
+    ) -> list[Any]:
+        """Decode payloads; in a workflow, untyped ones stay raw (their handler validates them)."""
+        if type_hints is None and (workflow.unsafe.in_sandbox() or workflow.in_workflow()):
+            # (`in_workflow()` alone is false while the SDK applies signals and the start
+            # input, outside the workflow's event loop; the sandbox flag is set for all of it.)
+            return [RawValue(p) for p in payloads]
+        for p in payloads:
+            if p.metadata.get("encoding") == UNDECRYPTABLE:
+                reason = p.metadata.get("reason", b"").decode("utf-8", "replace")
+                raise RuntimeError(
+                    f"a payload could not be decrypted ({reason}): check HITL_ENCRYPTION_KEY"
+                )
+        return super().from_payloads(payloads, type_hints)
 
 
 hitl_data_converter = DataConverter(payload_converter_class=HitlPayloadConverter)

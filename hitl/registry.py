@@ -6,8 +6,9 @@ import importlib
 from collections.abc import Iterable
 from typing import Any
 
-from hitl.agent import Agent, CapturedGraph, capture_graph
+from hitl.agent import Agent, CapturedGraph, _as_handoff, capture_graph
 from hitl.errors import UserError
+from hitl.refs import Allowed, context_types
 from hitl.tools import FunctionTool
 
 
@@ -16,12 +17,23 @@ class AgentRegistry:
 
     Graphs are captured once, when an agent is registered, so a broken agent definition fails
     at worker start rather than in the middle of a run.
+
+    `allowed` is what runs may name on this worker (see `hitl.refs`): the served agents'
+    context types and models, plus the `allow` objects (functions, guardrails, types, models
+    or whole `RunConfig`s).
     """
 
-    def __init__(self, agents: Iterable[Agent[Any]] = (), *, default_model: str | None = None):
+    def __init__(
+        self,
+        agents: Iterable[Agent[Any]] = (),
+        *,
+        default_model: str | None = None,
+        allow: Iterable[Any] = (),
+    ):
         self._default_model = default_model
         self._graphs: dict[str, CapturedGraph] = {}
         self._explicit: set[str] = set()
+        self.allowed = Allowed(allow)
         for agent in agents:
             self.register(agent)
 
@@ -40,6 +52,8 @@ class AgentRegistry:
                 self._graphs[reachable.name] = capture_graph(
                     reachable, default_model=self._default_model
                 )
+            self.allowed.add(*_context_types_of(reachable))
+        self.allowed.add_models(a.model for a in captured.graph.agents.values())
 
     @property
     def names(self) -> list[str]:
@@ -100,3 +114,40 @@ def load_agents(ref: str) -> list[Agent[Any]]:
     if not agents or not all(isinstance(a, Agent) for a in agents):
         raise UserError(f"{ref!r} must be an Agent or a non-empty collection of Agents")
     return agents
+
+
+def _context_types_of(agent: Agent[Any]) -> list[type[Any]]:
+    """Context types an agent's code declares: runs of it may carry contexts of these types."""
+    found: list[type[Any]] = []
+    orig = getattr(agent, "__orig_class__", None)  # Agent[MyContext](...)
+    if orig is not None:
+        found += [t for t in getattr(orig, "__args__", ()) if isinstance(t, type)]
+    functions: list[Any] = [agent.instructions]
+    for tool in agent.tools:
+        functions += [tool.func, tool.needs_approval, tool.approval_request, tool.approver]
+        functions += [getattr(g, "guardrail_function", None) for g in tool.tool_input_guardrails]
+    for guardrail in [*agent.input_guardrails, *agent.output_guardrails]:
+        functions.append(getattr(guardrail, "guardrail_function", None))
+    functions += [_as_handoff(h).input_filter for h in agent.handoffs]
+    for fn in functions:
+        if callable(fn):
+            found += context_types(fn)
+    # Types defined inside functions cannot be named by a reference (nor sent by a client).
+    return [t for t in found if "<locals>" not in t.__qualname__]
+
+
+def load_object(ref: str) -> Any:
+    """Import `module:attr` for the worker's own configuration (`--allow`), at start only."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"{ref!r} is not of the form module:attr")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise UserError(f"cannot import {module_name!r}: {exc}") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UserError(f"{module_name!r} has no attribute {attr!r}") from None
+    return obj

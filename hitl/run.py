@@ -14,7 +14,7 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -142,7 +142,10 @@ class Runner:
         client = await connect(client)
         tq = task_queue or (input.task_queue if isinstance(input, RunState) else None)
         tq = tq or os.environ.get("HITL_TASK_QUEUE") or DEFAULT_TASK_QUEUE
-        async with _Session(client, starting_agent, tq, serve) as sess:
+        allow = _in_process_allow(
+            run_config, error_handlers, input.context if isinstance(input, RunState) else context
+        )
+        async with _Session(client, starting_agent, tq, serve, allow) as sess:
             if isinstance(input, RunState):
                 return await _resume(sess, input, approver)
             request = _StartRequest.build(
@@ -254,11 +257,21 @@ class _Session:
     The update stays queued on the server either way.
     """
 
-    def __init__(self, client: Client, agent: Agent[Any], task_queue: str, mode: ServeMode):
+    def __init__(
+        self,
+        client: Client,
+        agent: Agent[Any],
+        task_queue: str,
+        mode: ServeMode,
+        allow: list[Any] | None = None,
+    ):
         self.client = client
         self.agent = agent
         self.task_queue = task_queue
         self.mode = mode
+        self.allow = allow or []
+        """What this call's runs name (run config, context type): the in-process worker
+        allows it, since it is this script's own code."""
         self.serving = False
         self._stack = contextlib.AsyncExitStack()
 
@@ -284,7 +297,9 @@ class _Session:
                 self.agent.name,
             )
         await self._stack.enter_async_context(
-            serve_agents(self.agent, client=self.client, task_queue=self.task_queue)
+            serve_agents(
+                self.agent, client=self.client, task_queue=self.task_queue, allow=self.allow
+            )
         )
         self.serving = True
 
@@ -348,6 +363,16 @@ class _Session:
                 else:
                     await self.no_worker(workflow_id)
                 continue
+            except WorkflowUpdateFailedError as exc:
+                if _refusal_type(exc) != "TooManyWaiters":
+                    raise
+                # Others hold every waiting slot of the run (the slots left are for decisions):
+                # send a decision without waiting, then watch the run by query.
+                if name == "decide" and isinstance(arg, DecideInput) and arg.wait:
+                    arg = arg.model_copy(update={"wait": False})
+                    uid, start = f"{uid}-nowait", None
+                    continue
+                return await self.poll_settled(workflow_id)
             except BaseException:
                 if op is not None:
                     # The start operation shares the failure (e.g. the id names a closed run):
@@ -356,7 +381,24 @@ class _Session:
                         await op.workflow_handle()
                 raise
             result: RunStatus = await uh.result()
+            if name == "decide" and isinstance(arg, DecideInput) and not arg.wait:
+                return await self.poll_settled(workflow_id)
             return result
+
+    async def poll_settled(self, workflow_id: str) -> RunStatus:
+        """Read the run by query until it waits for people, finishes or continues as new."""
+        handle: WorkflowHandle[Any, Any] = self.client.get_workflow_handle(workflow_id)
+        delay = 0.2
+        while True:
+            status: RunStatus = await handle.query("status", result_type=RunStatus)
+            if status.continued_as_new or status.phase in (
+                "awaiting_approval",
+                "completed",
+                "failed",
+            ):
+                return status
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 2.0)
 
     async def worker_is_busy(self, workflow_id: str) -> bool:
         """After the grace period: is a worker slow on this run (wait on) or is there none?
@@ -390,11 +432,14 @@ async def serve_agents(
     client: Client | None = None,
     task_queue: str = DEFAULT_TASK_QUEUE,
     max_cached_workflows: int | None = None,
+    allow: Iterable[Any] = (),
 ) -> AsyncIterator[Any]:
     """Serve agents with a worker inside this process while the block runs.
 
     Scripts in the style of the OpenAI Agents SDK examples can wrap their `main()` in it;
-    production runs dedicated workers (`python -m worker`).
+    production runs dedicated workers (`python -m worker`). `allow` lists what runs may name
+    besides the agents' own code: the `RunConfig`s (or their functions) and context types the
+    script uses (see `hitl.refs`).
     """
     from worker.build import WorkerOptions, build_worker, detect_features
 
@@ -405,7 +450,7 @@ async def serve_agents(
     # A unique identity lets later calls ignore this worker's poller entry once it stopped
     # (the server keeps listing pollers for minutes).
     identity = f"{os.getpid()}@{socket.gethostname()}-inprocess-{uuid.uuid4().hex[:8]}"
-    worker = build_worker(client, agents, opts, identity=identity)
+    worker = build_worker(client, agents, opts, identity=identity, allow=allow)
     try:
         async with worker:
             yield worker
@@ -414,6 +459,25 @@ async def serve_agents(
 
 
 # ----------------------------------------------------------------------------- start / resume
+
+
+def _in_process_allow(
+    run_config: RunConfig | None,
+    error_handlers: Mapping[str, RunErrorHandler] | None,
+    context: Any,
+) -> list[Any]:
+    """What a run started (or resumed) by this call names: an in-process worker allows it."""
+    allow: list[Any] = []
+    if run_config is not None:
+        allow.append(run_config)
+    allow += [fn for fn in (error_handlers or {}).values() if not isinstance(fn, str)]
+    if isinstance(context, BaseModel) or (
+        dataclasses.is_dataclass(context) and not isinstance(context, type)
+    ):
+        cls = type(context)
+        if "<locals>" not in cls.__qualname__:
+            allow.append(cls)
+    return allow
 
 
 def _context_value(
@@ -753,6 +817,11 @@ def _paused_result(snap: RunSnapshot, agent: Agent[Any], task_queue: str) -> Run
     )
 
 
+def _refusal_type(exc: WorkflowUpdateFailedError) -> str | None:
+    cause = exc.cause
+    return cause.type if isinstance(cause, ApplicationError) else None
+
+
 def _typed(exc: BaseException) -> AgentsException:
     """The `hitl` exception for a Temporal failure (update refused, run failed)."""
     cause: BaseException | None = exc.cause if hasattr(exc, "cause") else exc.__cause__
@@ -793,7 +862,9 @@ class RunResultStreaming:
         state = self._input if isinstance(self._input, RunState) else None
         tq = kw.pop("task_queue", None) or (state.task_queue if state else None)
         tq = tq or os.environ.get("HITL_TASK_QUEUE") or DEFAULT_TASK_QUEUE
-        async with _Session(client, self._agent, tq, kw.pop("serve", "auto")) as sess:
+        state_context = state.context if state is not None else kw.get("context")
+        allow = _in_process_allow(kw.get("run_config"), kw.get("error_handlers"), state_context)
+        async with _Session(client, self._agent, tq, kw.pop("serve", "auto"), allow) as sess:
             approver = kw.pop("approver", None)
             if state is not None:
                 wid = state.workflow_id

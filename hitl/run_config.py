@@ -9,6 +9,7 @@ from typing import Any, Generic, Literal, TypeAlias
 from hitl.context import RunContextWrapper, TContext
 from hitl.errors import UserError
 from hitl.guardrails import InputGuardrail, OutputGuardrail
+from hitl.limits import run_config_problems
 from hitl.model import Model
 from hitl.refs import callable_ref, wrapped_ref
 from hitl.tools import ApproverFunction
@@ -165,13 +166,33 @@ class RunConfig:
     trace_include_sensitive_data: bool = False
     approvers: list[str] = field(default_factory=list)
 
+    def callables(self) -> list[Any]:
+        """Every function (or guardrail) this config names: what a worker must allow."""
+        found: list[Any] = [
+            self.tool_error_formatter,
+            *self.error_handlers.values(),
+            self.approver,
+            *self.input_guardrails,
+            *self.output_guardrails,
+            self.handoff_input_filter,
+            self.handoff_history_mapper,
+            self.call_model_input_filter,
+            self.context_deserializer,
+        ]
+        return [fn for fn in found if fn is not None and not isinstance(fn, str)]
+
     def spec(self) -> RunConfigSpec:
-        """The config as data (callables become import references)."""
-        if self.max_turns is not None and self.max_turns < 1:
-            raise UserError("max_turns must be at least 1")
+        """The config as data (callables become references a worker resolves by name)."""
         unknown = set(self.error_handlers) - {"max_turns"}
         if unknown:
             raise UserError(f"unsupported error_handlers keys: {sorted(unknown)}")
+        spec = self._spec()
+        problems = run_config_problems(spec)
+        if problems:
+            raise UserError("; ".join(problems))
+        return spec
+
+    def _spec(self) -> RunConfigSpec:
         return RunConfigSpec(
             model=self.model.spec() if isinstance(self.model, Model) else self.model,
             model_settings=self.model_settings,

@@ -34,6 +34,8 @@ ACT_RUN_GUARDRAILS = "run_guardrails"
 ACT_FILTER_HANDOFF = "filter_handoff"
 ACT_LOAD_SESSION = "load_session"
 ACT_SAVE_SESSION = "save_session"
+ACT_READ_RUN = "read_run"
+"""Reads another run of the same graph by query (a nested run's report, or its parent's mail)."""
 
 SESSION_WORKFLOW_TYPE = "AgentSession"
 EVENTS_TOPIC = "events"
@@ -78,11 +80,14 @@ SA_STATUS = "HitlStatus"
 SA_PENDING_TOOLS = "HitlPendingTools"
 SA_AGENT = "HitlAgent"
 SA_PENDING_SINCE = "HitlPendingSince"
+SA_DEADLINE = "HitlDeadline"
+"""The earliest approval deadline among the pending calls (unset: none has one)."""
 SEARCH_ATTRIBUTES = {
     SA_STATUS: "Keyword",
     SA_PENDING_TOOLS: "KeywordList",
     SA_AGENT: "Keyword",
     SA_PENDING_SINCE: "Datetime",
+    SA_DEADLINE: "Datetime",
 }
 
 
@@ -326,8 +331,7 @@ class ParentLink(_Model):
     """Agent-tool call ids from the root down to this run (its calls' prefix at the root)."""
     tracing: bool = False
     token: str = ""
-    """A secret the parent drew for this run: internal messages between the two carry it, so a
-    client cannot decide a nested call by signalling the nested run directly."""
+    """Unused since nested runs read each other by query (kept so older payloads parse)."""
 
 
 class RunInput(_Model):
@@ -351,10 +355,12 @@ class RunInput(_Model):
     start_agent: str | None = None
     """Nested runs start at this agent id of `graph`."""
     always_rules: dict[str, DecisionKind] = Field(default_factory=dict)
-    """Standing rules inherited from the root (always_approve / always_reject per tool)."""
+    """Older form of `rules` (per tool name, any agent); read, never written."""
     session: str | None = None
     """A conversation that spans runs: its transcript is read at start and this run's turn is
     appended when it completes (see `AgentSession`)."""
+    rules: list[StandingRule] = Field(default_factory=list)
+    """Nested runs: the standing rules of their root when they start."""
 
 
 class ApprovalRequestData(_Model):
@@ -376,6 +382,29 @@ class PolicyDecision(_Model):
     message: str | None = None
     reason: str | None = None
     approver: str
+
+
+class StandingRule(_Model):
+    """`always_approve` / `always_reject`: decides later calls of one agent's tool in the run.
+
+    A rule never grants more than the person who made it could decide: it applies to a call
+    only if `approver` may decide that call (the call's approver list), so a rule made on one
+    agent's tool never reaches another agent's tool of the same name, nor a call reserved for
+    someone else.
+    """
+
+    agent_id: str
+    """The agent whose tool it is (`*`: any agent; only rules read from older runs)."""
+    tool_name: str
+    kind: DecisionKind
+    approver: str | None = None
+    """Who made it (the decision's approver)."""
+    call_id: str = ""
+    """The call whose decision made it."""
+
+    def covers(self, agent_id: str, tool_name: str) -> bool:
+        """Whether the rule is about this agent's tool."""
+        return self.tool_name == tool_name and self.agent_id in (agent_id, "*")
 
 
 class CallRecord(_Model):
@@ -436,17 +465,32 @@ class DecisionRecord(_Model):
         )
 
 
-class CarriedState(_Model):
-    """Everything a run needs to continue as new without losing anything."""
+class TurnInfo(_Model):
+    """The turn in progress when a run continued as new while waiting for people."""
 
-    graph: AgentGraph
-    current_agent: str
-    input_items: list[dict[str, Any]]
-    new_items: list[RunItem]
-    turn: int
+    start: int
+    """Index in `new_items` where the turn's items begin."""
+    handoff_target: str | None = None
+    handoff_call: str | None = None
+
+
+class CarriedState(_Model):
+    """A run's whole state: what `AgentRun` works on, and what continue-as-new carries over.
+
+    `calls` and `turn` hold a turn that is still waiting for people when the run continues as
+    new (so a parked run compacts its history too); between turns they are empty.
+    """
+
+    graph: AgentGraph | None = None
+    current_agent: str = ""
+    input_items: list[dict[str, Any]] = Field(default_factory=list)
+    new_items: list[RunItem] = Field(default_factory=list)
+    turn: int = 0
     bad_turns: int = 0
     usage: Usage = Field(default_factory=Usage)
     always_rules: dict[str, DecisionKind] = Field(default_factory=dict)
+    """Older form of `rules` (per tool name, any agent); read, never written."""
+    rules: list[StandingRule] = Field(default_factory=list)
     decisions: list[DecisionRecord] = Field(default_factory=list)
     refused: list[RefusedDecision] = Field(default_factory=list)
     continued_runs: int = 0
@@ -462,6 +506,13 @@ class CarriedState(_Model):
     """The run's event stream, carried so subscribers lose nothing across continue-as-new."""
     seen_from_root: int = 0
     """A nested run: the last `FromRoot.seq` it applied."""
+    calls: list[CallRecord] = Field(default_factory=list)
+    """The calls of the turn in progress (see the class docstring)."""
+    open_turn: TurnInfo | None = None
+    """The turn in progress, when there is one."""
+    turns_here: int = 0
+    """Model turns taken since this run (of the chain) started: continue-as-new waits for one,
+    so no threshold can make a run continue as new forever without progress."""
 
 
 class RunOutput(_Model):
@@ -478,6 +529,9 @@ class RunOutput(_Model):
     decisions: list[DecisionRecord]
     turns: int
     run_id: str = ""
+    transcript_omitted: bool = False
+    """The transcript was left out: with it the result would pass Temporal's payload limit
+    (`input_items` and `new_items` are then empty)."""
 
 
 # --------------------------------------------------------------------------- updates, queries
@@ -540,7 +594,12 @@ class PendingApproval(_Model):
 
 
 class ChildReport(_Model):
-    """What a nested run tells its parent whenever its pending approvals or phase change."""
+    """A nested run's pending approvals and phase, as its parent reads them (`__hitl_report`).
+
+    Parent and nested run signal each other only to say "read me again"; what either acts on
+    is read by query from the other run itself (`read_run`), so nobody can put words in
+    their mouths by signalling them.
+    """
 
     call_id: str
     phase: Phase
@@ -548,18 +607,36 @@ class ChildReport(_Model):
     seen: int = 0
     """The last `FromRoot.seq` this run applied (so stale reports are recognized)."""
     token: str = ""
-    """`ParentLink.token`: proves the report comes from the nested run the parent started."""
+    """Unused (kept so older payloads parse)."""
 
 
 class FromRoot(_Model):
-    """Decisions and standing rules a parent forwards to a nested run."""
+    """Decisions and standing rules a parent has for a nested run (`__hitl_mail`)."""
 
     seq: int
     decisions: list[DecisionRecord] = Field(default_factory=list)
     rules: dict[str, DecisionKind] = Field(default_factory=dict)
+    """Older form of `standing`; read, never written."""
     token: str = ""
-    """`ParentLink.token`: without it the nested run refuses the message (no approval path
-    bypasses the root)."""
+    """Unused (kept so older payloads parse)."""
+    standing: list[StandingRule] = Field(default_factory=list)
+
+
+class ReadRunInput(_Model):
+    """Input of `read_run`: query another run of the graph (`__hitl_report` / `__hitl_mail`)."""
+
+    workflow_id: str
+    run_id: str | None = None
+    query: Literal["__hitl_report", "__hitl_mail"]
+    call_id: str
+    """The nested run's call id at its parent (the mail's address)."""
+
+
+class ReadRunOutput(_Model):
+    """Output of `read_run`: the answer, or `None` when the run is gone."""
+
+    report: ChildReport | None = None
+    mail: FromRoot | None = None
 
 
 RunEventType = Literal[
@@ -598,13 +675,21 @@ class RunEvent(_Model):
 
 
 class RefusedDecision(_Model):
-    """A decision that arrived by signal and was refused (signals cannot return errors)."""
+    """A message the run refused and kept a record of.
+
+    Signals cannot return errors, so every refused signal is recorded; an update refused by its
+    validator leaves no trace in history (its caller gets the error), except a decision that
+    arrived after its call's deadline: that one is recorded, so the person can see afterwards
+    why it did not apply.
+    """
 
     received_at: datetime
     name: str
     payload: str
     error_type: str
     message: str
+    via: Literal["signal", "update"] = "signal"
+    call_id: str | None = None
 
 
 class RunStatus(_Model):
@@ -647,7 +732,10 @@ class TranscriptQuery(_Model):
 class SettledStatus(RunStatus):
     """What the `wait` and `decide` updates return: a `RunStatus`, stored sparse in history.
 
-    (The `status` query answers with the complete `RunStatus`.)
+    It is recorded in history with every such update, so it stays small whatever the run holds:
+    at most 50 pending calls, their long texts cut to 1,000 characters; no refused messages; the
+    final output only when it is under 16 KB; and only the decisions the `decide` itself made.
+    The `status` and `snapshot` queries and the run's result have everything.
     """
 
     _sparse: ClassVar[bool] = True

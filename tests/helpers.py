@@ -46,7 +46,11 @@ twice, with 100 and with 0 (a replay from history on every workflow task)."""
 
 @contextlib.asynccontextmanager
 async def serving(
-    client: Client, *agents: Agent[Any], cache: int | None = None, task_queue: str | None = None
+    client: Client,
+    *agents: Agent[Any],
+    cache: int | None = None,
+    task_queue: str | None = None,
+    allow: list[Any] | None = None,
 ) -> AsyncIterator[str]:
     """Run a worker for `agents` on a private task queue; yields the queue name."""
     tq = task_queue or queue_name()
@@ -54,7 +58,7 @@ async def serving(
     options = await detect_features(
         client, WorkerOptions(task_queue=tq, max_cached_workflows=size, graceful_shutdown=0)
     )
-    worker = build_worker(client, agents, options)
+    worker = build_worker(client, agents, options, allow=allow or [])
     async with worker:
         yield tq
 

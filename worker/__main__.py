@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from hitl.client import check_namespace, connect
 from hitl.errors import UserError
-from hitl.registry import AgentRegistry, load_agents
+from hitl.registry import AgentRegistry, load_agents, load_object
 from hitl.wire import DEFAULT_TASK_QUEUE
 from worker.build import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
@@ -72,6 +72,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="MODULE[:ATTR]",
         help="agents to serve: an Agent, a list/dict of Agents, or a module (repeatable; "
         "env HITL_AGENTS, comma-separated)",
+    )
+    p.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="also let runs name this function, guardrail, context type, Model or RunConfig "
+        "(or a list of them): e.g. a RunConfig's tool_error_formatter (repeatable; env "
+        "HITL_ALLOW, comma-separated). Runs can name nothing else besides the agents' own code",
     )
     p.add_argument(
         "--task-queue",
@@ -144,6 +153,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.agents = [a.strip() for a in env("HITL_AGENTS", "").split(",") if a.strip()]
     if not args.agents:
         p.error("no agents to serve: give --agents MODULE[:ATTR] or set HITL_AGENTS")
+    if not args.allow:
+        args.allow = [a.strip() for a in env("HITL_ALLOW", "").split(",") if a.strip()]
     return args
 
 
@@ -155,7 +166,7 @@ async def main(argv: list[str] | None = None) -> int:
     )
     try:
         agents = [a for ref in args.agents for a in load_agents(ref)]
-        registry = AgentRegistry(agents)
+        registry = AgentRegistry(agents, allow=[load_object(ref) for ref in args.allow])
         # connect() also checks the namespace: a worker on a missing one would poll forever.
         client = await connect(profile=args.profile, address=args.address, namespace=args.namespace)
     except UserError as exc:

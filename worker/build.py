@@ -19,6 +19,7 @@ import workflows
 from activities.agents import AgentActivities
 from activities.hooks import HookActivities
 from activities.model import ModelActivities
+from activities.runs import read_run
 from activities.sessions import SessionActivities
 from activities.tools import ToolActivities
 from hitl.admin import search_attributes_ready
@@ -35,8 +36,14 @@ log = logging.getLogger(__name__)
 PASSTHROUGH = (
     "hitl",
     "workflows.book",
+    "workflows.events",
+    "workflows.inputs",
     "workflows.items",
+    "workflows.nested",
+    "workflows.steps",
     "workflows.tracing",
+    "workflows.turn",
+    "workflows.visibility",
     "pydantic",
     "pydantic_core",
     "annotated_types",
@@ -120,16 +127,24 @@ def build_worker(
     options: WorkerOptions | None = None,
     *,
     identity: str | None = None,
+    allow: Iterable[Any] = (),
 ) -> Worker:
     """A worker for `agents` on `options.task_queue` (not started: use `async with` or `run()`).
 
     Every worker registers all our activities, so any worker can run a run's model calls and
     tools; `options.activities_only` leaves out the workflow (a tool or model worker).
+
+    `allow` lists what runs may name besides the agents' own code (see `hitl.refs`): functions
+    and guardrails a `RunConfig` names, context types, `Model`s, or whole `RunConfig`s.
     """
     opts = options or WorkerOptions()
     if not opts.activities_only:
         cache_workflow_bytecode()
-    registry = agents if isinstance(agents, AgentRegistry) else AgentRegistry(agents)
+    if isinstance(agents, AgentRegistry):
+        registry = agents
+        registry.allowed.add(*allow)
+    else:
+        registry = AgentRegistry(agents, allow=allow)
     model = ModelActivities(registry)
     tools = ToolActivities(registry)
     sessions = SessionActivities()
@@ -155,6 +170,7 @@ def build_worker(
             sessions.save_session,
             hooks.run_guardrails,
             hooks.filter_handoff,
+            read_run,
         ],
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
@@ -164,5 +180,10 @@ def build_worker(
         max_concurrent_workflow_tasks=opts.max_concurrent_workflow_tasks,
         graceful_shutdown_timeout=timedelta(seconds=opts.graceful_shutdown),
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=opts.sticky_queue_timeout),
+        # The SDK would fail every workflow task that answers an update carrying more than 2 MB
+        # (the rejection echoes the request): anyone could jam a run with one such update. Sent
+        # on, the server refuses just that update and the run goes on. Our own commands never
+        # reach the limit (results and continue-as-new state are size-checked in the workflow).
+        disable_payload_error_limit=True,
         **kwargs,
     )

@@ -1,26 +1,25 @@
-"""The approval book: tool calls of the current turn, decisions, and standing rules.
+"""The approval book: the current turn's calls, every decision, and the standing rules.
 
 Pure and deterministic (no Temporal calls besides raising `ApplicationError`), so it can be
 unit-tested without a server and used both by update validators (read-only `check`) and by
-handlers (`record`, which mutates synchronously, before any `await`).
+handlers (`record`, which mutates synchronously, before any `await`). Its data lives in the
+run's state (`CarriedState`: `calls`, `decisions`, `rules`), which continue-as-new carries.
 
-Nested runs (agents used as tools) report their pending approvals to their parent, which shows
-them under qualified call ids (`<agent tool call id>/<nested call id>`, recursively) and
-forwards decisions down. Every decision of the run graph is therefore made, validated and
-recorded at the root.
+Nested runs (agents used as tools) are read by their parent, which shows their pending
+approvals under qualified call ids (`<agent tool call id>/<nested call id>`, recursively) and
+hands decisions down. Every decision of the run graph is therefore made, validated and recorded
+at the root.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
-from temporalio.exceptions import ApplicationError
-
+from hitl.limits import MAX_APPROVER_CHARS, MAX_CALL_ID_CHARS, MAX_TEXT_CHARS, text_problem
 from hitl.wire import (
     CallRecord,
+    CarriedState,
     ChildReport,
     DecisionInput,
     DecisionKind,
@@ -29,36 +28,35 @@ from hitl.wire import (
     DecisionVia,
     PendingApproval,
     PolicyDecision,
+    StandingRule,
 )
+from workflows.inputs import refusal
 
-M = TypeVar("M", bound=BaseModel)
 SEP = "/"
 """Separates the levels of a qualified call id (`agent tool call / nested call`)."""
 
 
-def refusal(type_name: str, message: str) -> ApplicationError:
-    """A decision refusal as the caller sees it (short, operator-worded, non-retryable)."""
-    return ApplicationError(message, type=type_name, non_retryable=True)
+def decision_problem(d: DecisionInput) -> str | None:
+    """Why a decision's fields are out of bounds (`hitl.limits`), or `None`."""
+    if not d.call_id:
+        return "call_id must not be empty"
+    return (
+        text_problem("call_id", d.call_id, MAX_CALL_ID_CHARS)
+        or text_problem("message", d.message, MAX_TEXT_CHARS)
+        or text_problem("reason", d.reason, MAX_TEXT_CHARS)
+        or text_problem("approver", d.approver, MAX_APPROVER_CHARS)
+    )
 
 
-def parse_payload(model: type[M], value: Any, what: str = "decision") -> M:
-    """Validate a payload; refuse it with a one-line, typed reason when malformed."""
-    if isinstance(value, model):
-        return value
-    try:
-        return model.model_validate(value)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'payload'}: {err['msg']}"
-            for err in exc.errors()[:5]
-        )
-        raise refusal("InvalidDecision", f"invalid {what}: {problems}") from None
+def may_decide(approver: str | None, allowed: list[str]) -> bool:
+    """Whether `approver` may decide a call whose approver list is `allowed` (empty: anyone)."""
+    return not allowed or approver in allowed
 
 
 def _check_approver(d: DecisionInput, tool: str, allowed: list[str]) -> None:
     # The list stops mistakes, not forgery: Temporal does not authenticate who sends an update,
     # so production puts an approval gateway (holding the write credentials) in front.
-    if allowed and d.approver not in allowed:
+    if not may_decide(d.approver, allowed):
         who = f"approver '{d.approver}'" if d.approver else "a decision without an approver"
         raise refusal(
             "NotAuthorized",
@@ -67,7 +65,7 @@ def _check_approver(d: DecisionInput, tool: str, allowed: list[str]) -> None:
 
 
 def _check_deadline(d: DecisionInput, deadline: datetime | None, now: datetime | None) -> None:
-    # Same-task rule: a decision that arrives after the deadline loses to the deadline.
+    # Same-task rule: a decision that reaches the run after the deadline loses to it.
     if deadline is not None and now is not None and now > deadline:
         raise refusal(
             "DeadlinePassed",
@@ -81,15 +79,14 @@ class ChildView:
 
     call_id: str
     workflow_id: str
-    token: str = ""
-    """The secret shared with the nested run (`ParentLink.token`)."""
     report: ChildReport | None = None
+    """The nested run's pending calls and phase, as last read from it (never from a signal)."""
     seq: int = 0
-    """The last `FromRoot.seq` sent to the nested run."""
-    outbox: list[DecisionRecord] = field(default_factory=list)
-    rules_dirty: bool = False
+    """Bumped whenever decisions or rules for the nested run change."""
     decided: dict[str, DecisionRecord] = field(default_factory=dict)
-    """Decisions forwarded to the nested run, by its (relative) call id."""
+    """Decisions for the nested run, by its (relative) call id: its mail."""
+    stale: bool = False
+    """The nested run asked to be read again."""
     done: bool = False
 
     def pending(self) -> list[PendingApproval]:
@@ -105,41 +102,48 @@ class ChildView:
             and self.report is not None
             and self.report.phase == "awaiting_approval"
             and self.report.seen == self.seq
-            and not self.outbox
-            and not self.rules_dirty
             and bool(self.pending())
         )
 
     def has_mail(self) -> bool:
-        """True when decisions or rules wait to be forwarded."""
-        return not self.done and (bool(self.outbox) or self.rules_dirty)
+        """True when the nested run has not yet read everything decided for it."""
+        return not self.done and self.report is not None and self.report.seen != self.seq
 
 
 class ApprovalBook:
     """Calls of the current turn plus every decision and standing rule of the run."""
 
-    def __init__(
-        self,
-        *,
-        always_rules: dict[str, DecisionKind] | None = None,
-        decisions: list[DecisionRecord] | None = None,
-    ) -> None:
-        self.calls: dict[str, CallRecord] = {}
-        self.always_rules: dict[str, DecisionKind] = dict(always_rules or {})
-        self.decisions: dict[str, DecisionRecord] = {d.call_id: d for d in decisions or []}
-        self.past_calls: set[str] = {d.call_id for d in decisions or [] if SEP not in d.call_id}
+    def __init__(self, state: CarriedState) -> None:
+        self.s = state
+        if state.always_rules and not state.rules:
+            # Rules of older runs named a tool only: they keep applying to any agent's tool of
+            # that name, but only to calls anyone may decide (they record no approver).
+            state.rules = [
+                StandingRule(agent_id="*", tool_name=tool, kind=kind)
+                for tool, kind in state.always_rules.items()
+            ]
+        state.always_rules = {}
+        self.calls: dict[str, CallRecord] = {c.call_id: c for c in state.calls}
+        self.decisions: dict[str, DecisionRecord] = {d.call_id: d for d in state.decisions}
+        self.past_calls: set[str] = {
+            str(i.raw_item.get("call_id"))
+            for i in state.new_items
+            if i.type in ("tool_call_item", "handoff_call_item")
+        } - set(self.calls)
         self.children: dict[str, ChildView] = {}
 
     # ----------------------------------------------------------------- turn lifecycle
 
     def begin_turn(self, records: list[CallRecord]) -> None:
-        """Start a turn with these calls (previous turn's calls become past calls)."""
+        """Start a turn with these calls."""
         self.past_calls.update(self.calls)
+        self.s.calls = records
         self.calls = {r.call_id: r for r in records}
 
     def end_turn(self) -> None:
         """Close the turn: its calls become past calls, its nested runs are over."""
         self.past_calls.update(self.calls)
+        self.s.calls = []
         self.calls = {}
         self.children = {}
 
@@ -147,9 +151,9 @@ class ApprovalBook:
         """True when the run has seen this call id."""
         return call_id in self.calls or call_id in self.past_calls
 
-    def add_child(self, call_id: str, workflow_id: str, token: str = "") -> ChildView:
+    def add_child(self, call_id: str, workflow_id: str) -> ChildView:
         """Track the nested run started for agent-tool call `call_id`."""
-        view = ChildView(call_id=call_id, workflow_id=workflow_id, token=token)
+        view = ChildView(call_id=call_id, workflow_id=workflow_id)
         self.children[call_id] = view
         return view
 
@@ -228,15 +232,23 @@ class ApprovalBook:
 
         Returns the existing record when the same decision was already made (so repeating it is
         idempotent), `None` when the decision is new and acceptable. Raises a typed
-        `ApplicationError` when it must be refused: unknown call, conflicting decision, a call
-        that needs no decision, an approver not on the call's list, a passed deadline.
+        `ApplicationError` when it must be refused: fields out of bounds, unknown call,
+        conflicting decision, a call that needs no decision, an approver not on the call's
+        list, a passed deadline (`DeadlinePassed`, also for a call that already expired).
         """
-        if not d.call_id:
-            raise refusal("InvalidDecision", "call_id must not be empty")
+        problem = decision_problem(d)
+        if problem is not None:
+            raise refusal("InvalidDecision", problem)
         prior = self.decisions.get(d.call_id)
         if prior is not None:
             if prior.answers(kind, d):
                 return prior  # a retry: idempotent, answered with what was recorded
+            if prior.source == "deadline":
+                raise refusal(
+                    "DeadlinePassed",
+                    f"call '{d.call_id}' stopped waiting for a decision at "
+                    f"{prior.decided_at.isoformat()} (it expired)",
+                )
             who = prior.approver or prior.source.replace("_", " ")
             what = prior.kind + (" (always)" if prior.always else "")
             raise refusal("AlreadyDecided", f"call '{d.call_id}' already decided: {what} by {who}")
@@ -281,30 +293,89 @@ class ApprovalBook:
             return existing
         if SEP in d.call_id:
             view, rest = self._nested_target(d.call_id)
-            tool = next(p.tool_name for p in view.pending() if p.call_id == rest)
-            rec = self._new_record(d.call_id, tool, kind, d, now, source, via)
-            self.decisions[d.call_id] = rec
-            forwarded = rec.model_copy(update={"call_id": rest})
-            view.decided[rest] = forwarded
-            view.outbox.append(forwarded)
+            pending = next(p for p in view.pending() if p.call_id == rest)
+            rec = self._new_record(d.call_id, pending.tool_name, kind, d, now, source, via)
+            self._store(rec)
+            self._mail(view, rest, rec)
+            agent_id = pending.agent_id
         else:
             call = self.calls[d.call_id]
             rec = self._new_record(d.call_id, call.tool_name, kind, d, now, source, via)
             self._apply(call, rec)
+            agent_id = call.agent_id
         if d.always:
-            self.add_rule(rec.tool_name, kind, now)
+            self.add_rule(
+                StandingRule(
+                    agent_id=agent_id,
+                    tool_name=rec.tool_name,
+                    kind=kind,
+                    approver=d.approver,
+                    call_id=d.call_id,
+                ),
+                now,
+            )
         return rec
 
-    def add_rule(self, tool_name: str, kind: DecisionKind, now: datetime) -> None:
-        """A standing always-approve / always-reject rule for a tool, everywhere in the run."""
-        self.always_rules[tool_name] = kind
-        # The rule also decides this turn's other waiting calls of the same tool...
+    def _mail(self, view: ChildView, rest: str, rec: DecisionRecord) -> None:
+        view.decided[rest] = rec.model_copy(update={"call_id": rest})
+        view.seq += 1
+
+    # ----------------------------------------------------------------- standing rules
+
+    def rule_for(self, call: CallRecord) -> StandingRule | None:
+        """The newest standing rule that decides `call`, if any.
+
+        It must be about the call's agent's tool and made by someone who may decide the call:
+        an approver list is never bypassed by a rule.
+        """
+        for rule in reversed(self.s.rules):
+            if rule.covers(call.agent_id, call.tool_name) and may_decide(
+                rule.approver, call.approvers
+            ):
+                return rule
+        return None
+
+    def ruled_tools(self, agent_id: str, approvers: dict[str, list[str]]) -> list[str]:
+        """Tools of `agent_id` whose calls a rule decides (`approvers`: each tool's list)."""
+        return sorted(
+            tool
+            for tool, allowed in approvers.items()
+            if any(
+                r.covers(agent_id, tool) and may_decide(r.approver, allowed) for r in self.s.rules
+            )
+        )
+
+    def add_rule(self, rule: StandingRule, now: datetime) -> None:
+        """A standing always-approve / always-reject rule, everywhere in the run graph."""
+        self.s.rules = [
+            r
+            for r in self.s.rules
+            if (r.agent_id, r.tool_name, r.approver)
+            != (rule.agent_id, rule.tool_name, rule.approver)
+        ] + [rule]
+        # The rule also decides this turn's other waiting calls it covers...
         for other in self.awaiting():
-            if other.tool_name == tool_name:
-                self._apply(other, self._rule_record(other, kind, now))
+            if self.rule_for(other) is rule:
+                self._apply(other, self._rule_record(other, rule, now))
         # ...and travels to every nested run in flight.
         for view in self.children.values():
-            view.rules_dirty = True
+            view.seq += 1
+
+    def merge_rules(self, rules: list[StandingRule], now: datetime) -> None:
+        """Adopt rules a parent hands down (those not known yet)."""
+        for rule in rules:
+            if rule not in self.s.rules:
+                self.add_rule(rule, now)
+
+    def apply_rule(self, call: CallRecord, now: datetime) -> bool:
+        """Decide `call` by a standing rule, if one decides it."""
+        rule = self.rule_for(call)
+        if rule is None:
+            return False
+        self._apply(call, self._rule_record(call, rule, now))
+        return True
+
+    # ----------------------------------------------------------------- other deciders
 
     def _new_record(
         self,
@@ -332,16 +403,14 @@ class ApprovalBook:
     def apply_forwarded(self, rec: DecisionRecord) -> str | None:
         """Apply a decision made at the root (in a nested run); the reason if it cannot."""
         if SEP in rec.call_id:
-            try:
-                view, rest = self._nested_target(rec.call_id)
-            except ApplicationError as err:
-                return err.message
+            head, rest = rec.call_id.split(SEP, 1)
+            view = self.children.get(head)
+            if view is None:
+                return f"unknown call id '{rec.call_id}'"
             if rec.call_id in self.decisions:
                 return None
-            self.decisions[rec.call_id] = rec
-            forwarded = rec.model_copy(update={"call_id": rest})
-            view.decided[rest] = forwarded
-            view.outbox.append(forwarded)
+            self._store(rec)
+            self._mail(view, rest, rec)
             return None
         call = self.calls.get(rec.call_id)
         prior = self.decisions.get(rec.call_id)
@@ -351,14 +420,6 @@ class ApprovalBook:
             return f"call '{rec.call_id}' is not awaiting approval"
         self._apply(call, rec.model_copy(update={"via": "root"}))
         return None
-
-    def apply_rule(self, call: CallRecord, now: datetime) -> bool:
-        """Decide `call` by a standing always-approve/always-reject rule, if one exists."""
-        kind = self.always_rules.get(call.tool_name)
-        if kind is None:
-            return False
-        self._apply(call, self._rule_record(call, kind, now))
-        return True
 
     def decide_by(self, call: CallRecord, policy: PolicyDecision, now: datetime) -> DecisionRecord:
         """Record an approver callback's decision (source `policy`)."""
@@ -404,12 +465,14 @@ class ApprovalBook:
         self._apply(call, rec)
         return rec
 
-    def _rule_record(self, call: CallRecord, kind: DecisionKind, now: datetime) -> DecisionRecord:
+    def _rule_record(self, call: CallRecord, rule: StandingRule, now: datetime) -> DecisionRecord:
         return DecisionRecord(
             call_id=call.call_id,
             tool_name=call.tool_name,
-            kind=kind,
+            kind=rule.kind,
             always=True,
+            approver=rule.approver,
+            reason=f"standing rule from call {rule.call_id}" if rule.call_id else None,
             source="always_rule",
             via="workflow",
             decided_at=now,
@@ -418,8 +481,13 @@ class ApprovalBook:
     def _apply(self, call: CallRecord, rec: DecisionRecord) -> None:
         call.decision = rec
         call.state = "approved" if rec.kind == "approve" else "rejected"
-        self.decisions[call.call_id] = rec
+        self._store(rec)
+
+    def _store(self, rec: DecisionRecord) -> None:
+        if rec.call_id not in self.decisions:
+            self.s.decisions.append(rec)
+        self.decisions[rec.call_id] = rec
 
     def all_decisions(self) -> list[DecisionRecord]:
         """Every decision of the run, in the order they were made."""
-        return list(self.decisions.values())
+        return list(self.s.decisions)

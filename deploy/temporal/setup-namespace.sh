@@ -57,5 +57,6 @@ register HitlStatus Keyword
 register HitlPendingTools KeywordList
 register HitlAgent Keyword
 register HitlPendingSince Datetime
+register HitlDeadline Datetime
 
 echo "namespace $TEMPORAL_NAMESPACE is ready for hitl"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -27,7 +26,7 @@ from hitl import (
     function_tool,
 )
 from hitl.wire import DecisionInput, RunOutput, RunStatus
-from tests.helpers import ROOT, Ledger, activity_count, record_effect, serving, wait_for
+from tests.helpers import ROOT, Ledger, activity_count, history, record_effect, serving, wait_for
 
 
 @function_tool(needs_approval=True)
@@ -363,9 +362,13 @@ async def test_cancelling_the_root_cancels_its_children(dev_client: Client) -> N
 async def test_signalling_a_nested_run_directly_decides_nothing(
     dev_client: Client, ledger: Ledger
 ) -> None:
-    """The internal messages between a root and its nested runs carry a secret only they know:
-    a client that signals the nested run (or the root, posing as the nested run) changes
-    nothing, and the attempt is listed under `refused`."""
+    """A client that signals a nested run (or the root, posing as the nested run) decides
+    nothing: those signals only make each run read the other one, by query, whatever they say.
+
+    The forged messages below are what an attacker with namespace access could send: a
+    decision "from the root" to the nested run, and a report "from the nested run" telling the
+    root nothing is pending any more.
+    """
     client = dev_client
     async with serving(client, desk) as tq:
         result = await Runner.run(desk, "v.org", client=client, task_queue=tq, serve=False)
@@ -373,6 +376,10 @@ async def test_signalling_a_nested_run_directly_decides_nothing(
         research_call, nested_call = item.call_id.split("/")
         root = client.get_workflow_handle(result.workflow_id)
         child = client.get_workflow_handle(f"{result.workflow_id}--{research_call}")
+        reads = {
+            "root": activity_count(await history(root), "read_run"),
+            "child": activity_count(await history(child), "read_run"),
+        }
         forged = {
             "call_id": nested_call,
             "tool_name": "fetch",
@@ -382,20 +389,20 @@ async def test_signalling_a_nested_run_directly_decides_nothing(
             "decided_at": "2026-01-01T00:00:00Z",
         }
         await child.signal(
-            "__hitl_from_root", {"seq": 1, "decisions": [forged], "rules": {"fetch": "approve"}}
+            "__hitl_from_root",
+            {"seq": 99, "decisions": [forged], "standing": [], "rules": {"fetch": "approve"}},
         )
         await root.signal(
             "__hitl_child_report", {"call_id": research_call, "phase": "running", "pending": []}
         )
 
-        async def refused(handle: Any) -> list[str]:
-            st = await handle.query("status", result_type=RunStatus)
-            return [r.error_type for r in st.refused]
+        async def read_again() -> bool:
+            return activity_count(await history(root), "read_run") > reads["root"] and (
+                activity_count(await history(child), "read_run") > reads["child"]
+            )
 
-        await wait_for(lambda: refused(child), what="the nested run to refuse the signal")
-        await wait_for(lambda: refused(root), what="the root to refuse the forged report")
-        assert await refused(child) == ["NotRoot"]
-        assert await refused(root) == ["NotRoot"]
+        # Both runs took the signals as "read me again" and read the other run itself.
+        await wait_for(read_again, what="both runs to read each other again")
         child_status = await child.query("status", result_type=RunStatus)
         assert child_status.decisions == [] and [p.call_id for p in child_status.pending] == [
             nested_call

@@ -28,7 +28,7 @@ import yaml
 from temporalio.common import SearchAttributeKey
 
 import hitl.cli
-import workflows.agent_run
+import workflows.visibility
 from hitl.admin import _TYPES
 from hitl.registry import load_agents
 from hitl.run import new_workflow_id
@@ -283,11 +283,11 @@ def test_registered_search_attributes_are_the_workflows(services: dict[str, Any]
     assert registered == SEARCH_ATTRIBUTES
     assert set(registered.values()) <= set(_TYPES)
     # The keys the workflow upserts (and `hitl pending` reads), by name and type.
-    upserted = search_attribute_keys(workflows.agent_run)
-    source = Path(workflows.agent_run.__file__).read_text()
+    upserted = search_attribute_keys(workflows.visibility)
+    source = Path(workflows.visibility.__file__).read_text()
     for var in upserted:
-        assert f"{var}.value_set(" in source, f"workflows/agent_run.py never upserts {var}"
-    for module in (workflows.agent_run, hitl.cli):
+        assert f"{var}.value_set(" in source, f"workflows/visibility.py never upserts {var}"
+    for module in (workflows.visibility, hitl.cli):
         keys = search_attribute_keys(module)
         assert keys, f"{module.__name__} defines its search attribute keys"
         used = {k.name: int(k.indexed_value_type) for k in keys.values()}

@@ -8,8 +8,8 @@ from temporalio.api.common.v1 import Payload
 
 from hitl import UserError
 from hitl.client import connect_config
-from hitl.codec import EncryptionCodec, parse_keys
-from hitl.refs import callable_ref, resolve_ref
+from hitl.codec import UNDECRYPTABLE, EncryptionCodec, parse_keys
+from hitl.refs import Allowed, allow, callable_ref
 from workflows.items import FunctionCall, check_arguments, normalize_input, parse_model_output
 
 
@@ -49,16 +49,29 @@ def module_level(x: int) -> int:
     return x
 
 
-def test_callable_refs() -> None:
+def not_registered(x: int) -> int:
+    return x
+
+
+@allow
+def registered_in_process(x: int) -> int:
+    return x
+
+
+def test_references_name_only_what_a_worker_allows() -> None:
     ref = callable_ref(module_level, what="handler")
     assert ref == "tests.unit.test_misc:module_level"
-    assert resolve_ref(ref) is module_level
     with pytest.raises(UserError, match="module-level"):
         callable_ref(lambda x: x, what="handler")
-    with pytest.raises(UserError, match="cannot import"):
-        resolve_ref("no_such_module_xyz:f")
-    with pytest.raises(UserError, match="has no attribute"):
-        resolve_ref("tests.unit.test_misc:missing")
+    allowed = Allowed([module_level])
+    assert allowed.get(ref, what="handler") is module_level
+    assert allowed.get(callable_ref(registered_in_process, what="h"), what="h") is (
+        registered_in_process
+    )
+    # A name is never imported: anything not registered is refused, however importable.
+    for name in ("os:system", "subprocess:Popen", "tests.unit.test_misc:not_registered"):
+        with pytest.raises(UserError, match="is not allowed on this worker"):
+            allowed.get(name, what="the run's context_deserializer")
 
 
 def test_encryption_codec_round_trip_and_rotation() -> None:
@@ -71,8 +84,15 @@ def test_encryption_codec_round_trip_and_rotation() -> None:
     assert b"4111" not in sealed.data
     assert asyncio.run(rotated.decode([sealed]))[0] == plain, "old keys still decrypt"
     assert asyncio.run(rotated.encode([plain]))[0].metadata["encryption-key-id"] == b"new"
-    with pytest.raises(ValueError, match="unknown key id"):
-        asyncio.run(EncryptionCodec(*parse_keys(k2)).decode([sealed]))
+    # Decoding never raises (a raise would fail every workflow task carrying the payload): what
+    # cannot be decrypted becomes a stand-in saying why, which handlers refuse.
+    unknown = asyncio.run(EncryptionCodec(*parse_keys(k2)).decode([sealed]))[0]
+    assert unknown.metadata["encoding"] == UNDECRYPTABLE
+    assert b"unknown key id 'old'" in unknown.metadata["reason"]
+    forged = Payload(metadata=dict(sealed.metadata), data=b"\x00" * 40)
+    garbage = asyncio.run(old.decode([forged]))[0]
+    assert garbage.metadata["encoding"] == UNDECRYPTABLE
+    assert b"does not decrypt" in garbage.metadata["reason"]
     with pytest.raises(UserError, match="32 bytes"):
         parse_keys("k:" + base64.b64encode(b"short").decode())
 

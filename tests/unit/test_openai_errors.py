@@ -34,7 +34,7 @@ from hitl import Agent, OpenAIModel
 from hitl.errors import UserError
 from hitl.registry import AgentRegistry
 from hitl.wire import CallModelInput, ModelSpec
-from workflows.agent_run import MODEL_TIMEOUT
+from workflows.steps import MODEL_TIMEOUT
 
 KEY_ENV = "HITL_TEST_KEY"
 CANARY = "sk-test-CANARY-unit-8c1f0e"

@@ -27,6 +27,7 @@ from hitl import (
     ToolContext,
     ToolErrorFormatterArgs,
     UserError,
+    allow,
     function_tool,
 )
 from hitl.wire import DecisionInput, RunOutput, RunStatus
@@ -78,6 +79,7 @@ async def test_max_turns_raises_typed_error(ts_env: WorkflowEnvironment, cache_s
             )
 
 
+@allow  # a RunConfig names it: workers must allow it (hitl.refs)
 def on_max_turns(data: RunErrorHandlerInput[object]) -> RunErrorHandlerResult:
     """A module-level error handler (workers import it by name)."""
     return RunErrorHandlerResult(
@@ -86,6 +88,7 @@ def on_max_turns(data: RunErrorHandlerInput[object]) -> RunErrorHandlerResult:
     )
 
 
+@allow  # a RunConfig names it: workers must allow it (hitl.refs)
 def on_max_turns_in_history(data: RunErrorHandlerInput[object]) -> RunErrorHandlerResult:
     return RunErrorHandlerResult(final_output="Gave up.", include_in_history=True)
 
@@ -324,6 +327,7 @@ async def test_typed_context_reaches_instructions_predicates_and_tools(
         assert [i.name for i in basic.interruptions] == ["greet"], "predicate saw the context"
 
 
+@allow  # a RunConfig names it: workers must allow it (hitl.refs)
 def format_rejection(args: ToolErrorFormatterArgs[object]) -> str | None:
     if args.kind == "approval_rejected":
         return f"A reviewer said no to {args.tool_name} ({args.call_id}). Propose something safer."

@@ -18,6 +18,7 @@ from hitl import (
     OpenAIModel,
     RunConfig,
     Runner,
+    UserError,
     function_tool,
 )
 from hitl.wire import RunStatus
@@ -403,17 +404,19 @@ async def test_run_config_model_overrides_agents(
     ts_env: WorkflowEnvironment, fake: FakeOpenAI
 ) -> None:
     agent = make_agent(fake)
-    fake.queue(CHAT, Reply(chat_body(content="from the run's model")))
+    config = RunConfig(model=OpenAIModel("llama-run", base_url=fake.base_url, api_key_env=KEY_ENV))
+    # A model that names an endpoint and a key variable the worker does not know is refused:
+    # anyone who may start runs could otherwise send the worker's secrets anywhere.
     async with serving(ts_env.client, agent) as tq:
+        with pytest.raises(UserError, match="'llama-run' names an endpoint or secret variables"):
+            await Runner.run(
+                agent, "hi", run_config=config, client=ts_env.client, task_queue=tq, serve=False
+            )
+    assert fake.requests_to(CHAT) == [], "no request left the worker"
+    fake.queue(CHAT, Reply(chat_body(content="from the run's model")))
+    async with serving(ts_env.client, agent, allow=[config]) as tq:
         result = await Runner.run(
-            agent,
-            "hi",
-            run_config=RunConfig(
-                model=OpenAIModel("llama-run", base_url=fake.base_url, api_key_env=KEY_ENV)
-            ),
-            client=ts_env.client,
-            task_queue=tq,
-            serve=False,
+            agent, "hi", run_config=config, client=ts_env.client, task_queue=tq, serve=False
         )
     assert result.final_output == "from the run's model"
     assert fake.requests_to(CHAT)[0].body["model"] == "llama-run"

@@ -19,6 +19,7 @@ from hitl import (
     ToolApproved,
     ToolContext,
     ToolDenied,
+    allow,
     function_tool,
 )
 from hitl.wire import RunStatus
@@ -106,6 +107,7 @@ async def test_two_key_auto_approval_truth_table(
     assert result.final_output == "archived 1, purged 1"
 
 
+@allow  # a RunConfig names it: workers must allow it (hitl.refs)
 def approve_small_purges(ctx: RunContextWrapper[object], call: ApprovalCall) -> object:
     """A run-level approver: small tickets are approved, 13 is refused, others go to a person."""
     ticket = int(call.params["ticket"])

@@ -30,6 +30,7 @@ from hitl import (
     ToolContext,
     ToolTimeoutError,
     UserError,
+    allow,
     connect,
     function_tool,
     handoff,
@@ -62,6 +63,7 @@ def echo_script(req: ModelRequest) -> ModelReply:
 # ----------------------------------------------------------------------------- input/output
 
 
+@allow  # a RunConfig names it: workers must allow it (hitl.refs)
 @input_guardrail
 def no_passwords(
     ctx: RunContextWrapper[object], agent: object, text: object
@@ -72,6 +74,7 @@ def no_passwords(
     )
 
 
+@allow  # a RunConfig names it: workers must allow it (hitl.refs)
 @output_guardrail
 def no_refunds_promised(
     ctx: RunContextWrapper[object], agent: object, out: object
@@ -236,6 +239,7 @@ def first_script(req: ModelRequest) -> ModelReply:
     return ModelReply.call(req.tool_names()[0])
 
 
+@allow  # a RunConfig names it: workers must allow it (hitl.refs)
 def keep_only_handoff(data: HandoffInputData) -> HandoffInputData:
     """A handoff filter that drops the history: the next agent sees only the handoff."""
     return data.clone(input_history=[], pre_handoff_items=[])
@@ -280,6 +284,7 @@ async def test_handoff_input_filters_and_nested_history(ts_env: WorkflowEnvironm
 # ----------------------------------------------------------------------------- model input
 
 
+@allow  # a RunConfig names it: workers must allow it (hitl.refs)
 def keep_last_two(data: CallModelData[object]) -> ModelInputData:
     return ModelInputData(input=data.model_data.input[-2:], instructions="trimmed")
 
@@ -491,6 +496,7 @@ class Tally:
         self.n = n
 
 
+@allow  # a RunConfig names it: workers must allow it (hitl.refs)
 def tally_from_json(value: dict[str, int]) -> Tally:
     return Tally(value["n"])
 
@@ -573,6 +579,7 @@ async def test_tool_timeout_as_message_or_as_failure(ts_env: WorkflowEnvironment
 # ----------------------------------------------------------------------------- more hooks
 
 
+@allow  # a RunConfig names it: workers must allow it (hitl.refs)
 def mapped_history(transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A `handoff_history_mapper`: the transcript as one user message listing its texts."""
     texts = [str(i.get("content") or i.get("name") or i.get("type")) for i in transcript]
@@ -651,6 +658,7 @@ def ticket_instructions(ctx: RunContextWrapper[Ticket], agent: object) -> str:
     )
 
 
+@allow  # a RunConfig names it: workers must allow it (hitl.refs)
 @input_guardrail
 def known_customers_only(
     ctx: RunContextWrapper[Ticket], agent: object, text: object

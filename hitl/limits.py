@@ -1,0 +1,114 @@
+"""Documented limits on everything a caller can send to a run, and on run-config numbers.
+
+Anyone who may start workflows or send updates and signals in the namespace can send any
+payload of any size (Temporal checks only the namespace). The limits below are checked in code
+before anything is accepted (update validators, signal handlers, the run's first task), so an
+oversized or malformed payload is refused with a typed one-line reason and never reaches a
+command Temporal would reject (a workflow task that fails forever, or a run terminated for a
+too-large message). Changing a limit never breaks a stored run: they are checked on arrival,
+not when histories replay.
+
+The module is imported by workflow code: constants and pure functions only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+KB = 1024
+
+# ----------------------------------------------------------------------------- decisions
+
+MAX_DECISION_BYTES = 64 * KB
+"""One `approve` / `reject` payload (update or signal), as encoded JSON."""
+MAX_DECIDE_BYTES = 256 * KB
+"""One `decide` payload (a batch of decisions, optionally a new run context)."""
+MAX_DECISIONS_PER_UPDATE = 100
+"""Decisions in one `decide` batch."""
+MAX_TEXT_CHARS = 4000
+"""A decision's `message` (shown to the model) or `reason` (kept in the record)."""
+MAX_APPROVER_CHARS = 200
+"""A decision's `approver` name."""
+MAX_CALL_ID_CHARS = 512
+"""A call id, qualified ones (`outer/inner`) included."""
+
+# ----------------------------------------------------------------------------- runs
+
+MAX_START_BYTES = 512 * KB
+"""The `AgentRun` start input (user input, context and run config together)."""
+MAX_CONTEXT_BYTES = 64 * KB
+"""A run context as JSON, at start or replaced by a resume (`decide`)."""
+MAX_NAME_CHARS = 200
+"""An agent name in a start input."""
+MAX_SIGNAL_BYTES = 64 * KB
+"""Any other message sent to a run (internal signals, stream publishes)."""
+
+MAX_RESULT_BYTES = 1536 * KB
+"""A run's result and its continue-as-new state (Temporal refuses payloads over 2 MB)."""
+
+MAX_REFUSED_KEPT = 50
+"""Refused messages a run keeps (the latest), for `status` and `hitl show`."""
+MAX_WAITING_UPDATES = 5
+"""Long-running updates (`wait`, `decide` with `wait`, event-stream polls) a run holds at once.
+
+The server admits at most 10 updates in flight per run; a run full of waits would refuse every
+decision. Beyond this many, a new wait is refused (`TooManyWaiters`) and decisions keep a slot.
+"""
+
+# ----------------------------------------------------------------------------- run config
+
+MAX_TURNS = 1000
+MIN_CONTINUE_AS_NEW_EVENTS = 10
+MAX_CONTINUE_AS_NEW_EVENTS = 40_000
+"""Temporal terminates a run at 51,200 events; it suggests continuing well before."""
+MAX_TOOL_ARG_BYTES = 512 * KB
+MAX_TOOL_OUTPUT_BYTES = 1024 * KB
+"""Tool outputs are recorded in history (2 MB per payload at most, with the rest of a result)."""
+MAX_BAD_TURNS = 100
+MAX_MODEL_TIMEOUT_SECONDS = 3600.0
+
+
+def run_config_problems(cfg: Any, max_turns: int | None = None) -> list[str]:
+    """What is out of bounds in a `RunConfigSpec` (and a run's `max_turns`); empty when fine.
+
+    Called by clients before they start a run and by the run itself on its first task, so a
+    start from the `temporal` CLI gets the same checks.
+    """
+    problems: list[str] = []
+
+    def within(name: str, value: Any, low: float, high: float) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            problems.append(f"{name} must be a number")
+        elif not low <= value <= high:
+            problems.append(f"{name} must be between {low:g} and {high:g} (got {value:g})")
+
+    within("max_turns", max_turns, 1, MAX_TURNS)
+    within("run_config.max_turns", cfg.max_turns, 1, MAX_TURNS)
+    within(
+        "run_config.continue_as_new_after_events",
+        cfg.continue_as_new_after_events,
+        MIN_CONTINUE_AS_NEW_EVENTS,
+        MAX_CONTINUE_AS_NEW_EVENTS,
+    )
+    within(
+        "run_config.max_tool_argument_bytes",
+        cfg.max_tool_argument_bytes,
+        1,
+        MAX_TOOL_ARG_BYTES,
+    )
+    within("run_config.max_tool_output_bytes", cfg.max_tool_output_bytes, 1, MAX_TOOL_OUTPUT_BYTES)
+    within("run_config.max_consecutive_bad_turns", cfg.max_consecutive_bad_turns, 1, MAX_BAD_TURNS)
+    model = cfg.model
+    timeout = getattr(model, "timeout_seconds", None)
+    if timeout is not None:
+        within("run_config.model.timeout_seconds", timeout, 0.001, MAX_MODEL_TIMEOUT_SECONDS)
+    return problems
+
+
+def text_problem(name: str, value: str | None, limit: int) -> str | None:
+    """`"<name> is N characters; the limit is L"` when `value` is too long, else `None`."""
+    if value is not None and len(value) > limit:
+        return f"{name} is {len(value)} characters; the limit is {limit}"
+    return None

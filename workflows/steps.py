@@ -1,0 +1,459 @@
+"""Activity plumbing for `AgentRun`.
+
+Every model call, tool call and hook, with its timeouts, retry policy and the typed failure it
+turns into.
+
+User code (predicates, guardrails, filters, formatters, tools) only ever runs in these
+activities. Failures that a person must fix become `RunFailure`s (the run fails with a typed
+reason); a tool's failure becomes text the model sees.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    FailureError,
+)
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from hitl.wire import (
+        ACT_CALL_MODEL,
+        ACT_EXECUTE_TOOL,
+        ACT_FILTER_HANDOFF,
+        ACT_HANDLE_RUN_ERROR,
+        ACT_LOAD_SESSION,
+        ACT_PLAN_TOOLS,
+        ACT_READ_RUN,
+        ACT_REJECTION_TEXT,
+        ACT_RESOLVE_AGENT,
+        ACT_RUN_GUARDRAILS,
+        ACT_SAVE_SESSION,
+        AgentSpec,
+        CallModelInput,
+        CallRecord,
+        CarriedState,
+        ExecuteToolInput,
+        GuardrailsInput,
+        GuardrailsOutput,
+        HandleRunErrorInput,
+        HandleRunErrorOutput,
+        HandoffFilterInput,
+        HandoffFilterOutput,
+        ModelResponse,
+        ModelTool,
+        PlanCall,
+        PlanToolsInput,
+        PlanToolsOutput,
+        ReadRunInput,
+        ReadRunOutput,
+        RejectionTextInput,
+        RejectionTextOutput,
+        ResolveAgentInput,
+        ResolvedRun,
+        RunErrorInfo,
+        RunInput,
+        SessionAppend,
+        SessionItems,
+        SessionRef,
+        ToolOutput,
+        ToolSpec,
+        TranscriptRef,
+    )
+    from workflows.items import REJECTION_MESSAGE, TOOL_ERROR_PREFIX, model_input
+
+Out = TypeVar("Out", bound=BaseModel)
+
+# Errors a model call must not retry: they need a change by a person, not another attempt.
+MODEL_NON_RETRYABLE = ["ModelBehaviorError", "ModelProviderError", "UserError", "PayloadsTooLarge"]
+TOOL_NON_RETRYABLE = ["ToolArgumentsInvalid", "ToolNotFound", "PayloadsTooLarge"]
+MODEL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=8,
+    non_retryable_error_types=MODEL_NON_RETRYABLE,
+)
+LOCAL_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=5,
+    non_retryable_error_types=["UserError", "ModelBehaviorError"],
+)
+READ_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=10,
+)
+MODEL_TIMEOUT = timedelta(seconds=180)
+LOCAL_TIMEOUT = timedelta(seconds=30)
+
+# Local activities fail with the activity's own error (not wrapped in an ActivityError).
+ACTIVITY_FAILURES = (ActivityError, ApplicationError, TemporalTimeoutError)
+
+
+class RunFailure(Exception):
+    """Ends the run as failed with a typed reason (after its handlers finish)."""
+
+    def __init__(self, type_name: str, message: str, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.info = RunErrorInfo(type=type_name, message=message, details=details or {})
+
+
+def failure_from_activity(err: FailureError, what: str) -> RunFailure:
+    """The run's typed failure for an activity that failed for good."""
+    cause: BaseException | None = err
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    if isinstance(cause, CancelledError):
+        raise err  # the run is being cancelled: let cancellation propagate
+    if isinstance(cause, ApplicationError) and cause.type:
+        return RunFailure(cause.type, cause.message)
+    if isinstance(cause, TemporalTimeoutError):
+        return RunFailure("ModelProviderError", f"{what} timed out: {cause.message}")
+    message = cause.message if isinstance(cause, FailureError) else str(cause or err)
+    return RunFailure("RunFailedError", f"{what} failed: {message}")
+
+
+def _error_text(err: ActivityError) -> str:
+    cause: BaseException | None = err.cause
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    if isinstance(cause, TemporalTimeoutError):
+        return f"the tool timed out ({cause.type.name.lower() if cause.type else 'timeout'})"
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    return str(cause or err)
+
+
+class Steps:
+    """The activities of one run. `busy` counts those running (the run is then not parked)."""
+
+    def __init__(self, inp: RunInput, state: CarriedState) -> None:
+        self.inp = inp
+        self.s = state
+        self.busy = 0
+
+    async def local(
+        self,
+        name: str,
+        arg: BaseModel,
+        result_type: type[Out],
+        what: str,
+        *,
+        busy: bool = True,
+        timeout: timedelta = LOCAL_TIMEOUT,
+    ) -> Out:
+        """Run a local activity (user code: predicates, guardrails, hooks); failures are typed.
+
+        While it runs the run counts as busy, so it never reports waiting for a person.
+        """
+        if busy:
+            self.busy += 1
+        try:
+            result: Out = await workflow.execute_local_activity(
+                name,
+                arg,
+                result_type=result_type,
+                start_to_close_timeout=timeout,
+                retry_policy=LOCAL_RETRY,
+            )
+        except ACTIVITY_FAILURES as err:
+            raise failure_from_activity(err, what) from None
+        finally:
+            if busy:
+                self.busy -= 1
+        return result
+
+    # ----------------------------------------------------------------- run start
+
+    async def resolve(self) -> ResolvedRun:
+        """Pin the run to its agent graph (and check what its config names)."""
+        return await self.local(
+            ACT_RESOLVE_AGENT,
+            ResolveAgentInput(agent=self.inp.agent, run_config=self.inp.run_config),
+            ResolvedRun,
+            "resolving the agent",
+            busy=False,
+        )
+
+    async def load_session(self) -> list[dict[str, Any]]:
+        """The transcript of the run's session."""
+        assert self.inp.session is not None
+        items = await self.local(
+            ACT_LOAD_SESSION,
+            SessionRef(session_id=self.inp.session, task_queue=workflow.info().task_queue),
+            SessionItems,
+            "loading the session",
+            busy=False,
+        )
+        return items.items
+
+    async def save_session(self) -> None:
+        """Append this run's turn to its session (once, even if the activity is retried)."""
+        assert self.inp.session is not None
+        turn = model_input(self.s.own_input, self.s.new_items)
+        await workflow.execute_activity(
+            ACT_SAVE_SESSION,
+            SessionRef(
+                session_id=self.inp.session,
+                task_queue=workflow.info().task_queue,
+                append=SessionAppend(run_id=workflow.info().workflow_id, items=turn),
+            ),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
+        )
+
+    # ----------------------------------------------------------------- model
+
+    async def call_model(self, agent: AgentSpec) -> ModelResponse:
+        """Ask the agent's model for the next step."""
+        cfg = self.inp.run_config
+        transcript = model_input(self.s.input_items, self.s.new_items)
+        tools = [
+            ModelTool(
+                name=t.name,
+                description=t.description,
+                params_json_schema=t.params_json_schema,
+                strict=t.strict_json_schema,
+            )
+            for t in agent.tools
+        ] + [
+            ModelTool(
+                name=h.tool_name,
+                description=h.tool_description,
+                params_json_schema={
+                    "type": "object",
+                    "properties": {},
+                    "required": [],
+                    "additionalProperties": False,
+                },
+            )
+            for h in agent.handoffs
+        ]
+        info = workflow.info()
+        inp = CallModelInput(
+            root_agent=self.inp.agent,
+            agent_id=agent.id,
+            agent_name=agent.name,
+            model=agent.model,
+            settings=agent.model_settings.merged_with(cfg.model_settings),
+            instructions=agent.instructions,
+            dynamic_instructions=agent.dynamic_instructions,
+            tools=tools,
+            output_schema=agent.output_schema,
+            output_type_name=agent.output_type_name,
+            context=self.s.context,
+            turn=self.s.turn,
+            max_argument_bytes=cfg.max_tool_argument_bytes,
+            stream=cfg.stream_text_deltas and agent.model.provider != "scripted",
+            input_filter=cfg.call_model_input_filter,
+        )
+        # The activity outlives the client's own timeout (the model's, or the worker default).
+        timeout = MODEL_TIMEOUT
+        if agent.model.timeout_seconds is not None:
+            timeout = max(MODEL_TIMEOUT, timedelta(seconds=agent.model.timeout_seconds + 60))
+        self.busy += 1
+        try:
+            if agent.model.local_activity:
+                # Local activity inputs are not stored in history: pass the transcript.
+                inp.transcript = transcript
+                response: ModelResponse = await workflow.execute_local_activity(
+                    ACT_CALL_MODEL,
+                    inp,
+                    result_type=ModelResponse,
+                    start_to_close_timeout=timeout,
+                    retry_policy=MODEL_RETRY,
+                )
+            else:
+                # Keep history linear in turns: the activity reads the transcript by query
+                # instead of receiving the whole conversation on every call.
+                inp.transcript_ref = TranscriptRef(
+                    workflow_id=info.workflow_id, run_id=info.run_id, end=len(transcript)
+                )
+                response = await workflow.execute_activity(
+                    ACT_CALL_MODEL,
+                    inp,
+                    result_type=ModelResponse,
+                    start_to_close_timeout=timeout,
+                    retry_policy=MODEL_RETRY,
+                    summary=f"{agent.name}: {agent.model.name}",
+                    task_queue=cfg.model_task_queue,  # None: the run's own queue
+                )
+        except ACTIVITY_FAILURES as err:
+            raise failure_from_activity(err, "the model call") from None
+        finally:
+            self.busy -= 1
+        return response
+
+    # ----------------------------------------------------------------- tools
+
+    async def plan(
+        self, agent: AgentSpec, recs: list[CallRecord], skip_policy: list[str]
+    ) -> PlanToolsOutput:
+        """Evaluate predicates, render approval requests, consult approver callbacks."""
+        cfg = self.inp.run_config
+        return await self.local(
+            ACT_PLAN_TOOLS,
+            PlanToolsInput(
+                root_agent=self.inp.agent,
+                agent_id=agent.id,
+                calls=[
+                    PlanCall(call_id=r.call_id, tool_name=r.tool_name, arguments=r.arguments)
+                    for r in recs
+                ],
+                context=self.s.context,
+                workflow_id=workflow.info().workflow_id,
+                run_approver=cfg.approver,
+                skip_policy=skip_policy,
+                pre_approval_guardrails=cfg.pre_approval_tool_input_guardrails,
+            ),
+            PlanToolsOutput,
+            "planning tool calls",
+        )
+
+    async def execute_tool(self, agent: AgentSpec, rec: CallRecord, tool: ToolSpec) -> ToolOutput:
+        """Run one approved (or approval-free) call; a failure becomes text for the model."""
+        info = workflow.info()
+        timeout = tool.timeout_seconds
+        try:
+            out: ToolOutput = await workflow.execute_activity(
+                ACT_EXECUTE_TOOL,
+                ExecuteToolInput(
+                    root_agent=self.inp.agent,
+                    agent_id=agent.id,
+                    tool_name=rec.tool_name,
+                    call_id=rec.call_id,
+                    arguments=rec.arguments,
+                    idempotency_key=f"{info.workflow_id}:{rec.call_id}",
+                    workflow_id=info.workflow_id,
+                    context=self.s.context,
+                    decision=rec.decision,
+                    max_output_bytes=self.inp.run_config.max_tool_output_bytes,
+                ),
+                result_type=ToolOutput,
+                start_to_close_timeout=timedelta(seconds=timeout),
+                heartbeat_timeout=(
+                    timedelta(seconds=tool.heartbeat_timeout_seconds)
+                    if tool.heartbeat_timeout_seconds
+                    else None
+                ),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=tool.max_attempts,
+                    non_retryable_error_types=TOOL_NON_RETRYABLE,
+                ),
+                summary=rec.tool_name,
+                task_queue=self.inp.run_config.tool_task_queue,  # None: the run's own queue
+            )
+        except ActivityError as err:
+            cause: BaseException | None = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == (
+                "ToolInputGuardrailTripwireTriggered"
+            ):
+                details = cause.details[0] if cause.details else {}
+                raise RunFailure(cause.type, cause.message, details) from None
+            if isinstance(cause, TemporalTimeoutError):
+                message = f"Tool '{rec.tool_name}' timed out after {timeout:g} seconds."
+                if tool.timeout_behavior == "raise_exception":
+                    raise RunFailure(
+                        "ToolTimeoutError", message, {"tool": rec.tool_name, "timeout": timeout}
+                    ) from None
+                return ToolOutput(output=message, is_error=True)
+            return ToolOutput(output=TOOL_ERROR_PREFIX + _error_text(err), is_error=True)
+        if out.context is not None and self.s.context is not None:
+            # The tool changed the run context: later activities see the new value.
+            self.s.context = self.s.context.model_copy(update={"value": out.context.value})
+        return out
+
+    async def rejection_text(self, agent: AgentSpec, rec: CallRecord, tool: ToolSpec) -> str:
+        """What the model sees for a call rejected without a message."""
+        formatter = self.inp.run_config.tool_error_formatter
+        if not formatter and not tool.user_action:
+            return REJECTION_MESSAGE
+        try:
+            out: RejectionTextOutput = await workflow.execute_local_activity(
+                ACT_REJECTION_TEXT,
+                RejectionTextInput(
+                    root_agent=self.inp.agent,
+                    agent_id=agent.id,
+                    tool_name=rec.tool_name,
+                    call_id=rec.call_id,
+                    arguments=rec.arguments,
+                    formatter=formatter,
+                    default_message=REJECTION_MESSAGE,
+                    context=self.s.context,
+                    decision=rec.decision,
+                    workflow_id=workflow.info().workflow_id,
+                ),
+                result_type=RejectionTextOutput,
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                retry_policy=LOCAL_RETRY,
+            )
+        except ACTIVITY_FAILURES:
+            workflow.logger.warning("rejection text for %s failed; using the default", rec.call_id)
+            return REJECTION_MESSAGE
+        return out.message or REJECTION_MESSAGE
+
+    # ----------------------------------------------------------------- hooks
+
+    async def guardrails(
+        self, kind: str, agent: AgentSpec, run_level: list[str], subject: Any, final: Any
+    ) -> GuardrailsOutput:
+        """Run an agent's (and the run's) input or output guardrails."""
+        return await self.local(
+            ACT_RUN_GUARDRAILS,
+            GuardrailsInput(
+                kind="input" if kind == "input" else "output",
+                root_agent=self.inp.agent,
+                agent_id=agent.id,
+                run_guardrails=run_level,
+                input=subject if isinstance(subject, str | list) else "",
+                final_output=final,
+                context=self.s.context,
+                workflow_id=workflow.info().workflow_id,
+            ),
+            GuardrailsOutput,
+            f"the {kind} guardrails",
+            timeout=MODEL_TIMEOUT,
+        )
+
+    async def filter_handoff(self, inp: HandoffFilterInput) -> HandoffFilterOutput:
+        """Apply a handoff's input filter, or nest the history, for the next agent."""
+        return await self.local(
+            ACT_FILTER_HANDOFF, inp, HandoffFilterOutput, "the handoff input filter"
+        )
+
+    async def handle_run_error(self, inp: HandleRunErrorInput) -> HandleRunErrorOutput:
+        """Let the run's `error_handlers` entry turn an error into a final output."""
+        return await self.local(
+            ACT_HANDLE_RUN_ERROR, inp, HandleRunErrorOutput, "the max_turns error handler"
+        )
+
+    async def read_run(self, inp: ReadRunInput) -> ReadRunOutput:
+        """Read a nested run's report, or a parent's mail, by query.
+
+        A regular activity: a local one would hold this run's task open while the other run
+        waits on it.
+        """
+        out: ReadRunOutput = await workflow.execute_activity(
+            ACT_READ_RUN,
+            inp,
+            result_type=ReadRunOutput,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=READ_RETRY,
+        )
+        return out
+
+
+def output_text(value: Any) -> str:
+    """A final output as text (for events and nested results)."""
+    return value if isinstance(value, str) else json.dumps(value)

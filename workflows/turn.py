@@ -1,0 +1,163 @@
+"""What happens to each tool call of a turn: pure decisions, tested without a server.
+
+A turn's calls go through two looks. The first (`open_turn`) needs nothing but the pinned
+graph: a repeated call id, a second handoff, an unknown tool or unusable arguments are refused
+with a message the model sees; a handoff is done at once. The second (`settle`) takes the plans
+`plan_tools` made (predicates, approval requests, approver callbacks, run in an activity) and
+decides, in this order, by
+
+1. the pinned graph: a tool that needs approval always does, whatever today's code says;
+2. a standing rule (`always_approve` / `always_reject`) that may decide the call;
+3. an approver callback's answer;
+4. two-key auto-approval (the run's preset and the tool both allow it);
+5. otherwise a person: the call waits, with its approver list and deadline.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from hitl.wire import AgentSpec, CallPlan, CallRecord, RunConfigSpec, ToolSpec
+from workflows.book import ApprovalBook
+from workflows.items import FunctionCall, check_arguments
+
+
+@dataclass
+class OpenedTurn:
+    """A turn's calls after the first look."""
+
+    records: list[CallRecord]
+    handoff_target: str | None = None
+    handoff_call: str | None = None
+    by_policy: set[str] = field(default_factory=set)
+    """Calls a policy (a guardrail) refused: its answer, not a mistake of the model."""
+
+
+def refuse(rec: CallRecord, message: str) -> None:
+    """The call does not run; the model sees `message`."""
+    rec.state = "refused"
+    rec.output = message
+    rec.is_error = True
+
+
+def tool_of(agent: AgentSpec, rec: CallRecord) -> ToolSpec:
+    """The pinned tool a call of `agent` names (calls past the first look always have one)."""
+    tool = agent.tool(rec.tool_name)
+    assert tool is not None, rec.tool_name
+    return tool
+
+
+def open_turn(
+    agent: AgentSpec,
+    calls: list[FunctionCall],
+    book: ApprovalBook,
+    graph_agents: dict[str, AgentSpec],
+    turn: int,
+    max_argument_bytes: int,
+) -> OpenedTurn:
+    """First look at the model's calls: refuse what cannot run, do the handoff."""
+    opened = OpenedTurn(records=[])
+    for call in calls:
+        rec = CallRecord(
+            call_id=call.call_id,
+            tool_name=call.name,
+            agent_id=agent.id,
+            agent_name=agent.name,
+            arguments=call.arguments,
+            turn=turn,
+        )
+        opened.records.append(rec)
+        handoff = agent.handoff(call.name)
+        if book.known(call.call_id):
+            refuse(rec, f"Call id {call.call_id} was already used; ignoring this call.")
+        elif handoff is not None:
+            if opened.handoff_target is None:
+                opened.handoff_target, opened.handoff_call = handoff.agent_id, call.call_id
+                rec.output = json.dumps({"assistant": graph_agents[handoff.agent_id].name})
+                rec.state = "done"
+            else:
+                refuse(rec, "Multiple handoffs detected, ignoring this one.")
+        elif agent.tool(call.name) is None:
+            available = ", ".join(t.name for t in agent.tools) or "none"
+            refuse(rec, f"Tool {call.name} not found. Available tools: {available}.")
+        else:
+            problem = check_arguments(call, max_argument_bytes)
+            if problem is not None:
+                refuse(rec, problem)
+    return opened
+
+
+def to_plan(agent: AgentSpec, records: list[CallRecord]) -> list[CallRecord]:
+    """Calls that may need a person (a tool with approval "never" needs no plan)."""
+    return [r for r in records if r.state == "planning" and tool_of(agent, r).approval != "never"]
+
+
+def skip_policy(
+    agent: AgentSpec, book: ApprovalBook, cfg: RunConfigSpec, records: list[CallRecord]
+) -> list[str]:
+    """Tools whose approver callbacks need not run: a standing rule decides their calls."""
+    approvers = {r.tool_name: tool_of(agent, r).approvers or cfg.approvers for r in records}
+    return book.ruled_tools(agent.id, approvers)
+
+
+def apply_plans(opened: OpenedTurn, planned: list[CallRecord], plans: list[CallPlan]) -> None:
+    """Take what `plan_tools` found: refusals, requests, and whether a person is needed."""
+    for rec, plan in zip(planned, plans, strict=True):
+        if plan.refusal is not None:
+            # Arguments the tool refuses are the model's mistake; a pre-approval guardrail's
+            # refusal is a policy's answer and not a bad turn.
+            refuse(rec, plan.refusal)
+            if plan.by_policy:
+                opened.by_policy.add(rec.call_id)
+            continue
+        rec.needs_approval = plan.needs_approval
+        rec.request = plan.request
+
+
+def settle(
+    agent: AgentSpec,
+    opened: OpenedTurn,
+    plans: dict[str, CallPlan],
+    book: ApprovalBook,
+    cfg: RunConfigSpec,
+    now: datetime,
+) -> list[CallRecord]:
+    """Decide every call still being planned; returns the calls that now wait for a person."""
+    waiting = []
+    for rec in opened.records:
+        if rec.state != "planning":
+            continue
+        tool = tool_of(agent, rec)
+        # The graph pinned at run start decides whether a call needs a person: a deploy that
+        # relaxes a tool's `needs_approval` does not relax parked runs. Only predicates are
+        # evaluated with the code deployed now.
+        rec.needs_approval = rec.needs_approval or tool.approval == "always"
+        rec.approvers = tool.approvers or cfg.approvers
+        plan = plans.get(rec.call_id)
+        if not rec.needs_approval:
+            rec.state = "approved"
+        elif book.apply_rule(rec, now):
+            pass  # a standing rule decided it (one its maker may make for this call)
+        elif plan is not None and plan.policy is not None:
+            book.decide_by(rec, plan.policy, now)
+        elif cfg.auto_approve and tool.auto_approve:
+            book.auto_approve(rec, now)  # both keys on: the run's and the tool's
+        else:
+            rec.state = "awaiting_approval"
+            rec.requested_at = now
+            if tool.approval_timeout_seconds:
+                rec.deadline = now + timedelta(seconds=tool.approval_timeout_seconds)
+            waiting.append(rec)
+    return waiting
+
+
+def bad_turn(opened: OpenedTurn) -> str | None:
+    """Why the turn counts as unusable (every call the model made was refused), or `None`."""
+    mistakes = [r for r in opened.records if r.call_id not in opened.by_policy]
+    if any(r.state == "refused" for r in mistakes) and all(
+        r.state == "refused" for r in mistakes if r.call_id != opened.handoff_call
+    ):
+        return "; ".join(r.output or "" for r in opened.records if r.output)
+    return None

@@ -1,0 +1,148 @@
+"""What operators see of a run without asking it: search attributes and the UI's details.
+
+`HitlStatus`, `HitlPendingTools`, `HitlAgent`, `HitlPendingSince` and `HitlDeadline` make
+`temporal workflow list --query "HitlStatus='awaiting_approval'"` an approval inbox; the
+current details (markdown in the Temporal UI) say what the run waits for and how to decide it.
+Both change only when what a person would see changes, so a run that never pauses costs one
+upsert (at the end). Search attributes never carry arguments or personal data.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import NamedTuple
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+
+with workflow.unsafe.imports_passed_through():
+    from hitl.wire import (
+        SA_AGENT,
+        SA_DEADLINE,
+        SA_PENDING_SINCE,
+        SA_PENDING_TOOLS,
+        SA_STATUS,
+        PendingApproval,
+        RunErrorInfo,
+    )
+
+STATUS_KEY = SearchAttributeKey.for_keyword(SA_STATUS)
+PENDING_TOOLS_KEY = SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS)
+AGENT_KEY = SearchAttributeKey.for_keyword(SA_AGENT)
+PENDING_SINCE_KEY = SearchAttributeKey.for_datetime(SA_PENDING_SINCE)
+DEADLINE_KEY = SearchAttributeKey.for_datetime(SA_DEADLINE)
+OUR_KEYS = (STATUS_KEY, PENDING_TOOLS_KEY, AGENT_KEY, PENDING_SINCE_KEY, DEADLINE_KEY)
+
+
+class Visible(NamedTuple):
+    """What operators see of a run."""
+
+    status: str
+    tools: tuple[str, ...] = ()
+    since: datetime | None = None
+    deadline: datetime | None = None
+
+    @classmethod
+    def of(cls, status: str, pending: Sequence[PendingApproval]) -> Visible:
+        """The visible state for a run in `status` with these pending calls."""
+        return cls(
+            status,
+            tuple(sorted({p.tool_name for p in pending})),
+            min((p.requested_at for p in pending if p.requested_at), default=None),
+            min((p.deadline for p in pending if p.deadline), default=None),
+        )
+
+
+STARTED = Visible("running")
+"""What a run shows before it first publishes (nothing published yet)."""
+
+
+def spoofed() -> bool:
+    """Whether the run was started with our search attributes already set (by its starter).
+
+    Anyone may start a run with `--search-attribute HitlStatus=...`; a fresh run publishes its
+    own values at once instead of keeping someone else's claim in the inbox.
+    """
+    info = workflow.info()
+    if info.continued_run_id is not None:
+        return False
+    sa = info.typed_search_attributes
+    return any(sa.get(key) is not None for key in OUR_KEYS)
+
+
+def publish(visible: Visible, agent: str, details: str, search_attributes: bool) -> None:
+    """Write what operators see (search attributes when registered, the UI's details)."""
+    if search_attributes:
+        workflow.upsert_search_attributes(
+            [
+                STATUS_KEY.value_set(visible.status),
+                PENDING_TOOLS_KEY.value_set(list(visible.tools)),
+                AGENT_KEY.value_set(agent),
+                PENDING_SINCE_KEY.value_set(visible.since)
+                if visible.since is not None
+                else PENDING_SINCE_KEY.value_unset(),
+                DEADLINE_KEY.value_set(visible.deadline)
+                if visible.deadline is not None
+                else DEADLINE_KEY.value_unset(),
+            ]
+        )
+    workflow.set_current_details(details)
+
+
+def details(
+    *,
+    status: str,
+    turn: int,
+    agent: str,
+    current_agent: str,
+    error: RunErrorInfo | None,
+    pending: Sequence[PendingApproval],
+    root_workflow_id: str | None,
+) -> str:
+    """Markdown for the Temporal UI: what the run waits for and how to decide it."""
+    wid = workflow.info().workflow_id
+    if status == "cancelled":
+        return f"**Cancelled** after {turn} model turns."
+    if status == "completed":
+        return f"**Completed** after {turn} model turns."
+    if status == "failed" and error is not None:
+        return f"**Failed** ({error.type}): {error.message}"
+    if not pending:
+        return f"**Running** (turn {turn}, agent {current_agent or agent})."
+    if root_workflow_id is not None:
+        return (
+            f"**Waiting for approval** ({len(pending)} call(s)). This is a nested run: "
+            f"its approvals are decided on the root run `{root_workflow_id}`."
+        )
+    lines = [f"**Waiting for approval** ({len(pending)} call(s)), agent {agent}", ""]
+    for c in pending:
+        title = c.request.title if c.request else f"{c.agent_name} wants to run {c.tool_name}"
+        where = " -> ".join([*c.path, c.tool_name])
+        lines += [
+            f"### {title}",
+            f"({where})",
+            f"Tool `{c.tool_name}`, call `{c.call_id}`, waiting since {c.requested_at}",
+            "",
+        ]
+        if c.deadline is not None:
+            lines += [f"Decide before {c.deadline.isoformat()} (then it expires).", ""]
+        if c.request is not None:
+            lines += [c.request.message, ""]
+            if c.request.preview:
+                label = c.request.preview_label or "Preview"
+                lines += [f"**{label}**", "```", c.request.preview[:4000], "```", ""]
+        approve = json.dumps({"call_id": c.call_id, "approver": "you@example.com"})
+        reject = json.dumps({"call_id": c.call_id, "message": "why, for the model"})
+        lines += [
+            "Decide with *Send an Update* (name `approve` or `reject`), or:",
+            "```",
+            f"temporal workflow update execute --workflow-id {wid} --name approve "
+            f"--input '{approve}'",
+            f"temporal workflow update execute --workflow-id {wid} --name reject "
+            f"--input '{reject}'",
+            "```",
+            "",
+        ]
+    return "\n".join(lines)
