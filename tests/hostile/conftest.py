@@ -1,0 +1,81 @@
+"""The hostile suite: someone with access to the namespace, sending whatever they like.
+
+Each test drives a real dev server and a real worker serving `tests.hostile.agents`, and talks
+to runs either with the `temporal` CLI (as such a person would) or with raw gRPC requests (to
+send exact bytes, encodings and numbers of payloads). What every test checks, besides its own
+point: no workflow task failed, the run still answers, nothing that needs approval ran without a
+decision, and the run can still be approved.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest_asyncio
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+
+from hitl.wire import DecisionInput, DecisionRecord, RunInput, RunOutput, RunStatus, WaitInput
+from tests.helpers import Ledger, history, serving, tool_activity_count
+from tests.hostile.agents import AGENTS
+from tests.hostile.raw import task_failures
+from worker.devserver import DevServer
+
+
+@dataclass
+class Desk:
+    """A worker serving the hostile agents, and what tests need around it."""
+
+    client: Client
+    server: DevServer
+    task_queue: str
+    ledger: Ledger
+
+    async def park(self, agent: str = "Gate desk") -> tuple[WorkflowHandle[Any, RunOutput], str]:
+        """Start a run as `temporal workflow start` would and wait until it parks."""
+        handle = await self.client.start_workflow(
+            "AgentRun",
+            RunInput(agent=agent, input="wire the refund"),
+            id=f"hostile-{uuid.uuid4().hex[:10]}",
+            task_queue=self.task_queue,
+            result_type=RunOutput,
+        )
+        status: RunStatus = await handle.execute_update("wait", WaitInput(), result_type=RunStatus)
+        assert status.phase == "awaiting_approval", status
+        [pending] = status.pending
+        return handle, pending.call_id
+
+    async def still_healthy(
+        self, handle: WorkflowHandle[Any, RunOutput], call_id: str, tool: str = "wire"
+    ) -> RunStatus:
+        """The run took no harm: no task failed, it answers, it still waits, nothing ran."""
+        hist = await history(handle)
+        assert task_failures(hist) == [], "a payload failed a workflow task"
+        desc = await handle.describe()
+        assert desc.status == WorkflowExecutionStatus.RUNNING
+        status: RunStatus = await handle.query("status", result_type=RunStatus)
+        assert [p.call_id for p in status.pending] == [call_id], status
+        assert status.decisions == []
+        assert tool_activity_count(hist) == 0, "a tool ran without a decision"
+        assert self.ledger.count(tool) == 0
+        return status
+
+    async def approve_and_finish(
+        self, handle: WorkflowHandle[Any, RunOutput], call_id: str, tool: str = "wire"
+    ) -> RunOutput:
+        """A legitimate approval still works, and the tool runs exactly once."""
+        await handle.execute_update(
+            "approve", DecisionInput(call_id=call_id, approver="ops"), result_type=DecisionRecord
+        )
+        out = await handle.result()
+        assert self.ledger.count(tool) == 1
+        assert task_failures(await history(handle)) == []
+        return out
+
+
+@pytest_asyncio.fixture
+async def desk(dev_client: Client, dev_server: DevServer, ledger: Ledger) -> AsyncIterator[Desk]:
+    async with serving(dev_client, *AGENTS) as tq:
+        yield Desk(dev_client, dev_server, tq, ledger)
