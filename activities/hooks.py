@@ -14,6 +14,7 @@ from hitl.agent import HandoffInputData, _as_handoff
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
 from hitl.guardrails import GuardrailFunctionOutput, InputGuardrail, OutputGuardrail, evaluate
+from hitl.items import message_text
 from hitl.registry import AgentRegistry
 from hitl.wire import (
     ACT_FILTER_HANDOFF,
@@ -25,7 +26,6 @@ from hitl.wire import (
     HandoffFilterOutput,
     RunItem,
 )
-from workflows.items import message_text
 
 NEST_HEADER = (
     "For context, here is the conversation so far between the user and the previous agent:"

@@ -17,6 +17,7 @@ from activities.context import rebuild_context
 from hitl.agent import Agent, output_is_wrapped
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
+from hitl.items import OVERSIZED_KEY, message_text
 from hitl.model import ModelRequest, ScriptedModel
 from hitl.refs import Allowed
 from hitl.registry import AgentRegistry
@@ -32,7 +33,6 @@ from hitl.wire import (
     TranscriptRef,
     Usage,
 )
-from workflows.items import OVERSIZED_KEY, message_text
 
 
 class ModelActivities:

@@ -51,6 +51,7 @@ from hitl.errors import UserError
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
     SA_AGENT,
+    SA_DEADLINE,
     SA_PENDING_SINCE,
     SA_PENDING_TOOLS,
     SA_STATUS,
@@ -245,6 +246,7 @@ def _path_text(path: Sequence[str], tool: str) -> str:
 _TOOLS_KEY = SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS)
 _SINCE_KEY = SearchAttributeKey.for_datetime(SA_PENDING_SINCE)
 _AGENT_KEY = SearchAttributeKey.for_keyword(SA_AGENT)
+_DEADLINE_KEY = SearchAttributeKey.for_datetime(SA_DEADLINE)
 
 
 async def _paused_runs(
@@ -544,18 +546,28 @@ def _decision_update_id(workflow_id: str, decisions: Sequence[DecisionRequest]) 
 
 
 async def _no_worker_message(client: Client, handle: WorkflowHandle[Any, Any]) -> str:
+    """Why a decision is not applied yet, and until when it still can be (honestly)."""
     from hitl.run import live_pollers
 
+    deadline = None
     try:
         desc = await handle.describe()
         queue = desc.task_queue
+        deadline = desc.typed_search_attributes.get(_DEADLINE_KEY)
         pollers = await live_pollers(client, queue)
     except RPCError:
         queue, pollers = "?", 0
     who = "no worker is polling" if pollers == 0 else "no worker answered on"
+    until = (
+        f" It can still apply until {deadline.isoformat()} (the earliest approval deadline of "
+        "the run's pending calls); one that arrives later is refused and recorded on the run."
+        if deadline is not None
+        else ""
+    )
     return (
-        f"{who} task queue {queue!r}: the decision is queued on the server and applies when a "
-        "worker runs. Re-run the same command to see its outcome (it is deduplicated)."
+        f"{who} task queue {queue!r}: the decision is queued on the server, which holds it in "
+        f"memory until a worker takes it (a server restart loses it).{until} Re-run the same "
+        "command to see its outcome (it is deduplicated)."
     )
 
 
@@ -724,6 +736,8 @@ async def cmd_run(client: Client, args: argparse.Namespace) -> int:
         raise Refused(f"the run failed: {exc.cause}") from None
     except RPCError:
         status = await _closed_status(handle)
+    if status.phase == "completed" and status.final_output is None:
+        status = await _closed_status(handle)  # a large output is left out of `wait`'s answer
     return _report(status)
 
 
@@ -822,7 +836,7 @@ async def cmd_setup(client: Client, args: argparse.Namespace) -> int:
             f"cannot register search attributes in {client.namespace!r}: {exc.message}. On "
             "Temporal Cloud add them with `tcld namespace search-attributes add` "
             "(HitlStatus Keyword, HitlPendingTools KeywordList, HitlAgent Keyword, "
-            "HitlPendingSince Datetime)."
+            "HitlPendingSince Datetime, HitlDeadline Datetime)."
         ) from None
     if added:
         print(f"registered {', '.join(added)} in namespace {client.namespace!r}")
@@ -895,6 +909,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
     ]
     for a in agents:
         cmd += ["--agents", a]
+    for a in args.allow or []:
+        cmd += ["--allow", a]
     worker = subprocess.Popen(cmd)
     print(f"Temporal dev server  {server.address}  (SQLite {state / 'dev.sqlite'})")
     print(f"Web UI               http://127.0.0.1:{ui_port}")
@@ -953,6 +969,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = sub.add_parser("dev", help="run the local stack (dev server, UI, worker)")
     dev.add_argument("--agents", action="append", help="module:attr to serve (repeatable)")
+    dev.add_argument(
+        "--allow",
+        action="append",
+        metavar="MODULE:ATTR",
+        help="what runs may name besides the agents' code (see python -m worker --allow)",
+    )
     dev.add_argument("--port", type=int, default=None)
     dev.add_argument("--ui-port", type=int, default=None)
     dev.add_argument("--state-dir", default=".hitl")

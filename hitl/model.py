@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from hitl.errors import UserError
+from hitl.items import message_text
 from hitl.wire import ModelSpec, ModelTool
 
 DEFAULT_MODEL = "gpt-4.1"
@@ -157,7 +158,7 @@ class ModelRequest:
         """Text of the latest user message ('' when there is none)."""
         for item in reversed(self.input):
             if item.get("role") == "user":
-                return _message_text(item)
+                return message_text(item)
         return ""
 
     def tool_results(self, since_last_user: bool = True) -> list[ToolResultView]:
@@ -324,17 +325,3 @@ class ScriptedModel(Model):
                 },
             )
         return out
-
-
-def _message_text(item: dict[str, Any]) -> str:
-    content = item.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return ""
-
-
-def message_text(item: dict[str, Any]) -> str:
-    """Text of a Responses message item (input or output form)."""
-    return _message_text(item)

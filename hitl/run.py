@@ -308,8 +308,11 @@ class _Session:
         if self.mode is False or self.serving:
             raise NoWorkerError(
                 f"no worker accepted run {workflow_id} on task queue {self.task_queue!r} within "
-                f"{WORKER_GRACE_SECONDS:g}s. The request is kept and applies once a worker runs: "
-                "`python -m worker --agents <module>:<agent>`"
+                f"{WORKER_GRACE_SECONDS:g}s. The server holds the request in memory until a "
+                "worker takes it (a server restart loses it; a decision that arrives after its "
+                "call's approval deadline is refused): start one with "
+                "`python -m worker --agents <module>:<agent>` and run the same call again to see "
+                "the outcome"
             )
         await self.serve()
 

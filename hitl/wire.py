@@ -37,7 +37,29 @@ ACT_SAVE_SESSION = "save_session"
 ACT_READ_RUN = "read_run"
 """Reads another run of the same graph by query (a nested run's report, or its parent's mail)."""
 
+# Handler names of `AgentRun` (what the `temporal` CLI and the UI call).
+UPDATE_APPROVE = "approve"
+UPDATE_REJECT = "reject"
+UPDATE_DECIDE = "decide"
+UPDATE_WAIT = "wait"
+SIGNAL_APPROVE = "approve"
+SIGNAL_REJECT = "reject"
+QUERY_STATUS = "status"
+QUERY_SNAPSHOT = "snapshot"
+QUERY_TRANSCRIPT = "transcript"
+SIGNAL_CHILD_REPORT = "__hitl_child_report"
+"""Internal, nested run -> parent: "read me again" (its content is ignored)."""
+SIGNAL_FROM_ROOT = "__hitl_from_root"
+"""Internal, parent -> nested run: "read your mail" (its content is ignored)."""
+QUERY_REPORT = "__hitl_report"
+QUERY_MAIL = "__hitl_mail"
+
 SESSION_WORKFLOW_TYPE = "AgentSession"
+SESSION_APPEND = "append"
+SESSION_ADD_ITEMS = "add_items"
+SESSION_POP_ITEM = "pop_item"
+SESSION_CLEAR = "clear"
+SESSION_ITEMS = "items"
 EVENTS_TOPIC = "events"
 """The topic of a run's workflow stream that carries its `RunEvent`s."""
 
@@ -627,7 +649,8 @@ class ReadRunInput(_Model):
 
     workflow_id: str
     run_id: str | None = None
-    query: Literal["__hitl_report", "__hitl_mail"]
+    query: str
+    """`QUERY_REPORT` or `QUERY_MAIL`."""
     call_id: str
     """The nested run's call id at its parent (the mail's address)."""
 

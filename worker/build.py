@@ -38,7 +38,6 @@ PASSTHROUGH = (
     "workflows.book",
     "workflows.events",
     "workflows.inputs",
-    "workflows.items",
     "workflows.nested",
     "workflows.steps",
     "workflows.tracing",

@@ -10,7 +10,7 @@ outside).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from temporalio import workflow
@@ -19,9 +19,13 @@ from temporalio.contrib.workflow_streams._stream import _POLL, _PUBLISH_SIGNAL
 from temporalio.contrib.workflow_streams._types import PollInput, PublishInput
 
 with workflow.unsafe.imports_passed_through():
+    from hitl.items import message_text
     from hitl.limits import MAX_SIGNAL_BYTES
-    from hitl.wire import EVENTS_TOPIC, RunEvent
+    from hitl.wire import EVENTS_TOPIC, AgentSpec, RunEvent, RunItem
     from workflows.inputs import Waiters, read_one, refusal
+
+if TYPE_CHECKING:
+    from workflows.agent_run import AgentRun
 
 MAX_DELTA_ENTRIES = 200
 """Entries in one publish batch from outside (the model activity batches every 150 ms)."""
@@ -34,13 +38,23 @@ _PUBLISH_INPUT = TypeAdapter(PublishInput)
 _EVENT = TypeAdapter(RunEvent)
 
 
+def preview(text: str, limit: int = 2000) -> str:
+    """`text`, cut to `limit` characters with a note of how much more there was."""
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more]"
+
+
 class Events:
     """Publish `RunEvent`s; guard the stream's handlers against hostile callers."""
 
-    def __init__(self, stream: WorkflowStream, waiters: Waiters) -> None:
+    def __init__(self, run: AgentRun, stream: WorkflowStream, waiters: Waiters) -> None:
+        self.run = run
         self.stream = stream
         self.topic = stream.topic(EVENTS_TOPIC, type=RunEvent)
-        self.announced: set[str] = set()
+        self.announced: set[str] = {f"decided:{d.call_id}" for d in run.s.decisions} | {
+            c.call_id for c in run.s.calls
+        }
+        """Calls whose request or decision subscribers were told of (carried runs: all)."""
+        self.paused = False
         self.streaming = 0
         """Model calls in flight that stream text deltas (deltas are accepted only then)."""
         self._waiters = waiters
@@ -69,9 +83,81 @@ class Events:
         workflow.set_update_handler(_POLL, poll, validator=validate_poll)
         workflow.set_signal_handler(_PUBLISH_SIGNAL, publish)
 
-    def emit(self, event: RunEvent) -> None:
-        """Publish one event (no history event)."""
-        self.topic.publish(event)
+    def emit(self, kind: Any, **fields: Any) -> None:
+        """Publish one event (no history event; rebuilt on replay)."""
+        run = self.run
+        self.topic.publish(RunEvent(type=kind, turn=run.s.turn, agent=run.agent_name(), **fields))
+
+    def add_item(self, kind: Any, raw: dict[str, Any], agent: AgentSpec) -> None:
+        """Add an item to the run's transcript, and tell subscribers."""
+        self.run.s.new_items.append(
+            RunItem(type=kind, agent_id=agent.id, agent_name=agent.name, raw_item=raw)
+        )
+        if kind == "message_output_item":
+            self.emit("message", text=message_text(raw))
+        elif kind in ("tool_call_item", "handoff_call_item"):
+            self.emit(
+                "tool_called",
+                call_id=raw.get("call_id"),
+                tool=raw.get("name"),
+                data={"arguments": preview(str(raw.get("arguments", "")))},
+            )
+        elif kind in ("tool_call_output_item", "handoff_output_item"):
+            self.emit(
+                "tool_finished",
+                call_id=raw.get("call_id"),
+                text=preview(str(raw.get("output", ""))),
+            )
+
+    def note_pause(self) -> None:
+        """Emit `paused` / `resumed` when the run starts or stops waiting for people only."""
+        run = self.run
+        paused = run.phase() == "awaiting_approval"
+        if paused and not self.paused:
+            self.emit("paused", data={"pending": [p.call_id for p in run.book.pending()]})
+        elif self.paused and not paused and not run.finished():
+            self.emit("resumed")
+        self.paused = paused
+
+    def announce_request(self, call_id: str, tool: str, request: Any) -> None:
+        """An `approval_requested` event, once per call."""
+        if call_id in self.announced:
+            return
+        self.announced.add(call_id)
+        self.emit(
+            "approval_requested",
+            call_id=call_id,
+            tool=tool,
+            text=request.title if request is not None else None,
+            data={"message": request.message} if request is not None else {},
+        )
+
+    def announce_decisions(self) -> None:
+        """An `approval_decided` event (and trace event) for each decision not yet told."""
+        run = self.run
+        for rec in run.book.all_decisions():
+            key = f"decided:{rec.call_id}"
+            if key in self.announced:
+                continue
+            self.announced.add(key)
+            self.emit(
+                "approval_decided",
+                call_id=rec.call_id,
+                tool=rec.tool_name,
+                text=rec.kind,
+                data={"source": rec.source, "approver": rec.approver, "message": rec.message},
+            )
+            run.trace.event(
+                "hitl.approval_decision",
+                **{
+                    "hitl.agent": run.book.owner(rec.call_id),
+                    "hitl.call_id": rec.call_id,
+                    "hitl.tool": rec.tool_name,
+                    "hitl.decision": rec.kind,
+                    "hitl.decision.source": rec.source,
+                    "hitl.decision.approver": rec.approver,
+                },
+            )
 
     def _accepted_deltas(self, args: tuple[Any, ...]) -> PublishInput | None:
         """The publish batch, if it is what our model activity sends: text deltas only."""

@@ -11,13 +11,16 @@ Pure and deterministic: used by validators, signal handlers and the run's first 
 
 from __future__ import annotations
 
+import json
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from hitl.codec import UNDECRYPTABLE
+from hitl.limits import MAX_CONTEXT_BYTES, MAX_NAME_CHARS, run_config_problems
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -196,3 +199,44 @@ def trust_problem(inp: Any, info: Any) -> str | None:
         if inp.carried is None and inp.graph is None:
             return "a nested run needs its parent's graph"
     return None
+
+
+def start_problem(inp: Any) -> str | None:
+    """Why a run's start input cannot run (trust, bounds), or `None`."""
+    problem = trust_problem(inp, workflow.info())
+    if problem is not None:
+        return problem
+    if inp.carried is None and not inp.agent:
+        return "agent must name a registered agent"
+    if len(inp.agent) > MAX_NAME_CHARS:
+        return f"agent is {len(inp.agent)} characters; the limit is {MAX_NAME_CHARS}"
+    problems = run_config_problems(inp.run_config, inp.max_turns)
+    if problems:
+        return "; ".join(problems)
+    if inp.carried is None and inp.context is not None:
+        size = len(json.dumps(inp.context))
+        if size > MAX_CONTEXT_BYTES:
+            return f"context is {size} bytes; the limit is {MAX_CONTEXT_BYTES}"
+    return None
+
+
+def encoded_size(value: Any) -> int:
+    """A value's size as a payload (before the codec, which adds a few bytes)."""
+    return len(workflow.payload_converter().to_payload(value).data)
+
+
+def query_text(args: tuple[Any, ...]) -> str:
+    """A query's single string argument (anything else: empty)."""
+    if len(args) != 1:
+        return ""
+    value = args[0]
+    if isinstance(value, str):
+        return value
+    raw = value.payload if isinstance(value, RawValue) else None
+    if raw is None or raw.metadata.get("encoding") != JSON or len(raw.data) > 2048:
+        return ""
+    try:
+        text = json.loads(raw.data)
+    except ValueError:
+        return ""
+    return text if isinstance(text, str) else ""

@@ -26,7 +26,13 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureE
 from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from hitl.items import TOOL_ERROR_PREFIX
+    from hitl.limits import MAX_SIGNAL_BYTES
     from hitl.wire import (
+        QUERY_MAIL,
+        QUERY_REPORT,
+        SIGNAL_CHILD_REPORT,
+        SIGNAL_FROM_ROOT,
         WORKFLOW_TYPE,
         AgentSpec,
         CallRecord,
@@ -43,15 +49,8 @@ with workflow.unsafe.imports_passed_through():
         child_workflow_id,
     )
     from workflows.book import ApprovalBook, ChildView
-    from workflows.items import TOOL_ERROR_PREFIX
+    from workflows.inputs import read_one
     from workflows.steps import RunFailure, Steps, output_text
-
-SIGNAL_CHILD_REPORT = "__hitl_child_report"
-"""Child -> parent: "my pending calls or phase changed, read me" (content ignored)."""
-SIGNAL_FROM_ROOT = "__hitl_from_root"
-"""Parent -> child: "there is mail for you, read it" (content ignored)."""
-QUERY_REPORT = "__hitl_report"
-QUERY_MAIL = "__hitl_mail"
 
 
 class ReportHint(BaseModel):
@@ -162,9 +161,15 @@ async def _exchange(host: Host, view: ChildView, handle: ChildWorkflowHandle[Any
             await handle.signal(SIGNAL_FROM_ROOT, {})
 
 
-def on_child_report(host: Host, call_id: Any) -> None:
-    """A nested run asks to be read again (a hint: an unknown call id changes nothing)."""
-    view = host.book.children.get(call_id) if isinstance(call_id, str) else None
+def on_child_report(host: Host, args: tuple[Any, ...]) -> None:
+    """A nested run asks to be read again (only a hint: a garbled or unknown one is ignored)."""
+    try:
+        hint = read_one(
+            args, ReportHint, what="a report hint", example="(internal)", max_bytes=MAX_SIGNAL_BYTES
+        )
+    except ApplicationError:
+        return
+    view = host.book.children.get(hint.call_id)
     if view is not None and not view.done:
         view.stale = True
 

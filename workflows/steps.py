@@ -26,6 +26,7 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from hitl.items import REJECTION_MESSAGE, TOOL_ERROR_PREFIX, model_input
     from hitl.wire import (
         ACT_CALL_MODEL,
         ACT_EXECUTE_TOOL,
@@ -69,7 +70,6 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         TranscriptRef,
     )
-    from workflows.items import REJECTION_MESSAGE, TOOL_ERROR_PREFIX, model_input
 
 Out = TypeVar("Out", bound=BaseModel)
 

@@ -10,6 +10,7 @@ start time. Without tracing, every call here is a no-op and nothing is imported.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -72,6 +73,18 @@ class RunTracer:
         finally:
             span.end()
 
+    def open_wait(self, call: Any) -> None:
+        """The span of a call's wait for a person (ends when it is decided)."""
+        self.open(
+            call.call_id,
+            "hitl.approval_wait",
+            **{
+                "hitl.tool": call.tool_name,
+                "hitl.call_id": call.call_id,
+                "hitl.agent": call.agent_name,  # the tool's owner (the run's is the root)
+            },
+        )
+
     def open(self, key: str, name: str, **attributes: AttributeValue | None) -> None:
         """Start a span that ends elsewhere (an approval wait), keyed by `key`."""
         if not self.enabled or key in self._open:
@@ -93,3 +106,29 @@ class RunTracer:
         """An instant span (a handoff, a decision)."""
         with self.span(name, **attributes):
             pass
+
+
+def start(run: Any) -> RunTracer:
+    """The tracer of a run, with its run span open (a no-op unless the worker traces)."""
+    cfg = run.inp.run_config
+    attrs: dict[str, Any] = {
+        "hitl.workflow_id": workflow.info().workflow_id,
+        "hitl.agent": run.inp.agent,
+        "hitl.workflow_name": cfg.workflow_name or run.inp.agent,
+        "hitl.group_id": cfg.group_id,
+    }
+    for key, value in cfg.trace_metadata.items():
+        attrs[f"hitl.metadata.{key}"] = (
+            value if isinstance(value, str | int | float | bool) else json.dumps(value)
+        )
+    tracer = RunTracer(run.s.tracing, attrs)
+    tracer.start_run(f"hitl.run {cfg.workflow_name or run.inp.agent}")
+    return tracer
+
+
+def sensitive(run: Any, text: str | None) -> str | None:
+    """Arguments and outputs go on spans only when the run asks for it."""
+    if not run.inp.run_config.trace_include_sensitive_data:
+        return None
+    text = text or ""
+    return text if len(text) <= 4000 else text[:4000] + f"... [{len(text) - 4000} more]"

@@ -19,9 +19,9 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from hitl.items import FunctionCall, check_arguments
 from hitl.wire import AgentSpec, CallPlan, CallRecord, RunConfigSpec, ToolSpec
 from workflows.book import ApprovalBook
-from workflows.items import FunctionCall, check_arguments
 
 
 @dataclass

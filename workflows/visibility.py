@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
@@ -24,9 +24,20 @@ with workflow.unsafe.imports_passed_through():
         SA_PENDING_SINCE,
         SA_PENDING_TOOLS,
         SA_STATUS,
+        DecisionRecord,
         PendingApproval,
         RunErrorInfo,
+        RunStatus,
+        SettledStatus,
     )
+    from workflows.events import preview
+
+if TYPE_CHECKING:
+    from workflows.agent_run import AgentRun
+
+SETTLED_PENDING_KEPT = 50
+SETTLED_OUTPUT_BYTES = 16 * 1024
+"""A final output larger than this is left out of update results (read the run's result)."""
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SA_STATUS)
 PENDING_TOOLS_KEY = SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS)
@@ -146,3 +157,56 @@ def details(
             "",
         ]
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def status(run: AgentRun, kind: type[RunStatus] = RunStatus, *, full: bool = True) -> RunStatus:
+    """The run as the `status` query shows it (`full=False`: without the long lists)."""
+    info = workflow.info()
+    s = run.s
+    current = s.graph.agents.get(s.current_agent) if s.graph else None
+    output = run.output
+    return kind(
+        workflow_id=info.workflow_id,
+        run_id=info.run_id,
+        phase=run.phase(),
+        agent=run.inp.agent,
+        current_agent=current.id if current else None,
+        current_agent_name=current.name if current else None,
+        turn=s.turn,
+        pending=run.book.pending(run.path(), info.workflow_id) if full else [],
+        decisions=run.book.all_decisions() if full else [],
+        refused=s.refused if full else [],
+        usage=s.usage,
+        items=len(s.input_items) + len(s.new_items),
+        final_output=output.final_output if output is not None and full else None,
+        error=run.error,
+        continued_as_new=run.continuing,
+    )
+
+
+def settled_status(run: AgentRun, decisions: list[DecisionRecord]) -> SettledStatus:
+    """What `wait` and `decide` return; kept small, since it is stored with the update."""
+    result = status(run, SettledStatus, full=False)
+    assert isinstance(result, SettledStatus)
+    result.decisions = decisions
+    result.pending = [_brief(p) for p in run.book.pending(run.path())[:SETTLED_PENDING_KEPT]]
+    final = run.output.final_output if run.output is not None else None
+    if final is not None and len(json.dumps(final, default=str)) <= SETTLED_OUTPUT_BYTES:
+        result.final_output = final
+    return result
+
+
+def _brief(p: PendingApproval) -> PendingApproval:
+    """A pending call with its long texts cut (for results stored in history)."""
+    request = p.request
+    if request is not None:
+        request = request.model_copy(
+            update={
+                "message": preview(request.message, 1000),
+                "preview": preview(request.preview, 1000) if request.preview else None,
+            }
+        )
+    return p.model_copy(update={"arguments": preview(p.arguments, 1000), "request": request})

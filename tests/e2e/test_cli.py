@@ -254,7 +254,8 @@ async def test_approving_while_no_worker_runs(
     assert table.returncode == 0 and wid in table.stdout and "cancel_order" in table.stdout
     waited = hitl(address, "approve", wid, call, "--as", "carol", "--timeout", "2")
     assert waited.returncode == 1
-    assert "the decision is queued on the server and applies when a worker runs" in waited.stderr
+    assert "the decision is queued on the server, which holds it in memory" in waited.stderr
+    assert "It can still apply until" not in waited.stderr, "this call has no deadline"
 
     # The queued decision applies by itself once a worker returns: nothing is sent again.
     handle = dev_client.get_workflow_handle(wid, result_type=RunOutput)

@@ -1,4 +1,8 @@
-"""Pure helpers over OpenAI Responses items (transcript in, model output out)."""
+"""Transcript items: pure helpers over OpenAI Responses items, shared by workflow and activities.
+
+The workflow parses model output and builds the transcript with them; activities read message
+text with them. Pure and deterministic (imported by workflow code).
+"""
 
 from __future__ import annotations
 
@@ -41,12 +45,14 @@ class FunctionCall:
 
 @dataclass
 class ParsedOutput:
-    """Model output split by what the loop does with each part."""
+    """Model output split by what the loop does with each part.
+
+    A function call without a call id or name, or repeating a call id, is dropped.
+    """
 
     messages: list[dict[str, Any]] = field(default_factory=list)
     calls: list[FunctionCall] = field(default_factory=list)
     others: list[dict[str, Any]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
 
 
 def parse_model_output(output: list[dict[str, Any]]) -> ParsedOutput:
@@ -60,10 +66,8 @@ def parse_model_output(output: list[dict[str, Any]]) -> ParsedOutput:
         elif kind == "function_call":
             call_id, name, args = item.get("call_id"), item.get("name"), item.get("arguments", "")
             if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
-                parsed.problems.append("a function_call without a call_id or name was ignored")
                 continue
             if call_id in seen:
-                parsed.problems.append(f"duplicate call_id {call_id!r} was ignored")
                 continue
             seen.add(call_id)
             if not isinstance(args, str):
@@ -77,7 +81,7 @@ def parse_model_output(output: list[dict[str, Any]]) -> ParsedOutput:
 
 
 def message_text(item: dict[str, Any]) -> str:
-    """Text of an assistant message item."""
+    """Text of a message item (input or output form; refusals and images have none)."""
     content = item.get("content")
     if isinstance(content, str):
         return content

@@ -1,0 +1,239 @@
+"""Decisions as they arrive at a run: by update (validated first) or by signal (recorded).
+
+`AgentRun`'s `approve`, `reject` and `decide` handlers are a line each; this is what they do.
+A validator reads and checks the payload without changing anything; the handler records the
+decision synchronously, before any `await`, so two concurrent decisions can never both win.
+
+Deadlines: a decision that reaches the run after its call's deadline (by the run's clock) loses.
+The first such decision per call is accepted only to be recorded as refused (`DeadlinePassed`,
+with its call id, in the run's `refused` list) and fails for its caller; later ones are refused
+by the validator. A person can therefore see afterwards why a decision queued while no worker
+ran did not apply.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Literal
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from hitl.limits import (
+        MAX_CONTEXT_BYTES,
+        MAX_DECIDE_BYTES,
+        MAX_DECISION_BYTES,
+        MAX_DECISIONS_PER_UPDATE,
+        MAX_REFUSED_KEPT,
+    )
+    from hitl.wire import (
+        DecideInput,
+        DecisionInput,
+        DecisionKind,
+        DecisionRecord,
+        DecisionVia,
+        RefusedDecision,
+        RunContextData,
+    )
+    from workflows.inputs import preview, read_one, refusal
+
+if TYPE_CHECKING:
+    from workflows.agent_run import AgentRun
+
+DECISION_EXAMPLE = '{"call_id": "<call id>", "approver": "you@example.com"}'
+DECIDE_EXAMPLE = '{"decisions": [{"kind": "approve", "call_id": "<call id>"}]}'
+
+
+class Decisions:
+    """Read, validate, record and refuse the decisions sent to one run."""
+
+    def __init__(self, run: AgentRun) -> None:
+        self.run = run
+
+    # ----------------------------------------------------------------- reading
+
+    def read(self, args: tuple[Any, ...], kind: str) -> DecisionInput:
+        """The payload of an `approve` / `reject` update or signal."""
+        return read_one(
+            args,
+            DecisionInput,
+            what=f"{'an' if kind == 'approve' else 'a'} {kind} decision",
+            example=DECISION_EXAMPLE,
+            max_bytes=MAX_DECISION_BYTES,
+        )
+
+    def read_batch(self, args: tuple[Any, ...]) -> DecideInput:
+        """The payload of a `decide` update: at most 100 decisions, one kind per call."""
+        req = read_one(
+            args,
+            DecideInput,
+            what="a decide request",
+            example=DECIDE_EXAMPLE,
+            max_bytes=MAX_DECIDE_BYTES,
+        )
+        if len(req.decisions) > MAX_DECISIONS_PER_UPDATE:
+            raise refusal(
+                "InvalidDecision",
+                f"{len(req.decisions)} decisions in one request; the limit is "
+                f"{MAX_DECISIONS_PER_UPDATE}",
+            )
+        kinds: dict[str, str] = {}
+        for d in req.decisions:
+            if kinds.setdefault(d.call_id, d.kind) != d.kind:
+                raise refusal(
+                    "InvalidDecision", f"call '{d.call_id}' is both approved and rejected"
+                )
+        if req.context is not None:
+            self._check_new_context(req.context)
+        return req
+
+    def _check_new_context(self, ctx: RunContextData) -> None:
+        """A resume may replace the context's value, never how workers rebuild it."""
+        size = len(json.dumps(ctx.value))
+        if size > MAX_CONTEXT_BYTES:
+            raise refusal(
+                "InvalidDecision",
+                f"the new context is {size} bytes; the limit is {MAX_CONTEXT_BYTES}",
+            )
+        current = self.run.s.context
+        for field in ("type", "deserializer"):
+            given = getattr(ctx, field)
+            pinned = getattr(current, field) if current else None
+            if given is not None and given != pinned:
+                raise refusal(
+                    "InvalidDecision",
+                    f"a new context keeps the run's context {field} ({pinned or 'none'}), "
+                    f"not {given[:100]!r}",
+                )
+
+    # ----------------------------------------------------------------- validating
+
+    def _open(self, call_id: str) -> None:
+        run = self.run
+        link = run.inp.parent
+        if link is not None:
+            # No approval path bypasses the root: it sees, validates and records every decision.
+            qualified = "/".join([*link.call_path, call_id])
+            raise refusal(
+                "NotRoot",
+                f"this is a nested run; decide on the root run {link.root_workflow_id} "
+                f"(call id '{qualified}')",
+            )
+        if run.finished():
+            raise refusal("RunFinished", "the run has finished; it takes no more decisions")
+
+    def admit(self, kind: DecisionKind, d: DecisionInput) -> None:
+        """Validate a decision (read-only; validators call this).
+
+        One that arrives after its call's deadline is let through once, so the handler can
+        record it as refused (the caller still gets `DeadlinePassed`).
+        """
+        self._open(d.call_id)
+        try:
+            self.run.book.check(kind, d, workflow.now())
+        except ApplicationError as err:
+            if err.type != "DeadlinePassed" or self._late_recorded(d.call_id):
+                raise
+
+    def admit_batch(self, req: DecideInput) -> None:
+        """Validate every decision of a `decide` request."""
+        for d in req.decisions:
+            self.admit(d.kind, d)
+
+    # ----------------------------------------------------------------- recording
+
+    def decide(self, kind: DecisionKind, d: DecisionInput, via: DecisionVia) -> DecisionRecord:
+        """Record one decision, synchronously (never awaits)."""
+        run = self.run
+        self._open(d.call_id)
+        try:
+            rec = run.book.record(kind, d, now=workflow.now(), via=via)
+        except ApplicationError as err:
+            if err.type == "DeadlinePassed" and via == "update":
+                self._refuse_late(kind, d, err)
+            raise
+        run.events.announce_decisions()
+        run.events.note_pause()
+        return rec
+
+    def decide_batch(self, req: DecideInput) -> list[DecisionRecord]:
+        """Record a `decide` request: all of it, or nothing if one decision is refused."""
+        run, now = self.run, workflow.now()
+        late = []
+        for d in req.decisions:
+            self._open(d.call_id)
+            try:
+                run.book.check(d.kind, d, now)
+            except ApplicationError as err:
+                if err.type != "DeadlinePassed":
+                    raise
+                late.append((d, err))
+        if late:
+            for d, refused in late:
+                self._refuse_late(d.kind, d, refused)
+            raise late[0][1]
+        made = [self.decide(d.kind, d, "update") for d in req.decisions]
+        if req.context is not None:
+            ctx = req.context
+            if run.s.context is not None:
+                # The run's context type and deserializer still rebuild the new value.
+                ctx = ctx.model_copy(
+                    update={
+                        "deserializer": run.s.context.deserializer,
+                        "type": ctx.type or run.s.context.type,
+                    }
+                )
+            run.s.context = ctx
+        return made
+
+    def by_signal(self, kind: DecisionKind, args: tuple[Any, ...]) -> None:
+        """A decision sent as a signal: it cannot return an error, so a refusal is recorded."""
+        try:
+            self.decide(kind, self.read(args, kind), "signal")
+        except ApplicationError as err:
+            self.refuse(kind, preview(args), err.type or "InvalidDecision", err.message)
+
+    # ----------------------------------------------------------------- refusals
+
+    def _late_recorded(self, call_id: str) -> bool:
+        return any(
+            r.call_id == call_id and r.error_type == "DeadlinePassed" for r in self.run.s.refused
+        )
+
+    def _refuse_late(self, kind: str, d: DecisionInput, err: ApplicationError) -> None:
+        who = f" from {d.approver}" if d.approver else ""
+        self.refuse(
+            kind,
+            f"{kind}{who} for call {d.call_id}"[:200],
+            "DeadlinePassed",
+            err.message,
+            via="update",
+            call_id=d.call_id,
+        )
+
+    def refuse(
+        self,
+        name: str,
+        payload: str,
+        error_type: str,
+        message: str,
+        *,
+        via: Literal["signal", "update"] = "signal",
+        call_id: str | None = None,
+    ) -> None:
+        """Keep a record of a refused message (the latest `MAX_REFUSED_KEPT`)."""
+        workflow.logger.warning("refused %s %s: %s", name, via, message)
+        refused = self.run.s.refused
+        refused.append(
+            RefusedDecision(
+                received_at=workflow.now(),
+                name=name[:100],
+                payload=payload,
+                error_type=error_type,
+                message=message[:500],
+                via=via,
+                call_id=call_id,
+            )
+        )
+        del refused[:-MAX_REFUSED_KEPT]
