@@ -28,9 +28,9 @@ SNAPSHOT = Path(__file__).with_name("wire_defaults.json")
 def current_defaults() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for name, cls in sorted(vars(wire).items()):
-        if not (inspect.isclass(cls) and issubclass(cls, BaseModel)):
+        if name.startswith("_") or not (inspect.isclass(cls) and issubclass(cls, BaseModel)):
             continue
-        if cls.__module__ != wire.__name__:
+        if not cls.__module__.startswith(wire.__name__ + "."):
             continue
         fields: dict[str, Any] = {}
         for field, info in cls.model_fields.items():

@@ -1,0 +1,299 @@
+"""The inputs and outputs of our activities."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from hitl.wire.base import WireModel
+from hitl.wire.graph import AgentGraph, ModelSettings, ModelSpec, RunConfigSpec
+from hitl.wire.runs import (
+    ApprovalRequestData,
+    DecisionRecord,
+    PolicyDecision,
+    RunContextData,
+    RunErrorInfo,
+    RunItem,
+    Usage,
+)
+
+
+class ResolveAgentInput(WireModel):
+    """Input of `resolve_agent`: which registered agent, plus references to check."""
+
+    agent: str
+    run_config: RunConfigSpec = Field(default_factory=RunConfigSpec)
+
+
+class TranscriptRef(WireModel):
+    """Where a model activity fetches its transcript (the `transcript` query of this run)."""
+
+    workflow_id: str
+    run_id: str
+    end: int
+
+
+class ModelTool(WireModel):
+    """A tool as offered to the model."""
+
+    name: str
+    description: str
+    params_json_schema: dict[str, Any]
+    strict: bool = True
+
+
+class CallModelInput(WireModel):
+    """Input of `call_model`. The transcript is inline for local activities, else by reference."""
+
+    root_agent: str
+    agent_id: str
+    agent_name: str
+    model: ModelSpec
+    settings: ModelSettings = Field(default_factory=ModelSettings)
+    instructions: str | None = None
+    dynamic_instructions: bool = False
+    tools: list[ModelTool] = Field(default_factory=list)
+    output_schema: dict[str, Any] | None = None
+    output_type_name: str | None = None
+    transcript: list[dict[str, Any]] | None = None
+    transcript_ref: TranscriptRef | None = None
+    context: RunContextData | None = None
+    turn: int = 0
+    max_argument_bytes: int = 64 * 1024
+    stream: bool = False
+    """Ask the model to stream and publish its text deltas on the run's event stream."""
+    input_filter: str | None = None
+    """The run's `call_model_input_filter` (import reference), applied in this activity."""
+
+
+class InputFilterRecord(WireModel):
+    """A `call_model_input_filter`'s effect on one model call, recorded with the response.
+
+    The filtered input itself is not stored (history would hold the transcript twice); its
+    digest lets an audit check what the model received against a transcript.
+    """
+
+    items_before: int
+    """Input items the filter was given."""
+    items: int
+    """Input items the model received."""
+    instructions_changed: bool = False
+    digest: str
+    """`sha256:<hex>` of the filtered input and instructions (`activities.model.input_digest`)."""
+
+
+class ModelResponse(WireModel):
+    """Output of `call_model`: Responses output items, usage and a validated final output."""
+
+    output: list[dict[str, Any]]
+    usage: Usage = Field(default_factory=Usage)
+    final_output: Any = None
+    has_final_output: bool = False
+    response_id: str | None = None
+    input_filter: InputFilterRecord | None = None
+    """What the run's `call_model_input_filter` did to this call (`None`: no filter ran)."""
+
+
+class PlanCall(WireModel):
+    """A call to plan: evaluate approval, validate arguments."""
+
+    call_id: str
+    tool_name: str
+    arguments: str
+
+
+class GuardrailVerdict(WireModel):
+    """One guardrail's result."""
+
+    name: str
+    tripwire_triggered: bool = False
+    output_info: Any = None
+
+
+class GuardrailsInput(WireModel):
+    """Input of `run_guardrails`."""
+
+    kind: Literal["input", "output"]
+    root_agent: str
+    agent_id: str
+    run_guardrails: list[str] = Field(default_factory=list)
+    input: str | list[dict[str, Any]] = ""
+    final_output: Any = None
+    context: RunContextData | None = None
+    workflow_id: str = ""
+
+
+class GuardrailsOutput(WireModel):
+    """Output of `run_guardrails`."""
+
+    verdicts: list[GuardrailVerdict]
+
+
+class HandoffFilterInput(WireModel):
+    """Input of `filter_handoff`: the transcript split as the OpenAI Agents SDK splits it."""
+
+    root_agent: str
+    from_agent_id: str
+    handoff_tool: str
+    to_agent_id: str
+    input_history: list[dict[str, Any]]
+    pre_handoff_items: list[RunItem]
+    new_items: list[RunItem]
+    run_filter: str | None = None
+    nest: bool = False
+    mapper: str | None = None
+    context: RunContextData | None = None
+
+
+class HandoffFilterOutput(WireModel):
+    """Output of `filter_handoff`: what the next agent starts from."""
+
+    input_history: list[dict[str, Any]]
+    pre_handoff_items: list[RunItem]
+    new_items: list[RunItem]
+
+
+class PlanToolsInput(WireModel):
+    """Input of `plan_tools`."""
+
+    root_agent: str
+    agent_id: str
+    calls: list[PlanCall]
+    context: RunContextData | None = None
+    workflow_id: str = ""
+    run_approver: str | None = None
+    skip_policy: list[str] = Field(default_factory=list)
+    """Tools with a standing always-rule: their approver callbacks need not run."""
+    pre_approval_guardrails: bool = False
+
+
+class CallPlan(WireModel):
+    """Plan for one call: refused (with the message for the model) or whether it needs approval."""
+
+    call_id: str
+    needs_approval: bool = False
+    refusal: str | None = None
+    note: str | None = None
+    request: ApprovalRequestData | None = None
+    policy: PolicyDecision | None = None
+    tripwire: RunErrorInfo | None = None
+    """A pre-approval tool guardrail asked to stop the run."""
+    by_policy: bool = False
+    """The refusal is a policy's answer (a guardrail), not a mistake of the model: it does not
+    count toward `max_consecutive_bad_turns`."""
+
+
+class PlanToolsOutput(WireModel):
+    """Output of `plan_tools`, one plan per call, same order."""
+
+    plans: list[CallPlan]
+
+
+class ExecuteToolInput(WireModel):
+    """Input of `execute_tool`."""
+
+    root_agent: str
+    agent_id: str
+    tool_name: str
+    call_id: str
+    arguments: str
+    idempotency_key: str
+    workflow_id: str
+    context: RunContextData | None = None
+    decision: DecisionRecord | None = None
+    max_output_bytes: int = 128 * 1024
+
+
+class ToolOutput(WireModel):
+    """Output of `execute_tool`: the text the model sees."""
+
+    output: str
+    is_error: bool = False
+    truncated: bool = False
+    guardrail: str | None = None
+    """The tool input guardrail that rejected the call (it did not run)."""
+    context: RunContextData | None = None
+    """The run context after the tool, when the tool changed it."""
+
+
+class RejectionTextInput(WireModel):
+    """Input of `rejection_text`: what the model should see for a rejected call."""
+
+    root_agent: str
+    agent_id: str
+    tool_name: str
+    call_id: str
+    arguments: str
+    formatter: str | None = None
+    kind: Literal["approval_rejected"] = "approval_rejected"
+    default_message: str
+    context: RunContextData | None = None
+    decision: DecisionRecord | None = None
+    workflow_id: str = ""
+
+
+class RejectionTextOutput(WireModel):
+    """Output of `rejection_text`: `None` keeps the default message."""
+
+    message: str | None = None
+
+
+class SessionInput(WireModel):
+    """Input of the `AgentSession` workflow (and its state across continue-as-new)."""
+
+    session_id: str
+    items: list[dict[str, Any]] = Field(default_factory=list)
+    applied: list[str] = Field(default_factory=list)
+    """Runs whose turn was appended (so a retried append is applied once)."""
+
+
+class SessionAppend(WireModel):
+    """A run's turn, appended to a session when the run completes."""
+
+    run_id: str
+    items: list[dict[str, Any]]
+
+
+class SessionItems(WireModel):
+    """A session's transcript (answer of the `items` query and of `load_session`)."""
+
+    items: list[dict[str, Any]]
+
+
+class SessionRef(WireModel):
+    """Input of `load_session` / `save_session`."""
+
+    session_id: str
+    task_queue: str
+    append: SessionAppend | None = None
+
+
+class ResolvedRun(WireModel):
+    """Output of `resolve_agent`: the pinned graph plus what the worker's cluster supports."""
+
+    graph: AgentGraph
+    search_attributes: bool = False
+    """The custom search attributes are registered, so the run keeps them current."""
+    tracing: bool = False
+    """The worker traces with OpenTelemetry (the run records its own spans)."""
+
+
+class HandleRunErrorInput(WireModel):
+    """Input of `handle_run_error`."""
+
+    handler: str
+    kind: Literal["max_turns"] = "max_turns"
+    message: str
+    max_turns: int
+    context: RunContextData | None = None
+    input_items: list[dict[str, Any]] = Field(default_factory=list)
+    new_items: list[RunItem] = Field(default_factory=list)
+
+
+class HandleRunErrorOutput(WireModel):
+    """Output of `handle_run_error`: `handled=False` means the error stands."""
+
+    handled: bool = False
+    final_output: Any = None
+    include_in_history: bool = True

@@ -1,0 +1,217 @@
+"""What callers send to a run and what it answers: updates, signals, queries, events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import ConfigDict, Field
+
+from hitl.wire.base import WireModel
+from hitl.wire.names import DecisionKind, Phase
+from hitl.wire.runs import (
+    ApprovalRequestData,
+    DecisionRecord,
+    RefusedDecision,
+    RunContextData,
+    RunErrorInfo,
+    RunItem,
+    StandingRule,
+    Usage,
+)
+
+
+class DecisionInput(WireModel):
+    """Payload of the `approve` and `reject` updates and signals. Only `call_id` is required.
+
+    `temporal workflow update execute --workflow-id W --name approve
+    --input '{"call_id": "call_123"}'`
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str
+    always: bool = False
+    message: str | None = None
+    approver: str | None = None
+    reason: str | None = None
+
+
+class DecisionRequest(DecisionInput):
+    """One decision inside a `decide` batch."""
+
+    kind: DecisionKind
+
+
+class DecideInput(WireModel):
+    """Payload of the `decide` update: decisions applied atomically, then optionally wait."""
+
+    decisions: list[DecisionRequest]
+    wait: bool = True
+    context: RunContextData | None = None
+    """A new run context for the rest of the run (`RunState.from_string_with_context`)."""
+
+
+class WaitInput(WireModel):
+    """Payload of the `wait` update: returns once the run pauses for a person or finishes."""
+
+
+class PendingApproval(WireModel):
+    """A tool call waiting for a person, as shown by `status` and `RunResult.interruptions`."""
+
+    call_id: str
+    tool_name: str
+    agent_id: str
+    agent_name: str
+    arguments: str
+    turn: int
+    requested_at: datetime | None = None
+    request: ApprovalRequestData | None = None
+    path: list[str] = Field(default_factory=list)
+    """Agents and agent tools from the root down to the agent whose tool this is."""
+    workflow_id: str | None = None
+    """The run that owns the call (a nested run's id for calls inside agent tools)."""
+    approvers: list[str] = Field(default_factory=list)
+    """Who may decide it (empty: anyone)."""
+    deadline: datetime | None = None
+    """When it stops waiting (the tool's `approval_timeout`)."""
+
+
+class ChildReport(WireModel):
+    """A nested run's pending approvals and phase, as its parent reads them (`__hitl_report`).
+
+    Parent and nested run signal each other only to say "read me again"; what either acts on
+    is read by query from the other run itself (`read_run`), so nobody can put words in
+    their mouths by signalling them.
+    """
+
+    call_id: str
+    phase: Phase
+    pending: list[PendingApproval] = Field(default_factory=list)
+    seen: int = 0
+    """The last `FromRoot.seq` this run applied (so stale reports are recognized)."""
+    token: str = ""
+    """Unused (kept so older payloads parse)."""
+
+
+class FromRoot(WireModel):
+    """Decisions and standing rules a parent has for a nested run (`__hitl_mail`)."""
+
+    seq: int
+    decisions: list[DecisionRecord] = Field(default_factory=list)
+    rules: dict[str, DecisionKind] = Field(default_factory=dict)
+    """Older form of `standing`; read, never written."""
+    token: str = ""
+    """Unused (kept so older payloads parse)."""
+    standing: list[StandingRule] = Field(default_factory=list)
+
+
+class ReadRunInput(WireModel):
+    """Input of `read_run`: query another run of the graph (`__hitl_report` / `__hitl_mail`)."""
+
+    workflow_id: str
+    run_id: str | None = None
+    query: str
+    """`QUERY_REPORT` or `QUERY_MAIL`."""
+    call_id: str
+    """The nested run's call id at its parent (the mail's address)."""
+
+
+class ReadRunOutput(WireModel):
+    """Output of `read_run`: the answer, or `None` when the run is gone."""
+
+    report: ChildReport | None = None
+    mail: FromRoot | None = None
+
+
+RunEventType = Literal[
+    "agent_updated",
+    "message",
+    "model_text_delta",
+    "tool_called",
+    "approval_requested",
+    "approval_decided",
+    "tool_started",
+    "tool_finished",
+    "handoff",
+    "paused",
+    "resumed",
+    "final_output",
+    "run_failed",
+]
+
+
+class RunEvent(WireModel):
+    """One thing that happened in a run, published on its event stream (topic `events`).
+
+    Offsets on the stream order events and let a subscriber resume after a disconnect without
+    loss or duplicates.
+    """
+
+    type: RunEventType
+    turn: int = 0
+    agent: str | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    text: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+    offset: int | None = None
+    """Position on the stream (set by subscribers; resume from `offset + 1`)."""
+
+
+class RunStatus(WireModel):
+    """Answer of the `status` query and of the `wait` / `decide` updates."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    workflow_id: str
+    run_id: str
+    phase: Phase
+    agent: str
+    current_agent: str | None = None
+    current_agent_name: str | None = None
+    turn: int = 0
+    pending: list[PendingApproval] = Field(default_factory=list)
+    decisions: list[DecisionRecord] = Field(default_factory=list)
+    refused: list[RefusedDecision] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    items: int = 0
+    final_output: Any = None
+    error: RunErrorInfo | None = None
+    continued_as_new: bool = False
+
+
+class TranscriptQuery(WireModel):
+    """Argument of the `transcript` query: a slice of the model input items."""
+
+    start: int = 0
+    end: int | None = None
+
+
+class SettledStatus(RunStatus):
+    """What the `wait` and `decide` updates return: a `RunStatus`, stored sparse in history.
+
+    It is recorded in history with every such update, so it stays small whatever the run holds:
+    at most 50 pending calls, their long texts cut to 1,000 characters; no refused messages; the
+    final output only when it is under 16 KB; and only the decisions the `decide` itself made.
+    The `status` and `snapshot` queries and the run's result have everything.
+    """
+
+    _sparse: ClassVar[bool] = True
+
+
+class TranscriptPage(WireModel):
+    """Answer of the `transcript` query."""
+
+    items: list[dict[str, Any]]
+    total: int
+
+
+class RunSnapshot(WireModel):
+    """Answer of the `snapshot` query: status plus the items produced so far."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    status: RunStatus
+    input_items: list[dict[str, Any]]
+    new_items: list[RunItem]

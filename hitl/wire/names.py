@@ -1,0 +1,103 @@
+"""Names and ids that appear in histories, CLIs and docs: changing one breaks stored runs.
+
+Workflow, activity, handler and search-attribute names, the literal types of the contract, and
+how workflow ids are derived.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+# Names that appear in histories, CLIs and docs. Changing one breaks stored runs.
+WORKFLOW_TYPE = "AgentRun"
+DEFAULT_TASK_QUEUE = "hitl"
+
+# Activity names (explicit, so renaming Python code never breaks a stored history).
+ACT_RESOLVE_AGENT = "resolve_agent"
+ACT_CALL_MODEL = "call_model"
+ACT_PLAN_TOOLS = "plan_tools"
+ACT_EXECUTE_TOOL = "execute_tool"
+ACT_REJECTION_TEXT = "rejection_text"
+ACT_HANDLE_RUN_ERROR = "handle_run_error"
+ACT_RUN_GUARDRAILS = "run_guardrails"
+ACT_FILTER_HANDOFF = "filter_handoff"
+ACT_LOAD_SESSION = "load_session"
+ACT_SAVE_SESSION = "save_session"
+ACT_READ_RUN = "read_run"
+"""Reads another run of the same graph by query (a nested run's report, or its parent's mail)."""
+
+# Handler names of `AgentRun` (what the `temporal` CLI and the UI call).
+UPDATE_APPROVE = "approve"
+UPDATE_REJECT = "reject"
+UPDATE_DECIDE = "decide"
+UPDATE_WAIT = "wait"
+SIGNAL_APPROVE = "approve"
+SIGNAL_REJECT = "reject"
+QUERY_STATUS = "status"
+QUERY_SNAPSHOT = "snapshot"
+QUERY_TRANSCRIPT = "transcript"
+SIGNAL_CHILD_REPORT = "__hitl_child_report"
+"""Internal, nested run -> parent: "read me again" (its content is ignored)."""
+SIGNAL_FROM_ROOT = "__hitl_from_root"
+"""Internal, parent -> nested run: "read your mail" (its content is ignored)."""
+QUERY_REPORT = "__hitl_report"
+QUERY_MAIL = "__hitl_mail"
+
+SESSION_WORKFLOW_TYPE = "AgentSession"
+SESSION_APPEND = "append"
+SESSION_ADD_ITEMS = "add_items"
+SESSION_POP_ITEM = "pop_item"
+SESSION_CLEAR = "clear"
+SESSION_ITEMS = "items"
+EVENTS_TOPIC = "events"
+"""The topic of a run's workflow stream that carries its `RunEvent`s."""
+
+
+MAX_WORKFLOW_ID = 255
+"""Longest workflow id we create or accept: PostgreSQL-backed Temporal stores ids in
+`VARCHAR(255)` (the dev server's SQLite would take longer ones, production would not)."""
+MAX_ID_PREFIX = 160
+"""Longest business workflow id or session id a client may give: nested runs append
+`--<call id>` to their root's id (see `child_workflow_id`)."""
+
+
+def child_workflow_id(parent_id: str, call_id: str) -> str:
+    """Workflow id of the nested run answering agent-tool call `call_id` of `parent_id`.
+
+    `<parent>--<call id>`, shortened with a digest when nesting would pass `MAX_WORKFLOW_ID`.
+    """
+    child = f"{parent_id}--{call_id}"
+    if len(child) <= MAX_WORKFLOW_ID:
+        return child
+    digest = hashlib.sha256(child.encode("utf-8")).hexdigest()[:20]
+    return f"{child[: MAX_WORKFLOW_ID - len(digest) - 2]}--{digest}"
+
+
+def session_workflow_id(session_id: str) -> str:
+    """Workflow id of the `AgentSession` that holds a conversation's transcript."""
+    return f"hitl-session-{session_id}"
+
+
+Phase = Literal["starting", "running", "awaiting_approval", "completed", "failed"]
+"""Where a run is. `awaiting_approval` means: nothing can progress until a person decides."""
+
+DecisionKind = Literal["approve", "reject"]
+DecisionSource = Literal["person", "always_rule", "policy", "auto_approval", "deadline"]
+DecisionVia = Literal["update", "signal", "workflow", "root"]
+ApprovalMode = Literal["never", "always", "predicate"]
+
+# Custom search attributes the workflow keeps current (never arguments or personal data).
+SA_STATUS = "HitlStatus"
+SA_PENDING_TOOLS = "HitlPendingTools"
+SA_AGENT = "HitlAgent"
+SA_PENDING_SINCE = "HitlPendingSince"
+SA_DEADLINE = "HitlDeadline"
+"""The earliest approval deadline among the pending calls (unset: none has one)."""
+SEARCH_ATTRIBUTES = {
+    SA_STATUS: "Keyword",
+    SA_PENDING_TOOLS: "KeywordList",
+    SA_AGENT: "Keyword",
+    SA_PENDING_SINCE: "Datetime",
+    SA_DEADLINE: "Datetime",
+}

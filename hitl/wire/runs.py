@@ -1,0 +1,305 @@
+"""A run: its input, its state (what continue-as-new carries), its calls, decisions, result."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
+
+from hitl.wire.base import WireModel
+from hitl.wire.graph import AgentGraph, RunConfigSpec
+from hitl.wire.names import DecisionKind, DecisionSource, DecisionVia
+
+if TYPE_CHECKING:
+    from hitl.wire.messages import DecisionInput
+
+
+class Usage(WireModel):
+    """Model usage accumulated over a run."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def add(self, other: Usage) -> Usage:
+        """Return the sum of two usages."""
+        return Usage(
+            requests=self.requests + other.requests,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+RunItemType = Literal[
+    "message_output_item",
+    "tool_call_item",
+    "tool_call_output_item",
+    "handoff_call_item",
+    "handoff_output_item",
+    "reasoning_item",
+]
+
+
+class RunItem(WireModel):
+    """One item the run produced: an OpenAI Responses item plus who produced it."""
+
+    type: RunItemType
+    agent_id: str
+    agent_name: str
+    raw_item: dict[str, Any]
+
+
+class RunContextData(WireModel):
+    """The run context as activities receive it: its JSON value and the type to rebuild."""
+
+    value: Any = None
+    type: str | None = None
+    deserializer: str | None = None
+    """Import reference of a function rebuilding the context from `value`."""
+
+
+class ApprovalRequestData(WireModel):
+    """What a person sees before deciding (rendered in an activity, before the run pauses)."""
+
+    title: str
+    message: str
+    preview: str | None = None
+    preview_label: str | None = None
+    primary_label: str = "Approve"
+    secondary_label: str = "Reject"
+    note: str | None = None
+
+
+class PolicyDecision(WireModel):
+    """A decision made by an approver callback instead of a person."""
+
+    kind: DecisionKind
+    message: str | None = None
+    reason: str | None = None
+    approver: str
+
+
+class StandingRule(WireModel):
+    """`always_approve` / `always_reject`: decides later calls of one agent's tool in the run.
+
+    A rule never grants more than the person who made it could decide: it applies to a call
+    only if `approver` may decide that call (the call's approver list), so a rule made on one
+    agent's tool never reaches another agent's tool of the same name, nor a call reserved for
+    someone else.
+    """
+
+    agent_id: str
+    """The agent whose tool it is (`*`: any agent; only rules read from older runs)."""
+    tool_name: str
+    kind: DecisionKind
+    approver: str | None = None
+    """Who made it (the decision's approver)."""
+    call_id: str = ""
+    """The call whose decision made it."""
+
+    def covers(self, agent_id: str, tool_name: str) -> bool:
+        """Whether the rule is about this agent's tool."""
+        return self.tool_name == tool_name and self.agent_id in (agent_id, "*")
+
+
+class RunErrorInfo(WireModel):
+    """Why a run failed, in the typed form clients turn back into exceptions."""
+
+    type: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class RefusedDecision(WireModel):
+    """A message the run refused and kept a record of.
+
+    Signals cannot return errors, so every refused signal is recorded; an update refused by its
+    validator leaves no trace in history (its caller gets the error), except a decision that
+    arrived after its call's deadline: that one is recorded, so the person can see afterwards
+    why it did not apply.
+    """
+
+    received_at: datetime
+    name: str
+    payload: str
+    error_type: str
+    message: str
+    via: Literal["signal", "update"] = "signal"
+    call_id: str | None = None
+
+
+class CallRecord(WireModel):
+    """A tool call of the current turn and everything decided about it."""
+
+    call_id: str
+    tool_name: str
+    agent_id: str
+    agent_name: str
+    arguments: str
+    turn: int
+    state: Literal[
+        "planning", "awaiting_approval", "approved", "running", "done", "rejected", "refused"
+    ] = "planning"
+    needs_approval: bool = False
+    requested_at: datetime | None = None
+    decision: DecisionRecord | None = None
+    output: str | None = None
+    is_error: bool = False
+    request: ApprovalRequestData | None = None
+    approvers: list[str] = Field(default_factory=list)
+    deadline: datetime | None = None
+
+
+class DecisionRecord(WireModel):
+    """A recorded decision: who decided what about which call, when, and how."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    call_id: str
+    tool_name: str
+    kind: DecisionKind
+    always: bool = False
+    message: str | None = None
+    approver: str | None = None
+    reason: str | None = None
+    source: DecisionSource = "person"
+    via: DecisionVia = "update"
+    decided_at: datetime
+
+    def answers(self, kind: DecisionKind, d: DecisionInput) -> bool:
+        """Whether this record is the outcome of decision `d` of `kind` (so a repeat is a retry).
+
+        A rule, policy or deadline that decided the same way counts; a person's decision only
+        when nothing differs (a repeat that adds `always` or changes the message is another
+        decision).
+        """
+        if self.kind != kind:
+            return False
+        if self.source != "person":
+            return True
+        message = d.message if kind == "reject" else None
+        return (self.always, self.message, self.approver, self.reason) == (
+            d.always,
+            message,
+            d.approver,
+            d.reason,
+        )
+
+
+class TurnInfo(WireModel):
+    """The turn in progress when a run continued as new while waiting for people."""
+
+    start: int
+    """Index in `new_items` where the turn's items begin."""
+    handoff_target: str | None = None
+    handoff_call: str | None = None
+
+
+class ParentLink(WireModel):
+    """Set on a nested run (an agent used as a tool): where it reports and who decides."""
+
+    workflow_id: str
+    call_id: str
+    """The parent's call id of the agent tool this run answers."""
+    root_workflow_id: str
+    """Approvals of every nested run are decided on the root run only."""
+    path: list[str] = Field(default_factory=list)
+    """Agents and agent tools from the root down to this run's agent."""
+    call_path: list[str] = Field(default_factory=list)
+    """Agent-tool call ids from the root down to this run (its calls' prefix at the root)."""
+    tracing: bool = False
+    token: str = ""
+    """Unused since nested runs read each other by query (kept so older payloads parse)."""
+
+
+class CarriedState(WireModel):
+    """A run's whole state: what `AgentRun` works on, and what continue-as-new carries over.
+
+    `calls` and `turn` hold a turn that is still waiting for people when the run continues as
+    new (so a parked run compacts its history too); between turns they are empty.
+    """
+
+    graph: AgentGraph | None = None
+    current_agent: str = ""
+    input_items: list[dict[str, Any]] = Field(default_factory=list)
+    new_items: list[RunItem] = Field(default_factory=list)
+    turn: int = 0
+    bad_turns: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    always_rules: dict[str, DecisionKind] = Field(default_factory=dict)
+    """Older form of `rules` (per tool name, any agent); read, never written."""
+    rules: list[StandingRule] = Field(default_factory=list)
+    decisions: list[DecisionRecord] = Field(default_factory=list)
+    refused: list[RefusedDecision] = Field(default_factory=list)
+    continued_runs: int = 0
+    search_attributes: bool = False
+    session_base: int = 0
+    """How many input items came from the session (the rest is this run's own turn)."""
+    own_input: list[dict[str, Any]] = Field(default_factory=list)
+    """This run's own input items (what it appends to its session, with what it produced)."""
+    context: RunContextData | None = None
+    """The run context as it is now (tools and resumes may have changed it)."""
+    tracing: bool = False
+    stream: WorkflowStreamState | None = None
+    """The run's event stream, carried so subscribers lose nothing across continue-as-new."""
+    seen_from_root: int = 0
+    """A nested run: the last `FromRoot.seq` it applied."""
+    calls: list[CallRecord] = Field(default_factory=list)
+    """The calls of the turn in progress (see the class docstring)."""
+    open_turn: TurnInfo | None = None
+    """The turn in progress, when there is one."""
+    turns_here: int = 0
+    """Model turns taken since this run (of the chain) started: continue-as-new waits for one,
+    so no threshold can make a run continue as new forever without progress."""
+
+
+class RunInput(WireModel):
+    """Input of the `AgentRun` workflow. Only `agent` and `input` are needed from the CLI.
+
+    `temporal workflow start --type AgentRun --task-queue hitl
+    --input '{"agent": "Refund desk", "input": "Refund order 1001"}'`
+    """
+
+    agent: str
+    input: str | list[dict[str, Any]] = ""
+    context: Any = None
+    max_turns: int | None = None
+    run_config: RunConfigSpec = Field(default_factory=RunConfigSpec)
+    carried: CarriedState | None = None
+    """Set only by continue-as-new: the whole state of the previous run."""
+    parent: ParentLink | None = None
+    """Set only for nested runs started by an agent tool."""
+    graph: AgentGraph | None = None
+    """Nested runs reuse the root's pinned graph instead of resolving it again."""
+    start_agent: str | None = None
+    """Nested runs start at this agent id of `graph`."""
+    always_rules: dict[str, DecisionKind] = Field(default_factory=dict)
+    """Older form of `rules` (per tool name, any agent); read, never written."""
+    session: str | None = None
+    """A conversation that spans runs: its transcript is read at start and this run's turn is
+    appended when it completes (see `AgentSession`)."""
+    rules: list[StandingRule] = Field(default_factory=list)
+    """Nested runs: the standing rules of their root when they start."""
+
+
+class RunOutput(WireModel):
+    """Result of a completed `AgentRun`."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    final_output: Any = None
+    last_agent: str
+    last_agent_name: str
+    input_items: list[dict[str, Any]]
+    new_items: list[RunItem]
+    usage: Usage
+    decisions: list[DecisionRecord]
+    turns: int
+    run_id: str = ""
+    transcript_omitted: bool = False
+    """The transcript was left out: with it the result would pass Temporal's payload limit
+    (`input_items` and `new_items` are then empty)."""
