@@ -53,7 +53,7 @@ async def ours(address: str, n: int) -> list[dict[str, Any]]:
     from bench.ours.agents import PROMPT, agent
     from hitl import Runner, connect
     from hitl.client import data_converter
-    from hitl.run import serve_agents
+    from hitl.serving import serve_agents
     from worker.build import PASSTHROUGH, cache_workflow_bytecode
     from workflows.agent_run import AgentRun
 

@@ -57,7 +57,7 @@ from hitl.guardrails import (
 from hitl.model import Model, ModelReply, ModelRequest, OpenAIModel, ScriptedModel
 from hitl.refs import allow
 from hitl.result import RunResult
-from hitl.run import Runner, RunResultStreaming, serve_agents
+from hitl.run import Runner, RunResultStreaming
 from hitl.run_config import (
     CallModelData,
     ModelInputData,
@@ -66,6 +66,7 @@ from hitl.run_config import (
     RunErrorHandlerResult,
     ToolErrorFormatterArgs,
 )
+from hitl.serving import serve_agents
 from hitl.session import TemporalSession
 from hitl.state import RunState, ToolApprovalItem
 from hitl.stream import stream_events

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
-import hashlib
 import json
 import os
 import signal
@@ -42,12 +41,13 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.client import connect
 from hitl.errors import UserError
+from hitl.starting import decision_update_id
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
     SA_AGENT,
@@ -55,6 +55,7 @@ from hitl.wire import (
     SA_PENDING_SINCE,
     SA_PENDING_TOOLS,
     SA_STATUS,
+    UPDATE_DECIDE,
     WORKFLOW_TYPE,
     DecideInput,
     DecisionInput,
@@ -62,7 +63,6 @@ from hitl.wire import (
     DecisionRecord,
     DecisionRequest,
     RunEvent,
-    RunInput,
     RunOutput,
     RunSnapshot,
     RunStatus,
@@ -162,7 +162,7 @@ class _Pollers:
         return await self._asked[key]
 
     async def _ask(self, queue: str) -> int | None:
-        from hitl.run import live_pollers
+        from hitl.serving import live_pollers
 
         try:
             return await live_pollers(self.client, queue)
@@ -529,25 +529,9 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _decision_update_id(workflow_id: str, decisions: Sequence[DecisionRequest]) -> str:
-    """Deterministic per (run, and each call's kind, approver, always, message, reason).
-
-    Retrying the same command after a timeout, or while no worker runs, attaches to the first
-    request and reports its outcome; a command that differs in any field gets its own id and
-    reaches the validator, which refuses a call decided differently (AlreadyDecided).
-    """
-    canonical = json.dumps(
-        [
-            [d.call_id, d.kind, d.approver, d.always, d.message, d.reason]
-            for d in sorted(decisions, key=lambda d: d.call_id)
-        ]
-    )
-    return "cli-" + hashlib.sha256(f"{workflow_id}|{canonical}".encode()).hexdigest()[:32]
-
-
 async def _no_worker_message(client: Client, handle: WorkflowHandle[Any, Any]) -> str:
     """Why a decision is not applied yet, and until when it still can be (honestly)."""
-    from hitl.run import live_pollers
+    from hitl.serving import live_pollers
 
     deadline = None
     try:
@@ -654,7 +638,8 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
         )
         for c in call_ids
     ]
-    uid = _decision_update_id(args.run, decisions)
+    update = kind if len(decisions) == 1 else UPDATE_DECIDE
+    uid = decision_update_id(args.run, update, decisions)
     timeout = timedelta(seconds=args.timeout)
     recorded: dict[str, DecisionRecord]
     try:
@@ -702,25 +687,20 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
 
 
 async def cmd_run(client: Client, args: argparse.Namespace) -> int:
-    """Start a run by agent name; with --wait, wait until it pauses or finishes."""
-    from hitl.run import new_workflow_id
+    """Start a run by agent name; with --wait, wait until it pauses or finishes.
 
-    wid = args.id or new_workflow_id(args.agent)
+    A business id (`--id`) names one run for good, as with `Runner.run`: if its run has closed,
+    nothing starts and its outcome is reported.
+    """
+    from hitl.starting import StartRequest
+
+    request = StartRequest.build(args.agent, args.input, workflow_id=args.id)
+    wid = request.workflow_id
     try:
-        handle = await client.start_workflow(
-            WORKFLOW_TYPE,
-            RunInput(agent=args.agent, input=args.input),
-            id=wid,
-            task_queue=args.task_queue,
-            result_type=RunOutput,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=(
-                WorkflowIDReusePolicy.REJECT_DUPLICATE
-                if args.id
-                else WorkflowIDReusePolicy.ALLOW_DUPLICATE
-            ),
-            static_summary=f"{args.agent}: {_short(args.input, 100)}",
-        )
+        handle = await request.start(client, args.task_queue)
+    except WorkflowAlreadyStartedError:
+        print(f"run {wid} already exists and has closed; nothing was started")
+        return _report(await _closed_status(client.get_workflow_handle(wid, result_type=RunOutput)))
     except RPCError as exc:
         raise Refused(f"cannot start {wid}: {exc.message}") from None
     print(f"started {wid}")

@@ -5,25 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import getpass
-import hashlib
-import json
 import logging
 import os
-import re
-import socket
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import PendingWorkflowTaskState, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.enums.v1 import PendingWorkflowTaskState
 from temporalio.api.workflowservice.v1 import (
-    DescribeTaskQueueRequest,
     DescribeWorkflowExecutionRequest,
 )
 from temporalio.client import (
@@ -36,7 +27,6 @@ from temporalio.client import (
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -51,22 +41,29 @@ from hitl.errors import (
     UserError,
     from_failure,
 )
-from hitl.refs import callable_ref
 from hitl.result import RunResult, resolve_agent, typed_final_output
 from hitl.run_config import RunConfig, RunErrorHandler
+from hitl.serving import (
+    in_process_allow,
+    live_pollers,
+    pollers_advance,
+    serve_agents,
+)
 from hitl.session import TemporalSession
+from hitl.starting import (
+    StartRequest,
+    context_value,
+    decision_update_id,
+    default_approver,
+)
 from hitl.state import RunState, ToolApprovalItem, items_from_pending
 from hitl.stream import current_offset, events_until_settled
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
-    MAX_ID_PREFIX,
-    MAX_WORKFLOW_ID,
-    WORKFLOW_TYPE,
     DecideInput,
     DecisionRequest,
     RunContextData,
     RunEvent,
-    RunInput,
     RunItem,
     RunOutput,
     RunSnapshot,
@@ -76,14 +73,15 @@ from hitl.wire import (
 
 log = logging.getLogger("hitl")
 
+
 ServeMode = Literal["auto"] | bool
-POLLER_FRESH_SECONDS = 90.0
+
+
 WORKER_GRACE_SECONDS = 10.0
 """How long the first update may wait for a worker before `Runner.run` concludes none runs.
 
 Only used when the server lists pollers (they may be stale): with none at all, `serve="auto"`
 serves at once. Loaded workers can take seconds to pick up a task, so this is generous."""
-_STOPPED_IDENTITIES: set[str] = set()
 
 
 class Runner:
@@ -142,14 +140,21 @@ class Runner:
         client = await connect(client)
         tq = task_queue or (input.task_queue if isinstance(input, RunState) else None)
         tq = tq or os.environ.get("HITL_TASK_QUEUE") or DEFAULT_TASK_QUEUE
-        allow = _in_process_allow(
+        allow = in_process_allow(
             run_config, error_handlers, input.context if isinstance(input, RunState) else context
         )
         async with _Session(client, starting_agent, tq, serve, allow) as sess:
             if isinstance(input, RunState):
                 return await _resume(sess, input, approver)
-            request = _StartRequest.build(
-                sess, input, context, max_turns, run_config, error_handlers, workflow_id, session
+            request = StartRequest.build(
+                starting_agent,
+                input,
+                context=context,
+                max_turns=max_turns,
+                run_config=run_config,
+                error_handlers=error_handlers,
+                workflow_id=workflow_id,
+                conversation=session,
             )
             return await _start(sess, request)
 
@@ -158,17 +163,43 @@ class Runner:
         cls,
         starting_agent: Agent[Any],
         input: str | list[dict[str, Any]] | RunState,
-        **kwargs: Any,
+        *,
+        context: Any = None,
+        max_turns: int | None = None,
+        run_config: RunConfig | None = None,
+        error_handlers: Mapping[str, RunErrorHandler] | None = None,
+        client: Client | None = None,
+        task_queue: str | None = None,
+        workflow_id: str | None = None,
+        serve: ServeMode = "auto",
+        approver: str | None = None,
+        session: str | TemporalSession | None = None,
     ) -> RunResultStreaming:
         """Like `run`, but `await`/`async for` over `result.stream_events()` to follow the run.
 
         Events arrive while the run works and up to the moment it pauses or finishes; then the
         result's `final_output`, `interruptions` and `to_state()` are available, as for `run`.
-        Takes the same keyword arguments as `run`.
+        The arguments are `run`'s. A business `workflow_id` whose run has closed streams no
+        events: the result is that run's outcome, as `run` returns it.
         """
         if not isinstance(starting_agent, Agent):
             raise UserError(f"starting_agent must be an Agent, got {type(starting_agent).__name__}")
-        return RunResultStreaming(starting_agent, input, kwargs)
+        return RunResultStreaming(
+            starting_agent,
+            input,
+            _Call(
+                context=context,
+                max_turns=max_turns,
+                run_config=run_config,
+                error_handlers=error_handlers,
+                client=client,
+                task_queue=task_queue,
+                workflow_id=workflow_id,
+                serve=serve,
+                approver=approver,
+                session=session,
+            ),
+        )
 
     @classmethod
     def run_sync(
@@ -183,68 +214,6 @@ class Runner:
         except RuntimeError:
             return asyncio.run(cls.run(starting_agent, input, **kwargs))
         raise UserError("run_sync cannot be called from a running event loop; await Runner.run")
-
-
-# ----------------------------------------------------------------------------- serving
-
-
-async def live_pollers(client: Client, task_queue: str) -> int:
-    """How many workers polled `task_queue` for workflow tasks recently."""
-    resp = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
-    )
-    now = time.time()
-    return sum(
-        1
-        for p in resp.pollers
-        if p.identity not in _STOPPED_IDENTITIES
-        and (
-            not p.HasField("last_access_time")
-            or now - p.last_access_time.ToSeconds() < POLLER_FRESH_SECONDS
-        )
-    )
-
-
-async def _last_polls(client: Client, task_queue: str) -> dict[str, int]:
-    resp = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
-    )
-    return {
-        p.identity: p.last_access_time.ToNanoseconds()
-        for p in resp.pollers
-        if p.identity not in _STOPPED_IDENTITIES
-    }
-
-
-async def pollers_advance(client: Client, task_queue: str, window: float = 3.0) -> bool:
-    """Whether some worker polls `task_queue` again (or a new one starts) within `window`.
-
-    Server timestamps are compared with each other only, so clock skew does not matter. A
-    server that cannot describe task queues (the time-skipping test server) gives no sign of
-    life: `False`.
-    """
-    try:
-        before = await _last_polls(client, task_queue)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.UNIMPLEMENTED:
-            return False
-        raise
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + window
-    while loop.time() < deadline:
-        await asyncio.sleep(0.5)
-        after = await _last_polls(client, task_queue)
-        if any(t > before.get(identity, -1) for identity, t in after.items()):
-            return True
-    return False
 
 
 class _Session:
@@ -429,197 +398,7 @@ class _Session:
         return await pollers_advance(self.client, self.task_queue)
 
 
-@contextlib.asynccontextmanager
-async def serve_agents(
-    *agents: Agent[Any],
-    client: Client | None = None,
-    task_queue: str = DEFAULT_TASK_QUEUE,
-    max_cached_workflows: int | None = None,
-    allow: Iterable[Any] = (),
-) -> AsyncIterator[Any]:
-    """Serve agents with a worker inside this process while the block runs.
-
-    Scripts in the style of the OpenAI Agents SDK examples can wrap their `main()` in it;
-    production runs dedicated workers (`python -m worker`). `allow` lists what runs may name
-    besides the agents' own code: the `RunConfig`s (or their functions) and context types the
-    script uses (see `hitl.refs`).
-    """
-    from worker.build import WorkerOptions, build_worker, detect_features
-
-    client = await connect(client)
-    opts = await detect_features(client, WorkerOptions(task_queue=task_queue))
-    if max_cached_workflows is not None:
-        opts.max_cached_workflows = max_cached_workflows
-    # A unique identity lets later calls ignore this worker's poller entry once it stopped
-    # (the server keeps listing pollers for minutes).
-    identity = f"{os.getpid()}@{socket.gethostname()}-inprocess-{uuid.uuid4().hex[:8]}"
-    worker = build_worker(client, agents, opts, identity=identity, allow=allow)
-    try:
-        async with worker:
-            yield worker
-    finally:
-        _STOPPED_IDENTITIES.add(identity)
-
-
-# ----------------------------------------------------------------------------- start / resume
-
-
-def _in_process_allow(
-    run_config: RunConfig | None,
-    error_handlers: Mapping[str, RunErrorHandler] | None,
-    context: Any,
-) -> list[Any]:
-    """What a run started (or resumed) by this call names: an in-process worker allows it."""
-    allow: list[Any] = []
-    if run_config is not None:
-        allow.append(run_config)
-    allow += [fn for fn in (error_handlers or {}).values() if not isinstance(fn, str)]
-    if isinstance(context, BaseModel) or (
-        dataclasses.is_dataclass(context) and not isinstance(context, type)
-    ):
-        cls = type(context)
-        if "<locals>" not in cls.__qualname__:
-            allow.append(cls)
-    return allow
-
-
-def _context_value(
-    context: Any,
-    serializer: Callable[[Any], Any] | None = None,
-    strict: bool = False,
-) -> tuple[Any, str | None]:
-    """JSON form of the context plus the import reference of its type (to rebuild it).
-
-    A context that cannot be serialized is refused with `strict`, else dropped (user code then
-    sees `None`) with a warning.
-    """
-    if context is None:
-        return None, None
-    if serializer is not None:
-        value = serializer(context)
-        try:
-            json.dumps(value)
-        except TypeError as exc:
-            raise UserError(f"context_serializer returned non-JSON data: {exc}") from exc
-        return value, None
-    if isinstance(context, str | int | float | bool):
-        return context, None
-    problem: str
-    if isinstance(context, dict | list):
-        try:
-            json.dumps(context)
-            return context, None
-        except TypeError as exc:
-            problem = f"the run context must be JSON-serializable: {exc}"
-    elif isinstance(context, BaseModel) or (
-        dataclasses.is_dataclass(context) and not isinstance(context, type)
-    ):
-        from pydantic import TypeAdapter
-
-        cls = type(context)
-        value = TypeAdapter(cls).dump_python(context, mode="json")
-        return value, callable_ref(cls, what="the run context's type")
-    else:
-        problem = (
-            "the run context must be JSON-serializable (a dict, pydantic model or dataclass) "
-            f"or come with RunConfig(context_serializer=...), got {type(context).__name__}"
-        )
-    if strict:
-        raise UserError(problem)
-    log.warning("%s; the run continues without a context (strict_context=False)", problem)
-    return None, None
-
-
-def new_workflow_id(agent_name: str) -> str:
-    """A fresh workflow id for a run of `agent_name` (`run-<slug>-<random>`)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", agent_name.lower()).strip("-")[:60].strip("-") or "agent"
-    return f"run-{slug}-{uuid.uuid4().hex[:12]}"
-
-
-def _check_id(value: str, what: str) -> None:
-    """Refuse an id the cluster could not store once nested runs extend it."""
-    if not value or len(value) > MAX_ID_PREFIX:
-        raise UserError(
-            f"{what} must be 1 to {MAX_ID_PREFIX} characters (got {len(value)}): nested runs "
-            f"extend it, and Temporal on PostgreSQL stores at most {MAX_WORKFLOW_ID}"
-        )
-
-
-def _summary(agent: Agent[Any], user_input: str | list[dict[str, Any]]) -> str:
-    text = user_input if isinstance(user_input, str) else f"{len(user_input)} input items"
-    text = " ".join(text.split())
-    return f"{agent.name}: {text[:100]}{'...' if len(text) > 100 else ''}"
-
-
-@dataclasses.dataclass
-class _StartRequest:
-    """A new run, normalized: its input for the workflow and how to start it."""
-
-    workflow_id: str
-    business_id: bool
-    run_input: RunInput
-    summary: str
-
-    @classmethod
-    def build(
-        cls,
-        session: _Session,
-        user_input: Any,
-        context: Any,
-        max_turns: int | None,
-        run_config: RunConfig | None,
-        error_handlers: Mapping[str, RunErrorHandler] | None,
-        workflow_id: str | None,
-        conversation: str | TemporalSession | None,
-    ) -> _StartRequest:
-        if not isinstance(user_input, str | list):
-            raise UserError("input must be a string, a list of input items, or a RunState")
-        cfg = dataclasses.replace(run_config) if run_config else RunConfig()
-        if error_handlers:
-            cfg.error_handlers = {**cfg.error_handlers, **dict(error_handlers)}
-        spec = cfg.spec()
-        value, ctx_type = _context_value(context, cfg.context_serializer, cfg.strict_context)
-        spec.context_type = ctx_type
-        if isinstance(conversation, TemporalSession):
-            conversation = conversation.session_id
-        if conversation is not None:
-            _check_id(conversation, "session id")
-        if workflow_id is not None:
-            _check_id(workflow_id, "workflow_id")
-        agent = session.agent
-        return cls(
-            workflow_id=workflow_id or new_workflow_id(agent.name),
-            business_id=workflow_id is not None,
-            run_input=RunInput(
-                agent=agent.name,
-                input=user_input,
-                context=value,
-                max_turns=max_turns,
-                run_config=spec,
-                session=conversation,
-            ),
-            summary=_summary(agent, user_input),
-        )
-
-    def operation(self, task_queue: str) -> WithStartWorkflowOperation[Any, Any]:
-        return WithStartWorkflowOperation(
-            WORKFLOW_TYPE,
-            self.run_input,
-            id=self.workflow_id,
-            task_queue=task_queue,
-            result_type=RunOutput,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            # A business id names one run for good: never start it twice.
-            id_reuse_policy=(
-                WorkflowIDReusePolicy.REJECT_DUPLICATE
-                if self.business_id
-                else WorkflowIDReusePolicy.ALLOW_DUPLICATE
-            ),
-            static_summary=self.summary,
-        )
-
-
-async def _start(session: _Session, request: _StartRequest) -> RunResult:
+async def _start(session: _Session, request: StartRequest) -> RunResult:
     wid = request.workflow_id
     try:
         status = await session.update(
@@ -635,34 +414,6 @@ async def _start(session: _Session, request: _StartRequest) -> RunResult:
             return await _settle(session, wid, None)
         raise
     return await _settle(session, wid, status)
-
-
-def _update_id(
-    workflow_id: str, decisions: list[DecisionRequest], context: RunContextData | None = None
-) -> str:
-    # Deterministic: a retry after a timeout is deduplicated by the server and reports the real
-    # outcome; a *different* decision gets a different id and reaches the validator.
-    # An explicit tuple, not `model_dump()`: a field added to DecisionRequest later must not
-    # change the id between client versions (a retry from an upgraded client still dedupes).
-    canonical = json.dumps(
-        [
-            [
-                [d.call_id, d.kind, d.approver, d.always, d.message, d.reason]
-                for d in sorted(decisions, key=lambda d: d.call_id)
-            ],
-            context.model_dump(mode="json") if context else None,
-        ],
-        sort_keys=True,
-    )
-    digest = hashlib.sha256(f"{workflow_id}|{canonical}".encode()).hexdigest()[:24]
-    return f"decide-{digest}"
-
-
-def _default_approver() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "unknown"
 
 
 async def _resume(session: _Session, state: RunState, approver: str | None) -> RunResult:
@@ -691,7 +442,7 @@ async def _resume(session: _Session, state: RunState, approver: str | None) -> R
 
 def _decisions(state: RunState, approver: str | None) -> list[DecisionRequest]:
     return [
-        d if d.approver else d.model_copy(update={"approver": approver or _default_approver()})
+        d if d.approver else d.model_copy(update={"approver": approver or default_approver()})
         for d in state.decisions.values()
     ]
 
@@ -709,7 +460,7 @@ async def _send_decisions(
         workflow_id,
         "decide",
         DecideInput(decisions=decisions, wait=True, context=context),
-        update_id=_update_id(workflow_id, decisions, context),
+        update_id=decision_update_id(workflow_id, "decide", decisions, context),
     )
 
 
@@ -717,7 +468,7 @@ def _state_context(state: RunState) -> RunContextData | None:
     """The new context a state was loaded with (`from_string_with_context`), as data."""
     if not state.context_given:
         return None
-    value, ctx_type = _context_value(state.context, state.context_serializer, strict=True)
+    value, ctx_type = context_value(state.context, state.context_serializer, strict=True)
     return RunContextData(value=value, type=ctx_type)
 
 
@@ -839,6 +590,22 @@ def _typed(exc: BaseException) -> AgentsException:
     return RunFailedError(str(exc))
 
 
+@dataclasses.dataclass
+class _Call:
+    """The keyword arguments of `Runner.run` (and `run_streamed`)."""
+
+    context: Any = None
+    max_turns: int | None = None
+    run_config: RunConfig | None = None
+    error_handlers: Mapping[str, RunErrorHandler] | None = None
+    client: Client | None = None
+    task_queue: str | None = None
+    workflow_id: str | None = None
+    serve: ServeMode = "auto"
+    approver: str | None = None
+    session: str | TemporalSession | None = None
+
+
 class RunResultStreaming:
     """A run being followed: iterate `stream_events()`, then read the result like `RunResult`.
 
@@ -849,54 +616,53 @@ class RunResultStreaming:
         self,
         starting_agent: Agent[Any],
         input: str | list[dict[str, Any]] | RunState,
-        kwargs: dict[str, Any],
+        call: _Call,
     ) -> None:
         self._agent = starting_agent
         self._input = input
-        self._kwargs = kwargs
+        self._call = call
         self._result: RunResult | None = None
         self.workflow_id: str | None = None
         self.last_offset: int | None = None
 
     async def stream_events(self) -> AsyncIterator[RunEvent]:
         """Start (or resume) the run and yield its events until it pauses or finishes."""
-        kw = dict(self._kwargs)
-        client = await connect(kw.pop("client", None))
+        call = self._call
+        client = await connect(call.client)
         state = self._input if isinstance(self._input, RunState) else None
-        tq = kw.pop("task_queue", None) or (state.task_queue if state else None)
+        tq = call.task_queue or (state.task_queue if state else None)
         tq = tq or os.environ.get("HITL_TASK_QUEUE") or DEFAULT_TASK_QUEUE
-        state_context = state.context if state is not None else kw.get("context")
-        allow = _in_process_allow(kw.get("run_config"), kw.get("error_handlers"), state_context)
-        async with _Session(client, self._agent, tq, kw.pop("serve", "auto"), allow) as sess:
-            approver = kw.pop("approver", None)
+        allow = in_process_allow(
+            call.run_config, call.error_handlers, state.context if state else call.context
+        )
+        async with _Session(client, self._agent, tq, call.serve, allow) as sess:
             if state is not None:
                 wid = state.workflow_id
                 offset = await current_offset(client, wid)
-                decisions = _decisions(state, approver)
+                decisions = _decisions(state, call.approver)
                 settled = asyncio.create_task(
                     _send_decisions(sess, wid, decisions, _state_context(state))
                 )
             else:
-                request = _StartRequest.build(
-                    sess,
+                request = StartRequest.build(
+                    self._agent,
                     self._input,
-                    kw.pop("context", None),
-                    kw.pop("max_turns", None),
-                    kw.pop("run_config", None),
-                    kw.pop("error_handlers", None),
-                    kw.pop("workflow_id", None),
-                    kw.pop("session", None),
+                    context=call.context,
+                    max_turns=call.max_turns,
+                    run_config=call.run_config,
+                    error_handlers=call.error_handlers,
+                    workflow_id=call.workflow_id,
+                    conversation=call.session,
                 )
                 request.run_input.run_config.stream_text_deltas = True
                 wid, offset = request.workflow_id, 0
-                await client.start_workflow(
-                    WORKFLOW_TYPE,
-                    request.run_input,
-                    id=wid,
-                    task_queue=tq,
-                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                    static_summary=request.summary,
-                )
+                try:
+                    await request.start(client, tq)
+                except WorkflowAlreadyStartedError:
+                    log.info("run %s already exists and is closed; returning its outcome", wid)
+                    self.workflow_id = wid
+                    self._result = await _settle(sess, wid, None)
+                    return
                 settled = asyncio.create_task(sess.update(wid, "wait", WaitInput()))
             self.workflow_id = wid
             try:

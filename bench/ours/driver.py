@@ -23,7 +23,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from bench import proto
 from bench.ours.agents import BY_KEY, PROMPT
 from hitl import WORKFLOW_TYPE, Runner, RunStatus, connect
-from hitl.run import new_workflow_id
+from hitl.starting import new_workflow_id
 from hitl.wire import DecisionInput, RunInput, RunOutput, WaitInput
 
 client: Client

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
-from hitl.cli import Refused, _decision_update_id, _literal, _outcome, _path_text
+from hitl.cli import Refused, _literal, _outcome, _path_text
+from hitl.starting import decision_update_id
 from hitl.wire import DecisionRecord, DecisionRequest
 
 
@@ -26,20 +27,28 @@ def _req(**kw: object) -> DecisionRequest:
 
 
 def test_update_ids_differ_by_every_field_of_a_decision() -> None:
-    first = _decision_update_id("run", [_req()])
-    assert first == _decision_update_id("run", [_req()]), "an exact retry dedupes"
+    """One id function for the CLI and the Runner: a retry dedupes, any difference does not."""
+
+    def uid(run: str, decisions: list[DecisionRequest], update: str = "approve") -> str:
+        return decision_update_id(run, update, decisions)
+
+    first = uid("run", [_req()])
+    assert first == uid("run", [_req()]), "an exact retry dedupes"
     variants = [
-        _decision_update_id("other-run", [_req()]),
-        _decision_update_id("run", [_req(call_id="c2")]),
-        _decision_update_id("run", [_req(kind="reject")]),
-        _decision_update_id("run", [_req(approver="y")]),
-        _decision_update_id("run", [_req(always=True)]),
-        _decision_update_id("run", [_req(kind="reject", message="no")]),
-        _decision_update_id("run", [_req(reason="vip")]),
+        uid("other-run", [_req()]),
+        uid("run", [_req(call_id="c2")]),
+        uid("run", [_req(kind="reject")]),
+        uid("run", [_req(approver="y")]),
+        uid("run", [_req(always=True)]),
+        uid("run", [_req(kind="reject", message="no")]),
+        uid("run", [_req(reason="vip")]),
+        # The server answers a repeated id with the first update's result, whatever its name:
+        # the same decision sent as `decide` must not collide with it sent as `approve`.
+        uid("run", [_req()], update="decide"),
     ]
     assert len({first, *variants}) == len(variants) + 1
     two = [_req(call_id="a"), _req(call_id="b")]
-    assert _decision_update_id("run", two) == _decision_update_id("run", two[::-1])
+    assert uid("run", two, "decide") == uid("run", two[::-1], "decide")
 
 
 def _rec(**kw: object) -> DecisionRecord:

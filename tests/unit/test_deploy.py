@@ -31,7 +31,7 @@ import hitl.cli
 import workflows.visibility
 from hitl.admin import _TYPES
 from hitl.registry import load_agents
-from hitl.run import new_workflow_id
+from hitl.starting import new_workflow_id
 from hitl.wire import SEARCH_ATTRIBUTES
 from worker.__main__ import parse_args
 from worker.devserver import temporal_binary

@@ -110,7 +110,8 @@ def test_connect_config_reads_the_cli_environment(monkeypatch: pytest.MonkeyPatc
 
 
 def test_workflow_ids_fit_a_postgresql_backed_cluster() -> None:
-    from hitl.run import _check_id, new_workflow_id
+    from hitl.starting import check_id as _check_id
+    from hitl.starting import new_workflow_id
     from hitl.wire import MAX_ID_PREFIX, MAX_WORKFLOW_ID, child_workflow_id
 
     assert child_workflow_id("run-a-1", "call_x_0") == "run-a-1--call_x_0", "short ids unchanged"

@@ -1,0 +1,83 @@
+"""`Runner.run`, `Runner.run_streamed` and `hitl run` start runs one way (`hitl.starting`).
+
+A business id names one run for good: once its run has closed, none of the three starts a
+second one; each reports the first run's outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+
+import pytest
+from temporalio.client import Client
+
+from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel
+from tests.helpers import ROOT, serving
+
+
+def count_script(req: ModelRequest) -> ModelReply:
+    return ModelReply.say(f"counted: {req.last_user_text()}")
+
+
+counter = Agent(
+    name="Counter",
+    instructions="Count.",
+    model=ScriptedModel(count_script, "tests.e2e.start_paths.count"),
+)
+
+
+async def runs_named(client: Client, workflow_id: str) -> int:
+    return len([w async for w in client.list_workflows(f"WorkflowId = '{workflow_id}'")])
+
+
+async def test_every_start_path_refuses_a_second_run_under_a_closed_business_id(
+    dev_client: Client, dev_server: object
+) -> None:
+    bid = f"order-{uuid.uuid4().hex[:8]}"
+    address = dev_server.address  # type: ignore[attr-defined]
+    async with serving(dev_client, counter) as tq:
+        opts = {"client": dev_client, "task_queue": tq, "serve": False}
+        first = await Runner.run(counter, "one", workflow_id=bid, **opts)  # type: ignore[arg-type]
+        assert first.final_output == "counted: one"
+
+        again = await Runner.run(counter, "two", workflow_id=bid, **opts)  # type: ignore[arg-type]
+        assert (again.final_output, again.run_id) == ("counted: one", first.run_id)
+
+        streamed = Runner.run_streamed(counter, "three", workflow_id=bid, **opts)  # type: ignore[arg-type]
+        events = [e async for e in streamed.stream_events()]
+        assert events == [] and streamed.final_output == "counted: one"
+
+        cli = await asyncio.to_thread(
+            subprocess.run,
+            [
+                sys.executable,
+                "-m",
+                "hitl.cli",
+                "--address",
+                address,
+                "--task-queue",
+                tq,
+                "run",
+                "Counter",
+                "four",
+                "--id",
+                bid,
+                "--wait",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert cli.returncode == 0, cli.stderr
+        assert "already exists and has closed; nothing was started" in cli.stdout
+        assert "completed: counted: one" in cli.stdout
+    assert await runs_named(dev_client, bid) == 1, "one run under the business id, ever"
+
+
+def test_run_streamed_takes_the_same_keywords_as_run() -> None:
+    with pytest.raises(TypeError, match="contxt"):
+        Runner.run_streamed(counter, "x", contxt={"a": 1})  # type: ignore[call-arg]
