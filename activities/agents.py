@@ -8,7 +8,7 @@ import time
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.context import rebuild_context
+from hitl.activities.context import rebuild_context
 from hitl.admin import search_attributes_ready
 from hitl.errors import UserError
 from hitl.model import model_spec_for

@@ -9,7 +9,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.context import rebuild_context
+from hitl.activities.context import rebuild_context
 from hitl.agent import HandoffInputData, _as_handoff
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError

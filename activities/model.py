@@ -13,7 +13,7 @@ from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
-from activities.context import rebuild_context
+from hitl.activities.context import rebuild_context
 from hitl.agent import Agent, output_is_wrapped
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
@@ -93,7 +93,7 @@ class ModelActivities:
             response_id = None
         else:
             if self.openai is None:
-                from activities.openai_model import OpenAIProvider
+                from hitl.activities.openai_model import OpenAIProvider
 
                 self.openai = OpenAIProvider()
             if inp.stream:

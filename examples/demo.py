@@ -20,10 +20,10 @@ import time
 import uuid
 from pathlib import Path
 
-from examples import backoffice
-from examples.refund_desk import agent
 from hitl import Runner, RunResult, connect
-from worker.devserver import DevServer, free_port, port_free
+from hitl.examples import backoffice
+from hitl.examples.refund_desk import agent
+from hitl.worker.devserver import DevServer, free_port, port_free
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE_DIR = Path(os.environ.get("HITL_DEMO_STATE_DIR", ROOT / ".hitl"))
@@ -55,7 +55,7 @@ def start_worker(address: str) -> subprocess.Popen[str]:
             "-m",
             "worker",
             "--agents",
-            "examples.refund_desk:agent",
+            "hitl.examples.refund_desk:agent",
             "--address",
             address,
             "--log-level",

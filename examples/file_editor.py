@@ -109,7 +109,7 @@ def editor_script(req: ModelRequest) -> ModelReply:
     return ModelReply.say(writes[0].output or "")
 
 
-agent = Agent(
+agent: Agent[Any] = Agent(
     name="File editor",
     instructions="Edit files in the workspace as asked. Read a file before writing it.",
     tools=[read_file, write_file],

@@ -15,7 +15,6 @@ import os
 import re
 from typing import Any
 
-from examples import backoffice
 from hitl import (
     Agent,
     ApprovalRequest,
@@ -26,6 +25,7 @@ from hitl import (
     ToolContext,
     function_tool,
 )
+from hitl.examples import backoffice
 
 REFUND_APPROVAL_LIMIT = 100.0
 
@@ -137,7 +137,7 @@ def refund_desk_script(req: ModelRequest) -> ModelReply:
     return ModelReply.say("Here is what happened:\n" + "\n".join(lines))
 
 
-agent = Agent(
+agent: Agent[Any] = Agent(
     name="Refund desk",
     instructions=(
         "You work the refund desk. Look orders up before acting. Refunds above "

@@ -857,7 +857,7 @@ def _signal_pending(stop: dict[str, bool], grace: float = 1.0) -> bool:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     """The local stack: dev server (persistent, UI), search attributes, a worker. Ctrl-C stops."""
-    from worker.devserver import DevServer, free_port, port_free
+    from hitl.serving import DevServer, free_port, port_free
 
     state = Path(args.state_dir)
     state.mkdir(parents=True, exist_ok=True)
@@ -877,7 +877,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     server.start()
-    agents = args.agents or os.environ.get("HITL_AGENTS", "examples.refund_desk:agent").split(",")
+    agents = args.agents or os.environ.get("HITL_AGENTS", "hitl.examples.refund_desk:agent").split(
+        ","
+    )
     cmd = [
         sys.executable,
         "-m",
@@ -953,7 +955,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow",
         action="append",
         metavar="MODULE:ATTR",
-        help="what runs may name besides the agents' code (see python -m worker --allow)",
+        help="what runs may name besides the agents' code (see python -m hitl.worker --allow)",
     )
     dev.add_argument("--port", type=int, default=None)
     dev.add_argument("--ui-port", type=int, default=None)

@@ -53,7 +53,13 @@ class EncryptionCodec(PayloadCodec):
     """AES-256-GCM payload codec with key ids (for rotation)."""
 
     def __init__(self, active_key_id: str, keys: dict[str, bytes]) -> None:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        try:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        except ImportError:
+            raise UserError(
+                f"{KEY_ENV} is set but the `cryptography` package is not installed: "
+                "pip install 'hitl-temporal[encryption]'"
+            ) from None
 
         if active_key_id not in keys:
             raise UserError(f"active key {active_key_id!r} is not among the keys")

@@ -9,7 +9,7 @@ only against its allow-list, built when it starts from
   from `Agent[MyContext](...)`);
 - objects registered in the process with `hitl.allow(...)` (usable as a decorator), typically
   next to the functions in the modules the worker imports;
-- objects given to the worker itself (`build_worker(..., allow=[...])`, `python -m worker
+- objects given to the worker itself (`build_worker(..., allow=[...])`, `python -m hitl.worker
   --allow module:attr`, or the run config of `Runner.run` when it serves in-process).
 
 Anything else is a typed `UserError` naming the reference, and the run fails before it does
@@ -126,7 +126,7 @@ class Allowed:
             raise UserError(
                 f"{what} {ref[:200]!r} is not allowed on this worker: register it where the "
                 "worker starts (`hitl.allow(...)` in a module the worker imports, "
-                "`python -m worker --allow module:attr`, or `build_worker(..., allow=[...])`)"
+                "`python -m hitl.worker --allow module:attr`, or `build_worker(..., allow=[...])`)"
             )
         return target
 

@@ -261,7 +261,7 @@ class _Session:
         if self.mode == "auto":
             log.warning(
                 "no worker serves task queue %r: serving agent %r in this process for this call "
-                "(run `python -m worker --agents ...` for production)",
+                "(run `python -m hitl.worker --agents ...` for production)",
                 self.task_queue,
                 self.agent.name,
             )
@@ -279,9 +279,8 @@ class _Session:
                 f"no worker accepted run {workflow_id} on task queue {self.task_queue!r} within "
                 f"{WORKER_GRACE_SECONDS:g}s. The server holds the request in memory until a "
                 "worker takes it (a server restart loses it; a decision that arrives after its "
-                "call's approval deadline is refused): start one with "
-                "`python -m worker --agents <module>:<agent>` and run the same call again to see "
-                "the outcome"
+                "call's approval deadline is refused): start one with `python -m hitl.worker "
+                "--agents <module>:<agent>` and run the same call again to see the outcome"
             )
         await self.serve()
 

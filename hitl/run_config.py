@@ -134,7 +134,7 @@ class RunConfig:
             `approvers` list takes precedence. Others are refused with `NotAuthorized`.
         model_task_queue: Task queue for remote model calls (default: the run's own queue).
         tool_task_queue: Task queue for tool executions (default: the run's own queue), served
-            for example by `python -m worker --activities-only` inside a private network.
+            for example by `python -m hitl.worker --activities-only` inside a private network.
     """
 
     model: str | Model | None = None

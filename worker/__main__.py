@@ -1,4 +1,4 @@
-"""`python -m worker --agents module:attr [...]`: serve agents on a task queue.
+"""`python -m hitl.worker --agents module:attr [...]`: serve agents on a task queue.
 
 Connection settings come from `temporalio.envconfig` (the `temporal` CLI's profiles and
 `TEMPORAL_ADDRESS`, `TEMPORAL_NAMESPACE`, `TEMPORAL_API_KEY`, TLS variables). A wrong address,
@@ -20,7 +20,7 @@ from hitl.client import check_namespace, connect
 from hitl.errors import UserError
 from hitl.registry import AgentRegistry, load_agents, load_object
 from hitl.wire import DEFAULT_TASK_QUEUE
-from worker.build import (
+from hitl.worker.build import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
     DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     DEFAULT_STICKY_QUEUE_TIMEOUT,
@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (each defaults to its environment variable)."""
     env = os.environ.get
     p = argparse.ArgumentParser(
-        prog="python -m worker",
+        prog="python -m hitl.worker",
         description=(__doc__ or "").splitlines()[0],
     )
     p.add_argument(

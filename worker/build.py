@@ -15,39 +15,41 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-import workflows
-from activities.agents import AgentActivities
-from activities.hooks import HookActivities
-from activities.model import ModelActivities
-from activities.runs import read_run
-from activities.sessions import SessionActivities
-from activities.tools import ToolActivities
+import hitl.workflows
+from hitl.activities.agents import AgentActivities
+from hitl.activities.hooks import HookActivities
+from hitl.activities.model import ModelActivities
+from hitl.activities.runs import read_run
+from hitl.activities.sessions import SessionActivities
+from hitl.activities.tools import ToolActivities
 from hitl.admin import search_attributes_ready
 from hitl.agent import Agent
 from hitl.registry import AgentRegistry
 from hitl.wire import DEFAULT_TASK_QUEUE
-from workflows.agent_run import AgentRun
-from workflows.session import AgentSession
+from hitl.workflows.agent_run import AgentRun
+from hitl.workflows.session import AgentSession
 
 log = logging.getLogger(__name__)
 
-# Modules the workflow sandbox shares with the worker instead of re-importing per run: our
-# wire models and pure helpers (deterministic), and pydantic (saves ~13 ms CPU per run).
+# Modules the workflow sandbox shares with the worker instead of re-importing per run: the
+# whole `hitl` package (its workflow code is deterministic and keeps no module state; the
+# per-run forced-replay tests check that), and pydantic (saves ~13 ms CPU per run). The sandbox
+# would otherwise import `hitl/__init__` (the client API) again for every run.
 PASSTHROUGH = (
     "hitl",
-    "workflows.book",
-    "workflows.events",
-    "workflows.inputs",
-    "workflows.nested",
-    "workflows.steps",
-    "workflows.tracing",
-    "workflows.turn",
-    "workflows.visibility",
     "pydantic",
     "pydantic_core",
     "annotated_types",
     "typing_inspection",
 )
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox our workflows run in; a `Replayer` of their histories must use it too."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
+    )
+
 
 DEFAULT_MAX_CACHED_WORKFLOWS = 100
 """Bounded by default: parked runs are evicted and replayed (a few ms) when a decision comes."""
@@ -114,7 +116,7 @@ def cache_workflow_bytecode(package_dir: Path | None = None) -> None:
     if not sys.dont_write_bytecode:
         return
     try:
-        where = package_dir or Path(workflows.__file__).parent
+        where = package_dir or Path(hitl.workflows.__file__).parent
         compileall.compile_dir(where, quiet=2, maxlevels=0)
     except OSError as exc:  # pragma: no cover - read-only install
         log.debug("workflow bytecode not cached: %s", exc)
@@ -171,9 +173,7 @@ def build_worker(
             hooks.filter_handoff,
             read_run,
         ],
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
-        ),
+        workflow_runner=workflow_runner(),
         max_cached_workflows=opts.max_cached_workflows,
         max_concurrent_activities=opts.max_concurrent_activities,
         max_concurrent_workflow_tasks=opts.max_concurrent_workflow_tasks,

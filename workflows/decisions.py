@@ -36,10 +36,10 @@ with workflow.unsafe.imports_passed_through():
         RefusedDecision,
         RunContextData,
     )
-    from workflows.inputs import preview, read_one, refusal
+    from hitl.workflows.inputs import preview, read_one, refusal
 
 if TYPE_CHECKING:
-    from workflows.agent_run import AgentRun
+    from hitl.workflows.agent_run import AgentRun
 
 DECISION_EXAMPLE = '{"call_id": "<call id>", "approver": "you@example.com"}'
 DECIDE_EXAMPLE = '{"decisions": [{"kind": "approve", "call_id": "<call id>"}]}'

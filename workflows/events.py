@@ -22,10 +22,10 @@ with workflow.unsafe.imports_passed_through():
     from hitl.items import message_text
     from hitl.limits import MAX_SIGNAL_BYTES
     from hitl.wire import EVENTS_TOPIC, AgentSpec, RunEvent, RunItem
-    from workflows.inputs import Waiters, read_one, refusal
+    from hitl.workflows.inputs import Waiters, read_one, refusal
 
 if TYPE_CHECKING:
-    from workflows.agent_run import AgentRun
+    from hitl.workflows.agent_run import AgentRun
 
 MAX_DELTA_ENTRIES = 200
 """Entries in one publish batch from outside (the model activity batches every 150 ms)."""

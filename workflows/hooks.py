@@ -14,10 +14,10 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from hitl.items import assistant_message
     from hitl.wire import AgentSpec, HandleRunErrorInput, HandoffFilterInput, RunOutput
-    from workflows.steps import RunFailure
+    from hitl.workflows.steps import RunFailure
 
 if TYPE_CHECKING:
-    from workflows.agent_run import AgentRun
+    from hitl.workflows.agent_run import AgentRun
 
 
 async def guardrails(

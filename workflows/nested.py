@@ -48,9 +48,9 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         child_workflow_id,
     )
-    from workflows.book import ApprovalBook, ChildView
-    from workflows.inputs import read_one
-    from workflows.steps import RunFailure, Steps, output_text
+    from hitl.workflows.book import ApprovalBook, ChildView
+    from hitl.workflows.inputs import read_one
+    from hitl.workflows.steps import RunFailure, Steps, output_text
 
 
 class ReportHint(BaseModel):

@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from hitl.limits import KB
     from hitl.wire import SESSION_WORKFLOW_TYPE, SessionAppend, SessionInput, SessionItems
-    from workflows.inputs import read_one, refusal
+    from hitl.workflows.inputs import read_one, refusal
 
 MAX_APPLIED_KEPT = 1000
 MAX_APPEND_BYTES = 256 * KB

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from hitl.items import FunctionCall, check_arguments
 from hitl.wire import AgentSpec, CallPlan, CallRecord, RunConfigSpec, ToolSpec
-from workflows.book import ApprovalBook
+from hitl.workflows.book import ApprovalBook
 
 
 @dataclass

@@ -30,10 +30,10 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
         SettledStatus,
     )
-    from workflows.events import preview
+    from hitl.workflows.events import preview
 
 if TYPE_CHECKING:
-    from workflows.agent_run import AgentRun
+    from hitl.workflows.agent_run import AgentRun
 
 SETTLED_PENDING_KEPT = 50
 SETTLED_OUTPUT_BYTES = 16 * 1024

@@ -1,1 +1,1 @@
-"""Our side of the benchmark: agents served by `python -m worker`, and the driver."""
+"""Our side of the benchmark: agents served by `python -m hitl.worker`, and the driver."""

@@ -1,4 +1,4 @@
-"""The benchmark's agents, served by `python -m worker --agents bench.ours.agents:agents`.
+"""The benchmark's agents, served by `python -m hitl.worker --agents bench.ours.agents:agents`.
 
 The job (the same on the peer's side, `bench/peer/workflow.py`): a scripted model asks for one
 refund, the refund tool needs approval, after the decision the tool runs (an activity) and the

@@ -6,7 +6,7 @@ It plays the user's side through the public API, as the README's tour does:
 `Runner.run(agent, state)` sends the decision (the `decide` update, which returns once the run
 settles) and returns the final output (`handle.result()`). Listing pending approvals does what
 `hitl pending` does: a visibility query on `HitlStatus`, then the `status` query of each run.
-The runs are served by a separate worker process (`python -m worker`).
+The runs are served by a separate worker process (`python -m hitl.worker`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import asyncio
 import json
 from pathlib import Path
 
-import examples.seeds.offline_brains  # noqa: F401  (scripted models for offline runs)
+import hitl.examples.seeds.offline_brains  # noqa: F401  (scripted models for offline runs)
 from hitl import Agent, Runner, RunState, function_tool
 
 

@@ -177,4 +177,4 @@ class RunConfigSpec(WireModel):
     """Task queue of remote `call_model` activities (`None`: the run's own queue)."""
     tool_task_queue: str | None = None
     """Task queue of `execute_tool` activities (`None`: the run's own queue), e.g. tool workers
-    inside a private network (`python -m worker --activities-only`)."""
+    inside a private network (`python -m hitl.worker --activities-only`)."""

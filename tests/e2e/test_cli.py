@@ -32,8 +32,8 @@ from hitl.wire import (
     RunInput,
     RunOutput,
 )
+from hitl.worker.devserver import DevServer, free_port, port_free
 from tests.helpers import ROOT, Ledger, WorkerProcess, queue_name, temporal_cli, wait_for
-from worker.devserver import DevServer, free_port, port_free
 
 
 def hitl(address: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -51,8 +51,8 @@ def start_worker(address: str, tq: str, tmp: Path) -> WorkerProcess:
     worker = WorkerProcess(
         address,
         tq,
-        agents="examples.refund_desk:agent",
-        extra_args=["--agents", "examples.file_editor:agent", "--agents", "tests.agents"],
+        agents="hitl.examples.refund_desk:agent",
+        extra_args=["--agents", "hitl.examples.file_editor:agent", "--agents", "tests.agents"],
         env={
             "HITL_WORKSPACE": str(tmp / "workspace"),
             "HITL_BACKOFFICE_DB": str(tmp / "backoffice.sqlite"),

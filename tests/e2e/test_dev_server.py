@@ -18,6 +18,7 @@ from temporalio.client import (
 from hitl import Runner
 from hitl.client import data_converter
 from hitl.wire import DecisionInput, DecisionRecord, RunOutput, RunStatus
+from hitl.worker.devserver import DevServer
 from tests.agents import refund_agent, support_agent
 from tests.helpers import (
     Ledger,
@@ -28,7 +29,6 @@ from tests.helpers import (
     tool_activity_count,
     wait_for,
 )
-from worker.devserver import DevServer
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ from hitl import Runner
 from hitl.client import data_converter
 from hitl.codec import EncryptionCodec, new_key, parse_keys
 from hitl.wire import RunOutput
+from hitl.worker.devserver import DevServer
 from tests.agents import support_agent
 from tests.helpers import ROOT, payload_texts, queue_name, serving
-from worker.devserver import DevServer
 
 
 def run_seed(
@@ -113,7 +113,7 @@ def _alive(pid: int) -> bool:
 def test_make_demo_runs_end_to_end_without_a_terminal(tmp_path: Path) -> None:
     """What `make demo` runs in CI: its own dev server, a worker, the refund desk; exits 0."""
     out = subprocess.run(
-        [sys.executable, "-m", "examples.demo"],
+        [sys.executable, "-m", "hitl.examples.demo"],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -141,7 +141,7 @@ def test_make_demo_asks_on_a_terminal(tmp_path: Path) -> None:
         # Typed ahead: the terminal's line discipline hands one line to each prompt.
         os.write(primary, b"y\nn\n")
         out = subprocess.run(
-            [sys.executable, "-m", "examples.demo"],
+            [sys.executable, "-m", "hitl.examples.demo"],
             cwd=ROOT,
             stdin=secondary,
             capture_output=True,

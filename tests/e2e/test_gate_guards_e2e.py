@@ -29,6 +29,7 @@ from hitl import (
 from hitl.client import connect
 from hitl.codec import ENCODING, KEY_ENV, EncryptionCodec, new_key
 from hitl.wire import DecisionInput, RunOutput, RunStatus
+from hitl.worker.devserver import DevServer
 from tests.agents import support_agent
 from tests.helpers import (
     Ledger,
@@ -40,7 +41,6 @@ from tests.helpers import (
     serving,
     temporal_cli,
 )
-from worker.devserver import DevServer
 
 # ----------------------------------------------------------------------------- encryption by env
 

@@ -24,11 +24,11 @@ from hitl import Agent, OpenAIModel, RunConfig, Runner
 from hitl.admin import missing_search_attributes
 from hitl.client import connect, data_converter
 from hitl.wire import DecisionInput, RunOutput
+from hitl.worker.build import WorkerOptions, build_worker
+from hitl.worker.devserver import DevServer, free_port, temporal_binary
 from tests.agents import support_agent
 from tests.fake_openai import Reply, fake_openai, response_body, responses_text
 from tests.helpers import ROOT, Ledger, WorkerProcess, queue_name, wait_for
-from worker.build import WorkerOptions, build_worker
-from worker.devserver import DevServer, free_port, temporal_binary
 
 BIN = Path(sys.executable).parent
 
@@ -43,7 +43,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def run_worker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "worker", "--agents", "tests.agents", *args],
+        [sys.executable, "-m", "hitl.worker", "--agents", "tests.agents", *args],
         cwd=ROOT,
         env=clean_env(**env),
         capture_output=True,

@@ -10,8 +10,8 @@ from temporalio.client import Client
 import hitl.run
 from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel
 from hitl.errors import NoWorkerError
+from hitl.worker.build import WorkerOptions, build_worker
 from tests.helpers import queue_name
-from worker.build import WorkerOptions, build_worker
 
 
 async def slow_script(req: ModelRequest) -> ModelReply:

@@ -26,6 +26,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.common import WorkflowIDConflictPolicy
 
 from hitl.wire import WORKFLOW_TYPE, DecisionInput, RunInput, RunOutput, RunStatus, WaitInput
+from hitl.worker.devserver import DevServer
 from tests.agents import shipping_agent
 from tests.helpers import (
     Attempt,
@@ -36,7 +37,6 @@ from tests.helpers import (
     tool_activity_count,
     wait_for,
 )
-from worker.devserver import DevServer
 
 RUNS = 50
 

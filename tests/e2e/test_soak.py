@@ -28,9 +28,9 @@ from hitl.wire import (
     DecisionRecord,
     RunOutput,
 )
+from hitl.worker.devserver import DevServer
 from tests.e2e.test_scale_out import STICKY, start_parked
 from tests.helpers import Ledger, WorkerProcess, queue_name
-from worker.devserver import DevServer
 
 # Its runs get 900 s (below), more than the suite's default per-test timeout (pyproject.toml).
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(1200)]

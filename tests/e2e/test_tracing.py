@@ -24,10 +24,10 @@ from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_
 
 from hitl import RunConfig, Runner
 from hitl.client import data_converter
+from hitl.worker.devserver import DevServer
 from tests.agents import support_agent
 from tests.e2e.traced_worker import span_record, trace_triage
 from tests.helpers import WorkerProcess, queue_name, serving
-from worker.devserver import DevServer
 
 EXPORTER = InMemorySpanExporter()
 _installed: list[bool] = []

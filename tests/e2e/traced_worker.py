@@ -145,7 +145,7 @@ async def main(address: str, task_queue: str, spans_file: str) -> None:
     from temporalio.contrib.opentelemetry import OpenTelemetryPlugin, create_tracer_provider
 
     from hitl.client import data_converter
-    from worker.build import WorkerOptions, build_worker
+    from hitl.worker.build import WorkerOptions, build_worker
 
     provider = create_tracer_provider()
     provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(spans_file)))

@@ -18,10 +18,10 @@ import pytest_asyncio
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from hitl.wire import DecisionInput, DecisionRecord, RunInput, RunOutput, RunStatus, WaitInput
+from hitl.worker.devserver import DevServer
 from tests.helpers import Ledger, history, serving, tool_activity_count
 from tests.hostile.agents import AGENTS
 from tests.hostile.raw import task_failures
-from worker.devserver import DevServer
 
 
 @dataclass

@@ -16,10 +16,10 @@ from temporalio.client import Client
 
 from hitl import RunConfig, Runner
 from hitl.client import data_converter
+from hitl.worker.devserver import DevServer
 from tests.agents import support_agent, weather_agent
 from tests.helpers import serving
 from tests.workflows.test_approvals import sequential_agent
-from worker.devserver import DevServer
 
 OUT = Path(__file__).parent / "histories"
 

@@ -16,7 +16,8 @@ from temporalio.worker import Replayer
 
 from hitl.client import data_converter
 from hitl.wire import RunInput, RunOutput
-from workflows.agent_run import AgentRun
+from hitl.worker.build import workflow_runner
+from hitl.workflows.agent_run import AgentRun
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -37,9 +38,9 @@ async def test_replays_cleanly(path: Path) -> None:
     workflow_id = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"].get(
         "workflowId", path.stem
     )
-    result = await Replayer(workflows=[AgentRun], data_converter=data_converter()).replay_workflow(
-        WorkflowHistory.from_json(workflow_id, text), raise_on_replay_failure=False
-    )
+    result = await Replayer(
+        workflows=[AgentRun], data_converter=data_converter(), workflow_runner=workflow_runner()
+    ).replay_workflow(WorkflowHistory.from_json(workflow_id, text), raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
 
 

@@ -9,8 +9,8 @@ from temporalio.exceptions import ApplicationError
 
 from hitl.codec import undecryptable
 from hitl.wire import CallRecord, CarriedState, DecisionInput, StandingRule
-from workflows.book import ApprovalBook
-from workflows.inputs import read_one
+from hitl.workflows.book import ApprovalBook
+from hitl.workflows.inputs import read_one
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

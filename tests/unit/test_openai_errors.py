@@ -20,8 +20,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.model import ModelActivities
-from activities.openai_model import (
+from hitl import Agent, OpenAIModel
+from hitl.activities.model import ModelActivities
+from hitl.activities.openai_model import (
     ACTIVITY_MARGIN,
     CLIENT_TIMEOUT,
     MAX_RETRY_AFTER,
@@ -30,11 +31,10 @@ from activities.openai_model import (
     map_error,
     retry_after_seconds,
 )
-from hitl import Agent, OpenAIModel
 from hitl.errors import UserError
 from hitl.registry import AgentRegistry
 from hitl.wire import CallModelInput, ModelSpec
-from workflows.steps import MODEL_TIMEOUT
+from hitl.workflows.steps import MODEL_TIMEOUT
 
 KEY_ENV = "HITL_TEST_KEY"
 CANARY = "sk-test-CANARY-unit-8c1f0e"

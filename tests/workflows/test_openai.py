@@ -373,7 +373,7 @@ async def test_api_key_never_enters_history(ts_env: WorkflowEnvironment, fake: F
 
 
 def test_scrub_removes_keys() -> None:
-    from activities.openai_model import scrub
+    from hitl.activities.openai_model import scrub
 
     assert scrub(f"bad key {CANARY_KEY} and sk-abc***wxyz", CANARY_KEY) == (
         "bad key [redacted] and [redacted]"
@@ -381,7 +381,7 @@ def test_scrub_removes_keys() -> None:
 
 
 def test_chat_messages_group_parallel_calls() -> None:
-    from activities.openai_model import to_chat_messages
+    from hitl.activities.openai_model import to_chat_messages
 
     msgs = to_chat_messages(
         "sys",

@@ -189,7 +189,7 @@ async def test_tool_level_approver_rejects_without_pausing(
 async def test_file_edit_preview_and_cancelled_action(
     ts_env: WorkflowEnvironment, cache_size: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from examples.file_editor import agent as editor
+    from hitl.examples.file_editor import agent as editor
 
     monkeypatch.setenv("HITL_WORKSPACE", str(tmp_path))
     (tmp_path / "notes.txt").write_text("hello world\nsecond line\n")
@@ -225,7 +225,7 @@ async def test_file_edit_preview_and_cancelled_action(
 async def test_file_edit_applies_only_when_approved(
     ts_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from examples.file_editor import agent as editor
+    from hitl.examples.file_editor import agent as editor
 
     monkeypatch.setenv("HITL_WORKSPACE", str(tmp_path))
     (tmp_path / "notes.txt").write_text("hello world\n")

@@ -17,7 +17,6 @@ from temporalio.client import WorkflowHistory
 from temporalio.converter import PayloadConverter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model import input_digest
 from hitl import (
     Agent,
     ModelReply,
@@ -35,6 +34,7 @@ from hitl import (
     function_tool,
     handoff,
 )
+from hitl.activities.model import input_digest
 from hitl.agent import HandoffInputData
 from hitl.errors import (
     AgentsException,
