@@ -156,6 +156,15 @@ class OpenAIProvider:
             return await _responses(client, inp, instructions, transcript, on_delta, request)
         except openai.APIError as exc:
             raise map_error(exc, inp.model, *secrets) from None
+        except ApplicationError:
+            raise
+        except Exception as exc:
+            # Anything else the client raised (a transport error, an unreadable answer) is
+            # retried like a connection failure; its text is scrubbed like the provider's.
+            detail = scrub(f"{type(exc).__name__}: {exc}", *secrets)
+            raise ApplicationError(
+                f"model {inp.model.name!r}: {detail}", type="ModelUnavailable"
+            ) from None
 
 
 # ----------------------------------------------------------------------------- Responses API
@@ -441,11 +450,42 @@ def _chat_output(
 # ----------------------------------------------------------------------------- errors
 
 
+FRAGMENT = 8
+"""A provider echoing this many characters of a secret in a row leaks it: they are redacted."""
+
+
 def scrub(text: str, *secrets: str | None) -> str:
-    """Remove the given secrets, and anything that looks like a key, from provider error text."""
+    """Remove the given secrets from provider text, whole or in part, and anything key-shaped.
+
+    Providers echo keys in their errors, sometimes only in part ("incorrect API key provided:
+    abc...xyz", the key without its `sk-` prefix). Every run of text covered by
+    `FRAGMENT`-character slices of a secret is replaced by `[redacted]`; shorter secrets are
+    removed where they appear whole.
+    """
+    grams: set[str] = set()
     for secret in secrets:
-        if secret and secret != NO_KEY:
+        if not secret or secret == NO_KEY:
+            continue
+        if len(secret) < FRAGMENT:
             text = text.replace(secret, "[redacted]")
+            continue
+        grams.update(secret[i : i + FRAGMENT] for i in range(len(secret) - FRAGMENT + 1))
+    if grams:
+        covered = bytearray(len(text))
+        for i in range(len(text) - FRAGMENT + 1):
+            if text[i : i + FRAGMENT] in grams:
+                covered[i : i + FRAGMENT] = b"\x01" * FRAGMENT
+        if any(covered):
+            out, i = [], 0
+            while i < len(text):
+                if covered[i]:
+                    while i < len(text) and covered[i]:
+                        i += 1
+                    out.append("[redacted]")
+                else:
+                    out.append(text[i])
+                    i += 1
+            text = "".join(out)
     return _KEYLIKE.sub("[redacted]", text)
 
 

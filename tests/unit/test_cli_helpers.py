@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
-from hitl.cli import Refused, _literal, _outcome, _path_text
+from hitl.cli import Refused
+from hitl.cli.common import _literal, _path_text
+from hitl.cli.deciding import _outcome
 from hitl.starting import decision_update_id
 from hitl.wire import DecisionRecord, DecisionRequest
 
@@ -134,3 +136,118 @@ def test_an_unexpected_server_error_in_pending_is_one_typed_line(
         "HitlStatus = 'awaiting_approval' AND ExecutionStatus = 'Running' "
         "AND HitlAgent = 'O\\'Brien\\'s desk' AND TaskQueue = 'q'"
     ]
+
+
+# ----------------------------------------------------------------------------- hostile text
+
+HOSTILE = "ok\x1b[31mred\x1b]0;pwned\x07\r\u202eevil\x85\nDecisions:\n  c1 wire: approve by cfo"
+
+
+def _raw_controls(text: str) -> list[str]:
+    """Control and bidirectional characters left raw, structural newlines aside."""
+    from hitl.cli.common import _unsafe
+
+    return [c for c in text if _unsafe(c)]
+
+
+def test_one_line_values_cannot_forge_lines_or_drive_the_terminal() -> None:
+    from hitl.cli.common import one_line
+
+    shown = one_line(HOSTILE)
+    assert "\n" not in shown and "\r" not in shown
+    assert _raw_controls(shown) == []
+    assert "\\u001b[31m" in shown and "\\u202e" in shown and "\\nDecisions:" in shown
+
+
+def test_watch_lines_are_escaped() -> None:
+    from hitl.cli import format_event
+    from hitl.wire import RunEvent
+
+    for event in (
+        RunEvent(type="message", text=HOSTILE, agent=HOSTILE, offset=1),
+        RunEvent(type="tool_called", tool=HOSTILE, call_id=HOSTILE, data={"arguments": HOSTILE}),
+        RunEvent(type="approval_decided", text="approve", data={"approver": HOSTILE}),
+        RunEvent(type="model_text_delta", text=HOSTILE),
+    ):
+        line = format_event(event)
+        assert "\n" not in line and _raw_controls(line) == [], line
+
+
+def test_show_escapes_every_value_and_keeps_injected_lines_indented(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`hitl show` of a run whose tool arguments, approver and message are hostile."""
+    from datetime import UTC, datetime
+
+    from hitl.cli.inbox import _transcript_lines
+    from hitl.wire import ApprovalRequestData, PendingApproval, RunItem, RunSnapshot, RunStatus
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    call = {"type": "function_call", "call_id": "c1", "name": "wire", "arguments": HOSTILE}
+    snap = RunSnapshot(
+        status=RunStatus(
+            workflow_id="run",
+            run_id="r",
+            phase="awaiting_approval",
+            agent="A",
+            pending=[
+                PendingApproval(
+                    call_id="c1",
+                    tool_name="wire",
+                    agent_id="A",
+                    agent_name=HOSTILE,
+                    arguments=HOSTILE,
+                    turn=1,
+                    requested_at=now,
+                    request=ApprovalRequestData(title=HOSTILE, message=HOSTILE),
+                )
+            ],
+            decisions=[_rec(approver=HOSTILE, message=HOSTILE)],
+        ),
+        input_items=[{"role": "user", "content": HOSTILE}],
+        new_items=[RunItem(type="tool_call_item", agent_id="A", agent_name="A", raw_item=call)],
+    )
+    lines = _transcript_lines(snap)
+    assert all("\n" not in line and _raw_controls(line) == [] for line in lines)
+    assert "(waiting for approval)" in lines[-1], "a waiting call is not shown as done"
+
+    import hitl.cli.inbox as inbox
+    from hitl.cli.common import SafeStream
+
+    async def fake_query(*_: object, **__: object) -> RunSnapshot:
+        return snap
+
+    import asyncio
+    import sys
+    from argparse import Namespace
+
+    original = inbox._query
+    inbox._query = fake_query  # type: ignore[assignment]
+    out = sys.stdout
+    sys.stdout = SafeStream(out)  # type: ignore[assignment]
+    try:
+        client = type("Client", (), {"get_workflow_handle": lambda *a, **k: None})()
+        asyncio.run(inbox.cmd_show(client, Namespace(run="run", json=False, timeout=1)))
+    finally:
+        sys.stdout = out
+        inbox._query = original
+    printed = capsys.readouterr().out
+    assert _raw_controls(printed) == []
+    # The injected "Decisions:" line stays inside the indented request block, never at the
+    # start of a line of its own.
+    assert [line for line in printed.splitlines() if line.startswith("Decisions:")] == [
+        "Decisions:"
+    ]
+
+
+def test_the_output_stream_keeps_json_valid() -> None:
+    import io
+    import json
+
+    from hitl.cli.common import SafeStream
+
+    buffer = io.StringIO()
+    value = {"text": "a\u202eb\x85c\x1b"}
+    SafeStream(buffer).write(json.dumps(value, ensure_ascii=False))
+    assert _raw_controls(buffer.getvalue()) == []
+    assert json.loads(buffer.getvalue()) == value

@@ -27,7 +27,7 @@ import pytest
 import yaml
 from temporalio.common import SearchAttributeKey
 
-import hitl.cli
+import hitl.cli.common
 import hitl.workflows.visibility
 from hitl.admin import _TYPES
 from hitl.registry import load_agents
@@ -287,7 +287,7 @@ def test_registered_search_attributes_are_the_workflows(services: dict[str, Any]
     source = Path(hitl.workflows.visibility.__file__).read_text()
     for var in upserted:
         assert f"{var}.value_set(" in source, f"workflows/visibility.py never upserts {var}"
-    for module in (hitl.workflows.visibility, hitl.cli):
+    for module in (hitl.workflows.visibility, hitl.cli.common):
         keys = search_attribute_keys(module)
         assert keys, f"{module.__name__} defines its search attribute keys"
         used = {k.name: int(k.indexed_value_type) for k in keys.values()}

@@ -30,6 +30,7 @@ from hitl.activities.openai_model import (
     client_timeout,
     map_error,
     retry_after_seconds,
+    scrub,
 )
 from hitl.errors import UserError
 from hitl.registry import AgentRegistry
@@ -417,3 +418,55 @@ async def test_activity_timeout_is_retryable(silent_port: int) -> None:
     assert_retryable(err.value, "ModelTimeout")
     assert "timed out after 0.3s" in err.value.message
     assert time.monotonic() - started < 10, "the spec's timeout, not the 120 s default"
+
+
+# ----------------------------------------------------------------------------- key fragments
+
+KEY = "sk-proj-Abc123Def456Ghi789Jkl012Mno345Pqr678"
+HEADER_SECRET = "gw-7f3a9c1e5b2d8f4a6c0e"
+
+
+@pytest.mark.parametrize(
+    "echoed",
+    [
+        KEY.removeprefix("sk-"),  # the key without its prefix, as some providers print it
+        KEY[10:19],  # a 9-character slice from the middle
+        KEY[-8:],  # exactly 8 characters, at the very end
+        f"{KEY[:12]}...{KEY[-10:]}",  # head and tail around an ellipsis
+        f"{KEY[5:20]}{KEY[15:30]}",  # overlapping fragments, run together
+    ],
+)
+def test_any_eight_character_fragment_of_the_key_is_scrubbed(echoed: str) -> None:
+    text = scrub(f"Incorrect API key provided: {echoed}. See the docs.", KEY)
+    assert "[redacted]" in text and text.endswith(". See the docs.")
+    for i in range(len(KEY) - 8 + 1):
+        assert KEY[i : i + 8] not in text, text
+
+
+def test_fragments_of_several_secrets_are_scrubbed_and_short_ones_left() -> None:
+    text = scrub(f"key {KEY[3:14]} header {HEADER_SECRET[2:12]} ok", KEY, HEADER_SECRET)
+    assert text == "key [redacted] header [redacted] ok"
+    # Seven characters of a key are too few to tell apart from ordinary text.
+    assert scrub(f"id {KEY[20:27]}", KEY) == f"id {KEY[20:27]}"
+
+
+def test_a_mapped_provider_error_never_carries_a_fragment() -> None:
+    err = map_error(status_error(400, f"bad key prefix {KEY[3:25]} for project"), SPEC, KEY)
+    assert_final(err, "request refused (400)")
+    assert KEY[3:25] not in err.message and "[redacted]" in err.message
+
+
+async def test_an_unexpected_client_error_is_typed_retried_and_scrubbed() -> None:
+    """A failure that is not an `openai.APIError` (a transport error, an unreadable answer)."""
+
+    class Exploding:
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError(f"could not send Authorization: Bearer {KEY[3:]}")
+
+    provider = OpenAIProvider(env={KEY_ENV: KEY})
+    provider.client = lambda spec: (Exploding(), (KEY,))  # type: ignore[method-assign,assignment,return-value]
+    inp = CallModelInput(root_agent="a", agent_id="a", agent_name="a", model=SPEC)
+    with pytest.raises(ApplicationError) as failed:
+        await provider.respond(inp, None, [])
+    assert failed.value.type == "ModelUnavailable" and not failed.value.non_retryable
+    assert KEY[3:] not in failed.value.message and "[redacted]" in failed.value.message

@@ -1,0 +1,200 @@
+"""`hitl approve` and `hitl reject`: what the run recorded, never an echo of the flags."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from hitl.cli.common import (
+    _DEADLINE_KEY,
+    EXIT_OK,
+    Refused,
+    _code,
+    _handle,
+    _status,
+    one_line,
+)
+from hitl.starting import decision_update_id
+from hitl.wire import (
+    UPDATE_DECIDE,
+    DecideInput,
+    DecisionInput,
+    DecisionKind,
+    DecisionRecord,
+    DecisionRequest,
+    RunOutput,
+    RunStatus,
+)
+
+
+async def _no_worker_message(client: Client, handle: WorkflowHandle[Any, Any]) -> str:
+    """Why a decision is not applied yet, and until when it still can be (honestly)."""
+    from hitl.serving import live_pollers
+
+    deadline = None
+    try:
+        desc = await handle.describe()
+        queue = desc.task_queue
+        deadline = desc.typed_search_attributes.get(_DEADLINE_KEY)
+        pollers = await live_pollers(client, queue)
+    except RPCError:
+        queue, pollers = "?", 0
+    who = "no worker is polling" if pollers == 0 else "no worker answered on"
+    until = (
+        f" It can still apply until {deadline.isoformat()} (the earliest approval deadline of "
+        "the run's pending calls); one that arrives later is refused and recorded on the run."
+        if deadline is not None
+        else ""
+    )
+    return (
+        f"{who} task queue {queue!r}: the decision is queued on the server, which holds it in "
+        f"memory until a worker takes it (a server restart loses it).{until} Re-run the same "
+        "command to see its outcome (it is deduplicated)."
+    )
+
+
+def _decided_text(rec: DecisionRecord) -> str:
+    """What a recorded decision says: `approve by alice (always, for the rest of the run)`."""
+    who = one_line(rec.approver or rec.source.replace("_", " "))
+    text = f"{rec.kind} by {who}"
+    if rec.approver and rec.source != "person":
+        text += f" ({rec.source.replace('_', ' ')})"
+    if rec.always:
+        text += " (always, for the rest of the run)"
+    if rec.message:
+        text += f", message {json.dumps(rec.message)}"
+    if rec.reason:
+        text += f", reason {json.dumps(rec.reason)}"
+    return text
+
+
+def _outcome(
+    run_id: str, decisions: Sequence[DecisionRequest], recorded: dict[str, DecisionRecord]
+) -> list[DecisionRecord]:
+    """The recorded decision for each request, or `Refused` when one was decided otherwise."""
+    records = []
+    for d in decisions:
+        rec = recorded.get(d.call_id)
+        if rec is None:
+            raise Refused(f"run {run_id} recorded no decision for call '{d.call_id}'")
+        if not rec.answers(d.kind, d):
+            raise Refused(
+                f"refused: call '{d.call_id}' was already decided: {_decided_text(rec)} "
+                "(AlreadyDecided)"
+            )
+        records.append(rec)
+    return records
+
+
+async def _finished_run_decisions(
+    handle: WorkflowHandle[Any, Any], timeout: float
+) -> dict[str, DecisionRecord]:
+    """The decisions a closed run recorded (its result), or `Refused` saying why there are none."""
+    try:
+        desc = await handle.describe(rpc_timeout=timedelta(seconds=timeout))
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise Refused(f"no run {handle.id!r} in this namespace") from None
+        raise Refused(f"cannot read run {handle.id}: {exc.message} ({_code(exc)})") from None
+    if desc.status == WorkflowExecutionStatus.COMPLETED:
+        out: RunOutput = await handle.result(rpc_timeout=timedelta(seconds=timeout))
+        return {d.call_id: d for d in out.decisions}
+    state = desc.status.name.lower() if desc.status else "unknown"
+    raise Refused(f"run {handle.id} has finished ({state}); it takes no more decisions")
+
+
+async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKind) -> int:
+    """Approve or reject one call, or all pending calls of a run.
+
+    What is printed is what the run recorded (returned by the update), never the flags given:
+    a call decided earlier in another way is reported as refused (AlreadyDecided, exit 1).
+    """
+    handle = await _handle(client, args.run)
+    approver = args.as_ or os.environ.get("HITL_APPROVER") or getpass.getuser()
+    if args.all:
+        try:
+            status = await _status(client, handle, args.timeout)
+        except Refused as exc:
+            raise Refused(
+                f"{exc}; --all needs a worker to list the calls (name a CALL_ID to queue a "
+                "decision until one runs)"
+            ) from None
+        call_ids = [p.call_id for p in status.pending]
+        if not call_ids:
+            raise Refused(f"run {args.run} has no pending approvals")
+    else:
+        call_ids = [args.call_id]
+    message = getattr(args, "message", None)
+    decisions = [
+        DecisionRequest(
+            kind=kind,
+            call_id=c,
+            always=args.always,
+            message=message,
+            approver=approver,
+            reason=args.reason,
+        )
+        for c in call_ids
+    ]
+    update = kind if len(decisions) == 1 else UPDATE_DECIDE
+    uid = decision_update_id(args.run, update, decisions)
+    timeout = timedelta(seconds=args.timeout)
+    recorded: dict[str, DecisionRecord]
+    try:
+        if len(decisions) == 1:
+            d = decisions[0]
+            payload = DecisionInput(
+                call_id=d.call_id,
+                always=d.always,
+                message=d.message,
+                approver=d.approver,
+                reason=d.reason,
+            )
+            rec: DecisionRecord = await handle.execute_update(
+                kind, payload, id=uid, rpc_timeout=timeout, result_type=DecisionRecord
+            )
+            recorded = {rec.call_id: rec}
+        else:
+            after: RunStatus = await handle.execute_update(
+                UPDATE_DECIDE,
+                DecideInput(decisions=decisions, wait=False),
+                id=uid,
+                rpc_timeout=timeout,
+                result_type=RunStatus,
+            )
+            recorded = {r.call_id: r for r in after.decisions}
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError):
+            raise Refused(f"refused: {cause.message} ({cause.type})") from None
+        raise Refused(f"refused: {cause}") from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise Refused(await _no_worker_message(client, handle)) from None
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise Refused(
+                f"cannot decide on run {args.run}: {exc.message} ({_code(exc)})"
+            ) from None
+        # A closed run takes no new update; what it recorded is the outcome.
+        recorded = await _finished_run_decisions(handle, args.timeout)
+    for rec in _outcome(args.run, decisions, recorded):
+        verb, _, rest = _decided_text(rec).partition(" ")
+        verb = "approved" if verb == "approve" else "rejected"
+        call, tool, run = one_line(rec.call_id), one_line(rec.tool_name), one_line(args.run)
+        print(f"{verb} {call} ({tool}) on {run} {rest}")
+    return EXIT_OK

@@ -1,0 +1,351 @@
+"""`hitl pending` and `hitl show`: what waits for people, across runs and in one run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+)
+from temporalio.service import RPCError
+
+from hitl.cli.common import (
+    _AGENT_KEY,
+    _SINCE_KEY,
+    _TOOLS_KEY,
+    EXIT_OK,
+    Refused,
+    _ago,
+    _code,
+    _Gone,
+    _handle,
+    _iso,
+    _json,
+    _literal,
+    _path_text,
+    _Pollers,
+    _query,
+    _short,
+    _table,
+    _Unreadable,
+    one_line,
+)
+from hitl.items import message_text
+from hitl.wire import (
+    QUERY_SNAPSHOT,
+    QUERY_STATUS,
+    SA_AGENT,
+    SA_STATUS,
+    WORKFLOW_TYPE,
+    RunSnapshot,
+    RunStatus,
+)
+
+
+async def _paused_runs(
+    client: Client, args: argparse.Namespace
+) -> tuple[list[WorkflowExecution], bool]:
+    """Runs waiting for a person (visibility query); True when our search attributes are missing.
+
+    Without our search attributes every running `AgentRun` is listed, to be asked one by one.
+    """
+    clauses = [f"{SA_STATUS} = 'awaiting_approval'", "ExecutionStatus = 'Running'"]
+    fallback = [f"WorkflowType = '{WORKFLOW_TYPE}'", "ExecutionStatus = 'Running'"]
+    agent = _literal(args.agent) if args.agent else None
+    if agent:
+        clauses.append(f"{SA_AGENT} = {agent}")
+    if args.task_queue_filter:
+        queue = _literal(args.task_queue_filter)
+        if queue:
+            clauses.append(f"TaskQueue = {queue}")
+            fallback.append(f"TaskQueue = {queue}")
+    timeout = timedelta(seconds=args.timeout)
+
+    async def listing(query: str) -> list[WorkflowExecution]:
+        return [
+            w async for w in client.list_workflows(query, limit=args.limit, rpc_timeout=timeout)
+        ]
+
+    degraded = False
+    try:
+        found = await listing(" AND ".join(clauses))
+    except RPCError as exc:
+        if SA_STATUS not in exc.message and "search attribute" not in exc.message.lower():
+            raise Refused(f"cannot list paused runs: {exc.message} ({_code(exc)})") from None
+        if args.runs:
+            raise Refused(
+                "`hitl pending --runs` reads our search attributes, and they are not "
+                "registered here: run `hitl setup` (or list calls without --runs)"
+            ) from None
+        print(
+            "note: our search attributes are not registered here (run `hitl setup`); "
+            "scanning every running AgentRun instead",
+            file=sys.stderr,
+        )
+        degraded = True
+        try:
+            found = await listing(" AND ".join(fallback))
+        except RPCError as exc2:
+            raise Refused(f"cannot list runs: {exc2.message} ({_code(exc2)})") from None
+    # Exact matches on the client too: a value no literal can express was left out of the query.
+    if args.task_queue_filter:
+        found = [w for w in found if w.task_queue == args.task_queue_filter]
+    if args.agent and not degraded:
+        found = [w for w in found if w.typed_search_attributes.get(_AGENT_KEY) == args.agent]
+    return found, degraded
+
+
+async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
+    """List every pending approval across runs.
+
+    A run that cannot be asked for its calls (no worker polls its task queue, or none answers
+    within `--timeout` seconds) still appears, from its search attributes, with the call-level
+    columns marked unavailable, and one note per reason goes to stderr. That is not a failure
+    (exit 0): the listing is complete at the level of runs, and `--json` marks such rows with
+    an `unavailable` reason.
+    """
+    found, degraded = await _paused_runs(client, args)
+    if args.runs:
+        return _print_pending_runs(found, args)
+
+    pollers = _Pollers(client)
+    semaphore = asyncio.Semaphore(16)
+
+    async def ask(w: WorkflowExecution) -> RunStatus | str | None:
+        """The run's status, or why it could not be asked (`None`: it is gone)."""
+        handle = client.get_workflow_handle(w.id)
+        async with semaphore:
+            try:
+                status: RunStatus = await _query(
+                    client, handle, QUERY_STATUS, RunStatus, args.timeout, pollers, w.task_queue
+                )
+            except _Gone:
+                return None
+            except _Unreadable as exc:
+                return exc.reason
+        return status
+
+    answers = await asyncio.gather(*(ask(w) for w in found))
+    far = datetime.max.replace(tzinfo=UTC)
+    rows: list[tuple[datetime, list[str], dict[str, Any]]] = []
+    unavailable: dict[str, int] = {}
+    for w, answer in zip(found, answers, strict=True):
+        if answer is None:
+            continue
+        if isinstance(answer, str):
+            unavailable[answer] = unavailable.get(answer, 0) + 1
+            if degraded:
+                continue  # without search attributes, nothing says this run is even paused
+            agent = w.typed_search_attributes.get(_AGENT_KEY) or ""
+            tools = list(w.typed_search_attributes.get(_TOOLS_KEY) or [])
+            since = w.typed_search_attributes.get(_SINCE_KEY)
+            cells = [
+                one_line(w.id),
+                "(unavailable)",
+                one_line(_path_text([agent] if agent else [], ", ".join(tools) or "?")),
+                "(unavailable: see note)",
+                _ago(since),
+            ]
+            data: dict[str, Any] = {
+                "workflow_id": w.id,
+                "agent": agent,
+                "call_id": None,
+                "tool_name": None,
+                "pending_tools": tools,
+                "requested_at": _iso(since),
+                "path": [agent] if agent else [],
+                "task_queue": w.task_queue,
+                "unavailable": answer,
+            }
+            rows.append((since or far, cells, data))
+            continue
+        if args.agent and answer.agent != args.agent:
+            continue
+        for p in answer.pending:
+            title = p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}"
+            cells = [
+                one_line(answer.workflow_id),
+                one_line(p.call_id),
+                one_line(_path_text(p.path or [p.agent_name], p.tool_name)),
+                _short(title),
+                _ago(p.requested_at),
+            ]
+            data = {
+                **p.model_dump(mode="json"),
+                # Decisions go to the root run; the call's own (nested) run is named apart.
+                "workflow_id": answer.workflow_id,
+                "owner_workflow_id": p.workflow_id or answer.workflow_id,
+                "agent": answer.agent,
+                "task_queue": w.task_queue,
+                "unavailable": None,
+            }
+            rows.append((p.requested_at or far, cells, data))
+    rows.sort(key=lambda r: r[0])
+    for why, n in unavailable.items():
+        print(
+            f"note: {n} run(s) could not be asked for their calls: {one_line(why)}",
+            file=sys.stderr,
+        )
+    if args.json:
+        print(_json([data for _, _, data in rows]))
+        return EXIT_OK
+    if not rows:
+        print("no pending approvals")
+        return EXIT_OK
+    print(
+        _table(
+            [cells for _, cells, _ in rows], ["RUN", "CALL ID", "PATH", "TITLE", "WAITING SINCE"]
+        )
+    )
+    return EXIT_OK
+
+
+def _print_pending_runs(found: list[WorkflowExecution], args: argparse.Namespace) -> int:
+    """One row per paused run, from the visibility record alone: no query, no worker."""
+    far = datetime.max.replace(tzinfo=UTC)
+    runs = sorted(
+        (
+            (
+                w,
+                w.typed_search_attributes.get(_AGENT_KEY) or "",
+                list(w.typed_search_attributes.get(_TOOLS_KEY) or []),
+                w.typed_search_attributes.get(_SINCE_KEY),
+            )
+            for w in found
+        ),
+        key=lambda r: r[3] or far,
+    )
+    if args.json:
+        print(
+            _json(
+                [
+                    {
+                        "workflow_id": w.id,
+                        "agent": agent,
+                        "pending_tools": tools,
+                        "pending_since": _iso(since),
+                        "task_queue": w.task_queue,
+                    }
+                    for w, agent, tools, since in runs
+                ]
+            )
+        )
+        return EXIT_OK
+    if not runs:
+        print("no pending approvals")
+        return EXIT_OK
+    rows = [
+        [one_line(w.id), one_line(agent), one_line(", ".join(tools)), _ago(since)]
+        for w, agent, tools, since in runs
+    ]
+    print(_table(rows, ["RUN", "AGENT", "PENDING TOOLS", "WAITING SINCE"]))
+    return EXIT_OK
+
+
+def _transcript_lines(snap: RunSnapshot) -> list[str]:
+    """One line per item; every value on it escaped (it may come from anyone)."""
+    lines: list[str] = []
+    for given in snap.input_items:
+        content = given.get("content")
+        text = content if isinstance(content, str) else json.dumps(content)
+        lines.append(f"  {one_line(given.get('role', 'input'))}: {_short(str(text), 100)}")
+    outputs = {
+        i.raw_item.get("call_id"): i.raw_item.get("output")
+        for i in snap.new_items
+        if i.type in ("tool_call_output_item", "handoff_output_item")
+    }
+    waiting = {p.call_id for p in snap.status.pending}
+    decided = {d.call_id: d for d in snap.status.decisions}
+    for item in snap.new_items:
+        raw = item.raw_item
+        who = one_line(item.agent_name)
+        if item.type == "message_output_item":
+            lines.append(f"  {who}: {_short(message_text(raw), 100)}")
+        elif item.type in ("tool_call_item", "handoff_call_item"):
+            call_id = raw.get("call_id")
+            out = outputs.get(call_id)
+            if out is not None:
+                result = _short(str(out), 60)
+            elif call_id in waiting:
+                result = "(waiting for approval)"
+            elif call_id in decided:
+                result = f"({decided[call_id].kind}d; no output yet)"
+            else:
+                result = "(running)"
+            name = one_line(raw.get("name"))
+            lines.append(f"  {who} -> {name}({_short(raw.get('arguments', ''), 50)}) = {result}")
+    return lines
+
+
+async def cmd_show(client: Client, args: argparse.Namespace) -> int:
+    """Show one run: status, transcript summary, pending requests with their preview."""
+    handle = await _handle(client, args.run)
+    snap: RunSnapshot = await _query(client, handle, QUERY_SNAPSHOT, RunSnapshot, args.timeout)
+    if args.json:
+        print(snap.model_dump_json(indent=2))
+        return EXIT_OK
+    st = snap.status
+    run, agent = one_line(st.workflow_id), one_line(st.agent)
+    print(f"Run {run}  agent {agent}  phase {st.phase}  turn {st.turn}")
+    print(
+        f"Usage: {st.usage.requests} model requests, {st.usage.input_tokens} in / "
+        f"{st.usage.output_tokens} out tokens"
+    )
+    if st.final_output is not None:
+        print(f"Final output: {one_line(st.final_output)}")
+    if st.error is not None:
+        print(f"Failed: {one_line(st.error.type)}: {one_line(st.error.message)}")
+    print("\nTranscript:")
+    print("\n".join(_transcript_lines(snap)) or "  (empty)")
+    if st.pending:
+        print(f"\nPending approvals ({len(st.pending)}):")
+    for n, p in enumerate(st.pending, 1):
+        req = p.request
+        print(f"\n[{n}] {one_line(req.title if req else p.tool_name)}")
+        where = one_line(_path_text(p.path or [p.agent_name], p.tool_name))
+        print(
+            f"    call {one_line(p.call_id)}, path {where}, "
+            f"waiting since {p.requested_at} ({_ago(p.requested_at)})"
+        )
+        if p.deadline is not None:
+            print(f"    decide before {p.deadline.isoformat()} (then it expires)")
+        if p.workflow_id and p.workflow_id != st.workflow_id:
+            print(f"    in nested run {one_line(p.workflow_id)} (decide it here, on the root run)")
+        if req is not None:
+            for line in req.message.splitlines():
+                print(f"    {line}")
+            if req.preview:
+                print(f"    --- {one_line(req.preview_label or 'Preview')} ---")
+                for line in req.preview.splitlines():
+                    print(f"    {line}")
+                print("    ---")
+            if req.note:
+                print(f"    note: {one_line(req.note)}")
+            run_and_call = f"{one_line(st.workflow_id)} {one_line(p.call_id)}"
+            print(f"    [{one_line(req.primary_label)}] hitl approve {run_and_call}")
+            reject = f'hitl reject {run_and_call} --message "..."'
+            print(f"    [{one_line(req.secondary_label)}] {reject}")
+        else:
+            print(f"    arguments: {one_line(p.arguments)}")
+    if st.decisions:
+        print("\nDecisions:")
+        for d in st.decisions:
+            who = one_line(d.approver or d.source.replace("_", " "))
+            extra = f": {one_line(d.message)}" if d.message else ""
+            call = f"{one_line(d.call_id)} {one_line(d.tool_name)}"
+            print(f"  {call}: {d.kind} by {who} ({d.source}){extra}")
+    if st.refused:
+        print("\nRefused:")
+        for r in st.refused:
+            call = f" (call {one_line(r.call_id)})" if r.call_id else ""
+            print(
+                f"  {r.received_at} {r.via} {one_line(r.name)}{call}: "
+                f"{one_line(r.error_type)}: {one_line(r.message)}"
+            )
+    return EXIT_OK

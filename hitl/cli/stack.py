@@ -1,0 +1,146 @@
+"""`hitl dev`, `hitl setup`, `hitl codec-server`: the local stack and cluster setup."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from temporalio.client import (
+    Client,
+)
+from temporalio.service import RPCError
+
+from hitl.cli.common import EXIT_FAILED, EXIT_OK, Refused
+
+
+async def cmd_setup(client: Client, args: argparse.Namespace) -> int:
+    """Register our search attributes on the connected namespace."""
+    from hitl.admin import register_search_attributes
+
+    try:
+        added = await register_search_attributes(client)
+    except RPCError as exc:
+        raise Refused(
+            f"cannot register search attributes in {client.namespace!r}: {exc.message}. On "
+            "Temporal Cloud add them with `tcld namespace search-attributes add` "
+            "(HitlStatus Keyword, HitlPendingTools KeywordList, HitlAgent Keyword, "
+            "HitlPendingSince Datetime, HitlDeadline Datetime)."
+        ) from None
+    if added:
+        print(f"registered {', '.join(added)} in namespace {client.namespace!r}")
+    else:
+        print(f"search attributes already registered in namespace {client.namespace!r}")
+    return EXIT_OK
+
+
+def cmd_codec_server(args: argparse.Namespace) -> int:
+    """Serve the payload codec (HITL_ENCRYPTION_KEY) to the temporal CLI and the Web UI."""
+    from hitl.codec import EncryptionCodec, serve_codec
+
+    codec = EncryptionCodec.from_env()
+    if codec is None:
+        print("hitl: HITL_ENCRYPTION_KEY is not set; nothing to encode or decode", file=sys.stderr)
+        return EXIT_FAILED
+    server = serve_codec(codec, args.host, args.port, tuple(args.cors_origin))
+    url = f"http://{args.host}:{server.server_address[1]}"
+    print(f"codec server on {url}", flush=True)
+    print(f"  temporal workflow show -w RUN --codec-endpoint {url}")
+    print(f"  temporal server start-dev --ui-codec-endpoint {url}  (or the UI's codec setting)")
+    stop = {"now": False}
+    signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    while not stop["now"]:
+        time.sleep(0.2)
+    server.shutdown()
+    return EXIT_OK
+
+
+def _signal_pending(stop: dict[str, bool], grace: float = 1.0) -> bool:
+    """True when a stop was requested, allowing `grace` seconds for its handler to run."""
+    deadline = time.monotonic() + grace
+    while not stop["now"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return stop["now"]
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    """The local stack: dev server (persistent, UI), search attributes, a worker. Ctrl-C stops."""
+    from hitl.serving import DevServer, free_port, port_free
+
+    state = Path(args.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    port = args.port or (7233 if port_free(7233) else free_port())
+    ui_port = args.ui_port or (8233 if port_free(8233) else free_port())
+    server = DevServer(
+        port=port,
+        ui_port=ui_port,
+        db_filename=state / "dev.sqlite",
+        log_file=state / "dev-server.log",
+    )
+    stop = {"now": False}
+
+    def on_signal(*_: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    server.start()
+    agents = args.agents or os.environ.get("HITL_AGENTS", "hitl.examples.refund_desk:agent").split(
+        ","
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "worker",
+        "--address",
+        server.address,
+        "--task-queue",
+        args.task_queue,
+    ]
+    for a in agents:
+        cmd += ["--agents", a]
+    for a in args.allow or []:
+        cmd += ["--allow", a]
+    worker = subprocess.Popen(cmd)
+    print(f"Temporal dev server  {server.address}  (SQLite {state / 'dev.sqlite'})")
+    print(f"Web UI               http://127.0.0.1:{ui_port}")
+    print(
+        f"Approval inbox       http://127.0.0.1:{ui_port}/namespaces/default/workflows"
+        "?query=HitlStatus%3D%22awaiting_approval%22%20AND%20ExecutionStatus%3D%22Running%22"
+    )
+    print(f"Worker               {', '.join(agents)} on task queue {args.task_queue!r}")
+    print(f"Connect              export TEMPORAL_ADDRESS={server.address}")
+    print("Ctrl-C stops everything.", flush=True)
+    code = EXIT_OK
+    try:
+        while not stop["now"]:
+            worker_gone = worker.poll() is not None
+            server_gone = server.process is None or server.process.poll() is not None
+            # Ctrl-C reaches the whole process group: the children may stop on their own
+            # signal a moment before ours is handled. That is a requested stop, not a crash.
+            if (worker_gone or server_gone) and _signal_pending(stop):
+                break
+            if worker_gone:
+                print(f"the worker exited with code {worker.returncode}", file=sys.stderr)
+                code = EXIT_FAILED
+                break
+            if server_gone:
+                print("the dev server exited", file=sys.stderr)
+                code = EXIT_FAILED
+                break
+            time.sleep(0.2)
+    finally:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(20)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        server.stop()
+        print("stopped")
+    return code
