@@ -24,6 +24,7 @@ from hitl.registry import AgentRegistry
 from hitl.wire import (
     ACT_CALL_MODEL,
     EVENTS_TOPIC,
+    QUERY_TRANSCRIPT,
     CallModelInput,
     InputFilterRecord,
     ModelResponse,
@@ -231,7 +232,7 @@ def input_digest(items: list[dict[str, Any]], instructions: str | None) -> str:
 async def _fetch_transcript(ref: TranscriptRef) -> list[dict[str, Any]]:
     handle = activity.client().get_workflow_handle(ref.workflow_id, run_id=ref.run_id)
     page: TranscriptPage = await handle.query(
-        "transcript", TranscriptQuery(end=ref.end), result_type=TranscriptPage
+        QUERY_TRANSCRIPT, TranscriptQuery(end=ref.end), result_type=TranscriptPage
     )
     if len(page.items) != ref.end:
         raise ApplicationError(

@@ -8,6 +8,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from hitl.wire import (
     ACT_LOAD_SESSION,
     ACT_SAVE_SESSION,
+    SESSION_ITEMS,
     SESSION_WORKFLOW_TYPE,
     SessionInput,
     SessionItems,
@@ -30,7 +31,7 @@ class SessionActivities:
             task_queue=ref.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
-        items: SessionItems = await handle.query("items", result_type=SessionItems)
+        items: SessionItems = await handle.query(SESSION_ITEMS, result_type=SessionItems)
         return items
 
     @activity.defn(name=ACT_SAVE_SESSION)

@@ -1,7 +1,7 @@
 """One exception hierarchy for everything a user of `hitl` can see.
 
 Errors that cross Temporal travel as `ApplicationError`s whose `type` is the class name below;
-`from_application_error` turns them back into these classes on the client, so a client awaiting
+`from_failure` turns them back into these classes on the client, so a client awaiting
 a failed run gets `MaxTurnsExceeded`, not a generic Temporal error.
 """
 

@@ -60,6 +60,10 @@ from hitl.state import RunState, ToolApprovalItem, items_from_pending
 from hitl.stream import current_offset, events_until_settled
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
+    QUERY_SNAPSHOT,
+    QUERY_STATUS,
+    UPDATE_DECIDE,
+    UPDATE_WAIT,
     DecideInput,
     DecisionRequest,
     RunContextData,
@@ -339,7 +343,7 @@ class _Session:
                     raise
                 # Others hold every waiting slot of the run (the slots left are for decisions):
                 # send a decision without waiting, then watch the run by query.
-                if name == "decide" and isinstance(arg, DecideInput) and arg.wait:
+                if name == UPDATE_DECIDE and isinstance(arg, DecideInput) and arg.wait:
                     arg = arg.model_copy(update={"wait": False})
                     uid, start = f"{uid}-nowait", None
                     continue
@@ -352,7 +356,7 @@ class _Session:
                         await op.workflow_handle()
                 raise
             result: RunStatus = await uh.result()
-            if name == "decide" and isinstance(arg, DecideInput) and not arg.wait:
+            if name == UPDATE_DECIDE and isinstance(arg, DecideInput) and not arg.wait:
                 return await self.poll_settled(workflow_id)
             return result
 
@@ -361,7 +365,7 @@ class _Session:
         handle: WorkflowHandle[Any, Any] = self.client.get_workflow_handle(workflow_id)
         delay = 0.2
         while True:
-            status: RunStatus = await handle.query("status", result_type=RunStatus)
+            status: RunStatus = await handle.query(QUERY_STATUS, result_type=RunStatus)
             if status.continued_as_new or status.phase in (
                 "awaiting_approval",
                 "completed",
@@ -401,7 +405,7 @@ async def _start(session: _Session, request: StartRequest) -> RunResult:
     wid = request.workflow_id
     try:
         status = await session.update(
-            wid, "wait", WaitInput(), start=lambda: request.operation(session.task_queue)
+            wid, UPDATE_WAIT, WaitInput(), start=lambda: request.operation(session.task_queue)
         )
     except WorkflowAlreadyStartedError:
         log.info("run %s already exists and is closed; returning its outcome", wid)
@@ -454,12 +458,12 @@ async def _send_decisions(
 ) -> RunStatus:
     """Send the decisions (and a new context, if any); return once the run settles again."""
     if not decisions and context is None:
-        return await session.update(workflow_id, "wait", WaitInput())
+        return await session.update(workflow_id, UPDATE_WAIT, WaitInput())
     return await session.update(
         workflow_id,
-        "decide",
+        UPDATE_DECIDE,
         DecideInput(decisions=decisions, wait=True, context=context),
-        update_id=decision_update_id(workflow_id, "decide", decisions, context),
+        update_id=decision_update_id(workflow_id, UPDATE_DECIDE, decisions, context),
     )
 
 
@@ -492,7 +496,7 @@ async def _settle(session: _Session, workflow_id: str, status: RunStatus | None)
     for _ in range(1000):
         if status is None or status.continued_as_new or status.phase in ("starting", "running"):
             try:
-                status = await session.update(workflow_id, "wait", WaitInput())
+                status = await session.update(workflow_id, UPDATE_WAIT, WaitInput())
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise
@@ -505,7 +509,7 @@ async def _settle(session: _Session, workflow_id: str, status: RunStatus | None)
             if err is None:
                 raise RunFailedError(f"run {workflow_id} failed")
             raise from_failure(err.type, err.message, err.details)
-        snap: RunSnapshot = await handle.query("snapshot", result_type=RunSnapshot)
+        snap: RunSnapshot = await handle.query(QUERY_SNAPSHOT, result_type=RunSnapshot)
         if snap.status.phase != "awaiting_approval":
             status = snap.status
             continue
@@ -662,7 +666,7 @@ class RunResultStreaming:
                     self.workflow_id = wid
                     self._result = await _settle(sess, wid, None)
                     return
-                settled = asyncio.create_task(sess.update(wid, "wait", WaitInput()))
+                settled = asyncio.create_task(sess.update(wid, UPDATE_WAIT, WaitInput()))
             self.workflow_id = wid
             try:
                 async for event in events_until_settled(client, wid, settled, from_offset=offset):

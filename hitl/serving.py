@@ -121,10 +121,11 @@ async def serve_agents(
     besides the agents' own code: the `RunConfig`s (or their functions) and context types the
     script uses (see `hitl.refs`).
     """
-    from hitl.worker.build import WorkerOptions, build_worker, detect_features
+    from hitl.worker.build import WorkerOptions, build_worker, check_cluster
 
     client = await connect(client)
-    opts = await detect_features(client, WorkerOptions(task_queue=task_queue))
+    await check_cluster(client)
+    opts = WorkerOptions(task_queue=task_queue)
     if max_cached_workflows is not None:
         opts.max_cached_workflows = max_cached_workflows
     # A unique identity lets later calls ignore this worker's poller entry once it stopped

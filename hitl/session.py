@@ -18,6 +18,10 @@ from temporalio.service import RPCError
 from hitl.client import connect
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
+    SESSION_ADD_ITEMS,
+    SESSION_CLEAR,
+    SESSION_ITEMS,
+    SESSION_POP_ITEM,
     SESSION_WORKFLOW_TYPE,
     SessionAppend,
     SessionInput,
@@ -53,7 +57,7 @@ class TemporalSession:
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The conversation so far (the latest `limit` items)."""
         handle = await self._handle()
-        items: SessionItems = await handle.query("items", result_type=SessionItems)
+        items: SessionItems = await handle.query(SESSION_ITEMS, result_type=SessionItems)
         return items.items[-limit:] if limit else items.items
 
     async def add_items(self, items: list[dict[str, Any]], *, key: str | None = None) -> None:
@@ -62,19 +66,19 @@ class TemporalSession:
 
         handle = await self._handle()
         await handle.execute_update(
-            "add_items", SessionAppend(run_id=key or f"client-{uuid.uuid4()}", items=items)
+            SESSION_ADD_ITEMS, SessionAppend(run_id=key or f"client-{uuid.uuid4()}", items=items)
         )
 
     async def pop_item(self) -> dict[str, Any] | None:
         """Remove and return the latest item."""
         handle = await self._handle()
-        item: dict[str, Any] | None = await handle.execute_update("pop_item")
+        item: dict[str, Any] | None = await handle.execute_update(SESSION_POP_ITEM)
         return item
 
     async def clear_session(self) -> None:
         """Forget the conversation."""
         handle = await self._handle()
         try:
-            await handle.execute_update("clear")
+            await handle.execute_update(SESSION_CLEAR)
         except RPCError:
             return

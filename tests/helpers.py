@@ -21,7 +21,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from hitl.agent import Agent
-from hitl.worker.build import WorkerOptions, build_worker, detect_features
+from hitl.worker.build import WorkerOptions, build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,9 +55,7 @@ async def serving(
     """Run a worker for `agents` on a private task queue; yields the queue name."""
     tq = task_queue or queue_name()
     size = DEFAULT_CACHE if cache is None else cache
-    options = await detect_features(
-        client, WorkerOptions(task_queue=tq, max_cached_workflows=size, graceful_shutdown=0)
-    )
+    options = WorkerOptions(task_queue=tq, max_cached_workflows=size, graceful_shutdown=0)
     worker = build_worker(client, agents, options, allow=allow or [])
     async with worker:
         yield tq

@@ -4,7 +4,7 @@ from hitl.worker.build import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
     WorkerOptions,
     build_worker,
-    detect_features,
+    check_cluster,
 )
 
-__all__ = ["DEFAULT_MAX_CACHED_WORKFLOWS", "WorkerOptions", "build_worker", "detect_features"]
+__all__ = ["DEFAULT_MAX_CACHED_WORKFLOWS", "WorkerOptions", "build_worker", "check_cluster"]

@@ -26,7 +26,7 @@ from hitl.worker.build import (
     DEFAULT_STICKY_QUEUE_TIMEOUT,
     WorkerOptions,
     build_worker,
-    detect_features,
+    check_cluster,
 )
 
 __all__ = ["check_namespace", "main", "parse_args"]
@@ -182,7 +182,7 @@ async def main(argv: list[str] | None = None) -> int:
         sticky_queue_timeout=args.sticky_queue_timeout,
     )
     if not options.activities_only:
-        options = await detect_features(client, options)
+        await check_cluster(client)
     worker = build_worker(client, registry, options, identity=args.identity)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -99,10 +99,12 @@ def traces(client: Client) -> bool:
     return any(type(p).__name__ == "OpenTelemetryPlugin" for p in plugins)
 
 
-async def detect_features(client: Client, options: WorkerOptions) -> WorkerOptions:
-    """Check once at start what the cluster supports, to warn early (`hitl setup`)."""
+async def check_cluster(client: Client) -> None:
+    """Check once at start that the namespace is ready for runs; log what to fix (`hitl setup`).
+
+    Nothing depends on the answer here: each run asks again when it starts (`resolve_agent`).
+    """
     await search_attributes_ready(client)
-    return options
 
 
 def cache_workflow_bytecode(package_dir: Path | None = None) -> None:

@@ -202,7 +202,7 @@ class AgentRun:
             except BadInput as exc:
                 raise RunFailure("UserError", str(exc)) from None
             history = await self.steps.load_session() if inp.session else []
-            s.session_base, s.own_input, s.input_items = len(history), own, [*history, *own]
+            s.own_input, s.input_items = own, [*history, *own]
             await hooks.guardrails(self, "input", self.agent(), subject=inp.input)
         for rec in self.book.awaiting():  # a parked turn carried over: its waits go on
             self.trace.open_wait(rec)
@@ -433,7 +433,6 @@ class AgentRun:
             stream.truncate(state.base_offset + len(state.log) - STREAM_EVENTS_KEPT)
             state = stream.get_state()
         self.s.stream = state
-        self.s.continued_runs += 1
         size = encoded_size(self.s)
         if size > MAX_RESULT_BYTES:
             self.continuing = False

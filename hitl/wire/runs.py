@@ -235,10 +235,7 @@ class CarriedState(WireModel):
     rules: list[StandingRule] = Field(default_factory=list)
     decisions: list[DecisionRecord] = Field(default_factory=list)
     refused: list[RefusedDecision] = Field(default_factory=list)
-    continued_runs: int = 0
     search_attributes: bool = False
-    session_base: int = 0
-    """How many input items came from the session (the rest is this run's own turn)."""
     own_input: list[dict[str, Any]] = Field(default_factory=list)
     """This run's own input items (what it appends to its session, with what it produced)."""
     context: RunContextData | None = None
