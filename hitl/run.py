@@ -3,40 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
-import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import timedelta
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import PendingWorkflowTaskState
-from temporalio.api.workflowservice.v1 import (
-    DescribeWorkflowExecutionRequest,
-)
 from temporalio.client import (
     Client,
-    WithStartWorkflowOperation,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
-    WorkflowUpdateStage,
 )
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.agent import Agent
 from hitl.client import connect
+from hitl.connection import RunnerConnection, ServeMode
 from hitl.errors import (
     AgentsException,
     AlreadyDecidedError,
     DecisionError,
-    NoWorkerError,
     RunFailedError,
     UserError,
     from_failure,
@@ -45,9 +34,6 @@ from hitl.result import RunResult, resolve_agent, typed_final_output
 from hitl.run_config import RunConfig, RunErrorHandler
 from hitl.serving import (
     in_process_allow,
-    live_pollers,
-    pollers_advance,
-    serve_agents,
 )
 from hitl.session import TemporalSession
 from hitl.starting import (
@@ -61,7 +47,6 @@ from hitl.stream import current_offset, events_until_settled
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
     QUERY_SNAPSHOT,
-    QUERY_STATUS,
     UPDATE_DECIDE,
     UPDATE_WAIT,
     DecideInput,
@@ -76,16 +61,6 @@ from hitl.wire import (
 )
 
 log = logging.getLogger("hitl")
-
-
-ServeMode = Literal["auto"] | bool
-
-
-WORKER_GRACE_SECONDS = 10.0
-"""How long the first update may wait for a worker before `Runner.run` concludes none runs.
-
-Only used when the server lists pollers (they may be stale): with none at all, `serve="auto"`
-serves at once. Loaded workers can take seconds to pick up a task, so this is generous."""
 
 
 class Runner:
@@ -147,7 +122,7 @@ class Runner:
         allow = in_process_allow(
             run_config, error_handlers, input.context if isinstance(input, RunState) else context
         )
-        async with _Session(client, starting_agent, tq, serve, allow) as sess:
+        async with RunnerConnection(client, starting_agent, tq, serve, allow) as sess:
             if isinstance(input, RunState):
                 return await _resume(sess, input, approver)
             request = StartRequest.build(
@@ -220,207 +195,26 @@ class Runner:
         raise UserError("run_sync cannot be called from a running event loop; await Runner.run")
 
 
-class _Session:
-    """One `Runner.run` call: its client, agent, queue, and (if needed) an in-process worker.
-
-    Whether a worker is alive cannot be read reliably from the server (it lists pollers for
-    minutes after they stop), so the session watches its first update instead: when no worker
-    accepts it within `WORKER_GRACE_SECONDS` and no worker is busy (`worker_is_busy`), it
-    serves the agent in-process (`serve="auto"`) or raises `NoWorkerError` (`serve=False`).
-    The update stays queued on the server either way.
-    """
-
-    def __init__(
-        self,
-        client: Client,
-        agent: Agent[Any],
-        task_queue: str,
-        mode: ServeMode,
-        allow: list[Any] | None = None,
-    ):
-        self.client = client
-        self.agent = agent
-        self.task_queue = task_queue
-        self.mode = mode
-        self.allow = allow or []
-        """What this call's runs name (run config, context type): the in-process worker
-        allows it, since it is this script's own code."""
-        self.serving = False
-        self._stack = contextlib.AsyncExitStack()
-
-    async def __aenter__(self) -> _Session:
-        if self.mode is True or (
-            self.mode == "auto" and await live_pollers(self.client, self.task_queue) == 0
-        ):
-            await self.serve()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
-
-    async def serve(self) -> None:
-        """Start the in-process worker for the rest of this call (once)."""
-        if self.serving:
-            return
-        if self.mode == "auto":
-            log.warning(
-                "no worker serves task queue %r: serving agent %r in this process for this call "
-                "(run `python -m hitl.worker --agents ...` for production)",
-                self.task_queue,
-                self.agent.name,
-            )
-        await self._stack.enter_async_context(
-            serve_agents(
-                self.agent, client=self.client, task_queue=self.task_queue, allow=self.allow
-            )
-        )
-        self.serving = True
-
-    async def no_worker(self, workflow_id: str) -> None:
-        """React to an update that no worker accepted in time."""
-        if self.mode is False or self.serving:
-            raise NoWorkerError(
-                f"no worker accepted run {workflow_id} on task queue {self.task_queue!r} within "
-                f"{WORKER_GRACE_SECONDS:g}s. The server holds the request in memory until a "
-                "worker takes it (a server restart loses it; a decision that arrives after its "
-                "call's approval deadline is refused): start one with `python -m hitl.worker "
-                "--agents <module>:<agent>` and run the same call again to see the outcome"
-            )
-        await self.serve()
-
-    async def update(
-        self,
-        workflow_id: str,
-        name: str,
-        arg: Any,
-        *,
-        update_id: str | None = None,
-        start: Callable[[], WithStartWorkflowOperation[Any, Any]] | None = None,
-    ) -> RunStatus:
-        """Send an update and wait for its result, serving in-process if no worker accepts it."""
-        uid = update_id or f"{name}-{uuid.uuid4().hex}"
-        handle: WorkflowHandle[Any, Any] = self.client.get_workflow_handle(workflow_id)
-        while True:
-            grace = None if self.serving else timedelta(seconds=WORKER_GRACE_SECONDS)
-            op = start() if start is not None else None
-            try:
-                if op is not None:
-                    uh = await self.client.start_update_with_start_workflow(
-                        name,
-                        arg,
-                        start_workflow_operation=op,
-                        id=uid,
-                        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                        result_type=RunStatus,
-                        rpc_timeout=grace,
-                    )
-                else:
-                    uh = await handle.start_update(
-                        name,
-                        arg,
-                        id=uid,
-                        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                        result_type=RunStatus,
-                        rpc_timeout=grace,
-                    )
-            except WorkflowUpdateRPCTimeoutOrCancelledError:
-                if op is not None:
-                    with contextlib.suppress(Exception):
-                        await op.workflow_handle()  # consume the operation's timeout error
-                # The request is kept by the server; sending it again with the same update id
-                # (and, for a start, USE_EXISTING) attaches to it instead of creating another.
-                if await self.worker_is_busy(workflow_id):
-                    log.info(
-                        "workers on task queue %r are busy; still waiting for run %s",
-                        self.task_queue,
-                        workflow_id,
-                    )
-                else:
-                    await self.no_worker(workflow_id)
-                continue
-            except WorkflowUpdateFailedError as exc:
-                if _refusal_type(exc) != "TooManyWaiters":
-                    raise
-                # Others hold every waiting slot of the run (the slots left are for decisions):
-                # send a decision without waiting, then watch the run by query.
-                if name == UPDATE_DECIDE and isinstance(arg, DecideInput) and arg.wait:
-                    arg = arg.model_copy(update={"wait": False})
-                    uid, start = f"{uid}-nowait", None
-                    continue
-                return await self.poll_settled(workflow_id)
-            except BaseException:
-                if op is not None:
-                    # The start operation shares the failure (e.g. the id names a closed run):
-                    # retrieve it, or asyncio reports a future whose exception nobody read.
-                    with contextlib.suppress(BaseException):
-                        await op.workflow_handle()
-                raise
-            result: RunStatus = await uh.result()
-            if name == UPDATE_DECIDE and isinstance(arg, DecideInput) and not arg.wait:
-                return await self.poll_settled(workflow_id)
-            return result
-
-    async def poll_settled(self, workflow_id: str) -> RunStatus:
-        """Read the run by query until it waits for people, finishes or continues as new."""
-        handle: WorkflowHandle[Any, Any] = self.client.get_workflow_handle(workflow_id)
-        delay = 0.2
-        while True:
-            status: RunStatus = await handle.query(QUERY_STATUS, result_type=RunStatus)
-            if status.continued_as_new or status.phase in (
-                "awaiting_approval",
-                "completed",
-                "failed",
-            ):
-                return status
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 2.0)
-
-    async def worker_is_busy(self, workflow_id: str) -> bool:
-        """After the grace period: is a worker slow on this run (wait on) or is there none?
-
-        A worker holds the run's workflow task (it is *started*), or the queue's workers keep
-        polling, i.e. finish other tasks (a loaded worker stops polling while all its slots are
-        taken, so its last poll advances only as it frees them). A dead worker does neither.
-        """
-        if self.serving:
-            return True
-        try:
-            desc = await self.client.workflow_service.describe_workflow_execution(
-                DescribeWorkflowExecutionRequest(
-                    namespace=self.client.namespace,
-                    execution=WorkflowExecution(workflow_id=workflow_id),
-                )
-            )
-        except RPCError:
-            return False
-        task = desc.pending_workflow_task
-        if desc.HasField("pending_workflow_task") and (
-            task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
-        ):
-            return True
-        return await pollers_advance(self.client, self.task_queue)
-
-
-async def _start(session: _Session, request: StartRequest) -> RunResult:
+async def _start(conn: RunnerConnection, request: StartRequest) -> RunResult:
     wid = request.workflow_id
     try:
-        status = await session.update(
-            wid, UPDATE_WAIT, WaitInput(), start=lambda: request.operation(session.task_queue)
+        status = await conn.update(
+            wid, UPDATE_WAIT, WaitInput(), start=lambda: request.operation(conn.task_queue)
         )
     except WorkflowAlreadyStartedError:
         log.info("run %s already exists and is closed; returning its outcome", wid)
-        return await _settle(session, wid, None)
+        return await _settle(conn, wid, None)
     except WorkflowUpdateFailedError as exc:
         raise _typed(exc) from None
     except RPCError as exc:
         if exc.status == RPCStatusCode.ALREADY_EXISTS:
-            return await _settle(session, wid, None)
+            return await _settle(conn, wid, None)
         raise
-    return await _settle(session, wid, status)
+    return await _settle(conn, wid, status)
 
 
-async def _resume(session: _Session, state: RunState, approver: str | None) -> RunResult:
-    client, agent = session.client, session.agent
+async def _resume(conn: RunnerConnection, state: RunState, approver: str | None) -> RunResult:
+    client, agent = conn.client, conn.agent
     if state.root_agent.name != agent.name:
         raise UserError(
             f"this RunState belongs to agent {state.root_agent.name!r}, not {agent.name!r}"
@@ -428,7 +222,7 @@ async def _resume(session: _Session, state: RunState, approver: str | None) -> R
     handle = client.get_workflow_handle(state.workflow_id)
     decisions = _decisions(state, approver)
     try:
-        status = await _send_decisions(session, state.workflow_id, decisions, _state_context(state))
+        status = await _send_decisions(conn, state.workflow_id, decisions, _state_context(state))
     except WorkflowUpdateFailedError as exc:
         raise _typed(exc) from None
     except RPCError as exc:
@@ -437,10 +231,10 @@ async def _resume(session: _Session, state: RunState, approver: str | None) -> R
         desc = await handle.describe()
         if desc.status == WorkflowExecutionStatus.RUNNING:
             raise
-        result = await _settle(session, state.workflow_id, None)
+        result = await _settle(conn, state.workflow_id, None)
         _check_decisions_applied(result, decisions)
         return result
-    return await _settle(session, state.workflow_id, status)
+    return await _settle(conn, state.workflow_id, status)
 
 
 def _decisions(state: RunState, approver: str | None) -> list[DecisionRequest]:
@@ -451,15 +245,15 @@ def _decisions(state: RunState, approver: str | None) -> list[DecisionRequest]:
 
 
 async def _send_decisions(
-    session: _Session,
+    conn: RunnerConnection,
     workflow_id: str,
     decisions: list[DecisionRequest],
     context: RunContextData | None = None,
 ) -> RunStatus:
     """Send the decisions (and a new context, if any); return once the run settles again."""
     if not decisions and context is None:
-        return await session.update(workflow_id, UPDATE_WAIT, WaitInput())
-    return await session.update(
+        return await conn.update(workflow_id, UPDATE_WAIT, WaitInput())
+    return await conn.update(
         workflow_id,
         UPDATE_DECIDE,
         DecideInput(decisions=decisions, wait=True, context=context),
@@ -487,16 +281,16 @@ def _check_decisions_applied(result: RunResult, decisions: list[DecisionRequest]
             )
 
 
-async def _settle(session: _Session, workflow_id: str, status: RunStatus | None) -> RunResult:
+async def _settle(conn: RunnerConnection, workflow_id: str, status: RunStatus | None) -> RunResult:
     """Turn a settled run into a `RunResult` (or raise its typed failure)."""
-    agent, task_queue = session.agent, session.task_queue
-    handle: WorkflowHandle[Any, Any] = session.client.get_workflow_handle(
+    agent, task_queue = conn.agent, conn.task_queue
+    handle: WorkflowHandle[Any, Any] = conn.client.get_workflow_handle(
         workflow_id, result_type=RunOutput
     )
     for _ in range(1000):
         if status is None or status.continued_as_new or status.phase in ("starting", "running"):
             try:
-                status = await session.update(workflow_id, UPDATE_WAIT, WaitInput())
+                status = await conn.update(workflow_id, UPDATE_WAIT, WaitInput())
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise
@@ -574,11 +368,6 @@ def _paused_result(snap: RunSnapshot, agent: Agent[Any], task_queue: str) -> Run
     )
 
 
-def _refusal_type(exc: WorkflowUpdateFailedError) -> str | None:
-    cause = exc.cause
-    return cause.type if isinstance(cause, ApplicationError) else None
-
-
 def _typed(exc: BaseException) -> AgentsException:
     """The `hitl` exception for a Temporal failure (update refused, run failed)."""
     cause: BaseException | None = exc.cause if hasattr(exc, "cause") else exc.__cause__
@@ -638,7 +427,7 @@ class RunResultStreaming:
         allow = in_process_allow(
             call.run_config, call.error_handlers, state.context if state else call.context
         )
-        async with _Session(client, self._agent, tq, call.serve, allow) as sess:
+        async with RunnerConnection(client, self._agent, tq, call.serve, allow) as sess:
             if state is not None:
                 wid = state.workflow_id
                 offset = await current_offset(client, wid)

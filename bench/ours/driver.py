@@ -52,7 +52,8 @@ async def one_run(key: str, queue: str, api: str = "runner") -> tuple[float, flo
 
 async def start_client(key: str, queue: str) -> tuple[RunStatus, str]:
     """The operator path: update-with-start of `wait` (what `Runner.run` sends, minus its
-    no-worker timeout, `WORKER_GRACE_SECONDS`, and the `snapshot` query that follows)."""
+    no-worker timeout, `hitl.connection.WORKER_GRACE_SECONDS`, and the `snapshot` query that
+    follows)."""
     wid = new_workflow_id(BY_KEY[key].name)
     op = WithStartWorkflowOperation(
         WORKFLOW_TYPE,

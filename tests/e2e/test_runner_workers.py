@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from temporalio.client import Client
 
-import hitl.run
+import hitl.connection
 from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel
 from hitl.errors import NoWorkerError
 from hitl.worker.build import WorkerOptions, build_worker
@@ -31,7 +31,7 @@ slow_agent = Agent(
 async def test_a_busy_worker_is_waited_for(
     dev_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(hitl.run, "WORKER_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(hitl.connection, "WORKER_GRACE_SECONDS", 0.5)
     tq = queue_name("busy")
     worker = build_worker(
         dev_client, [slow_agent], WorkerOptions(task_queue=tq, max_concurrent_workflow_tasks=2)
@@ -54,7 +54,7 @@ async def test_a_busy_worker_is_waited_for(
 async def test_a_missing_worker_is_reported(
     dev_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(hitl.run, "WORKER_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(hitl.connection, "WORKER_GRACE_SECONDS", 0.5)
     tq = queue_name("noworker")
     with pytest.raises(NoWorkerError, match="no worker accepted run"):
         await asyncio.wait_for(

@@ -36,6 +36,7 @@ from hitl import (
 )
 from hitl.activities.model import input_digest
 from hitl.agent import HandoffInputData
+from hitl.connection import WORKER_GRACE_SECONDS
 from hitl.errors import (
     AgentsException,
     InputGuardrailTripwireTriggered,
@@ -50,7 +51,6 @@ from hitl.guardrails import (
     output_guardrail,
     tool_input_guardrail,
 )
-from hitl.run import WORKER_GRACE_SECONDS
 from hitl.run_config import CallModelData, ModelInputData
 from hitl.wire import ModelResponse, RunStatus
 from tests.helpers import ROOT, Ledger, activity_count, event_count, record_effect, serving
