@@ -19,6 +19,11 @@ from hitl.guardrails import ToolInputGuardrail
 from hitl.schema import ensure_strict_json_schema, parse_docstring
 from hitl.wire import ApprovalMode, ToolSpec
 
+DEFAULT_HEARTBEAT_TIMEOUT = 5.0
+"""Seconds without a heartbeat before a tool's attempt is presumed lost (its worker died) and
+retried elsewhere. The activity beats every third of it while the tool runs, so a crash costs
+a few seconds, not the tool's whole `timeout`; the retry carries the same idempotency key."""
+
 ApprovalPredicate: TypeAlias = Callable[
     [RunContextWrapper[Any], dict[str, Any], str], bool | Awaitable[bool]
 ]
@@ -51,7 +56,9 @@ class FunctionTool:
         needs_approval: `True`, `False` or a predicate `(ctx, params, call_id) -> bool`.
         strict_json_schema: Whether the schema follows OpenAI's strict mode.
         timeout: Seconds one attempt may take (the activity's start-to-close timeout).
-        heartbeat_timeout: Seconds without a heartbeat before a crashed worker is presumed dead.
+        heartbeat_timeout: Seconds without a heartbeat before a crashed worker is presumed dead
+            and the attempt is retried (the tool need not heartbeat itself: the activity beats
+            while it runs, sync tools included). `None` disables it.
         max_attempts: Attempts for retryable failures; keep it low for side effects.
         approval_timeout: Seconds a call may wait for a decision before it is rejected as
             expired; `None` waits forever.
@@ -69,7 +76,7 @@ class FunctionTool:
     needs_approval: bool | ApprovalPredicate = False
     strict_json_schema: bool = True
     timeout: float = 300.0
-    heartbeat_timeout: float | None = 30.0
+    heartbeat_timeout: float | None = DEFAULT_HEARTBEAT_TIMEOUT
     max_attempts: int = 3
     approval_timeout: float | None = None
     approval_request: ApprovalRequestFunction | None = None
@@ -232,7 +239,7 @@ def function_tool(
     needs_approval: bool | ApprovalPredicate = False,
     strict_mode: bool = True,
     timeout: float = 300.0,
-    heartbeat_timeout: float | None = 30.0,
+    heartbeat_timeout: float | None = DEFAULT_HEARTBEAT_TIMEOUT,
     max_attempts: int = 3,
     approval_timeout: float | None = None,
     approval_request: ApprovalRequestFunction | None = None,
@@ -253,7 +260,7 @@ def function_tool(
     needs_approval: bool | ApprovalPredicate = False,
     strict_mode: bool = True,
     timeout: float = 300.0,
-    heartbeat_timeout: float | None = 30.0,
+    heartbeat_timeout: float | None = DEFAULT_HEARTBEAT_TIMEOUT,
     max_attempts: int = 3,
     approval_timeout: float | None = None,
     approval_request: ApprovalRequestFunction | None = None,

@@ -8,7 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import (
     Client,
     WorkflowUpdateRPCTimeoutOrCancelledError,
@@ -194,6 +194,25 @@ async def test_worker_killed_during_the_tool_has_one_effect(
         out = await asyncio.wait_for(handle.result(), 60)
     assert out.final_output == "Refunded order 42"
     assert started.read_text() == "2", "the activity was retried after the crash"
+    # The crash was noticed by the missed heartbeats (seconds), not the tool's start-to-close
+    # timeout: the retry's started event carries the first attempt's failure.
+    hist = await handle.fetch_history()
+    [retry] = [
+        e.activity_task_started_event_attributes
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.attempt == 2
+    ]
+    assert (
+        retry.last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
+    )
+    [scheduled] = [
+        e.activity_task_scheduled_event_attributes
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "execute_tool"
+    ]
+    assert scheduled.heartbeat_timeout.ToTimedelta() == timedelta(seconds=2), "the tool's own"
     rows = Ledger(ledger_path).rows()
     assert len(rows) == 1 and rows[0][3] == 2, "two attempts, one effect (idempotency key)"
     assert tool_activity_count(await handle.fetch_history()) == 1

@@ -149,3 +149,47 @@ def test_output_rendering() -> None:
     assert tool_output_text({"a": 1}) == '{"a": 1}'
     assert tool_output_text(Receipt(id="r1")) == '{"id":"r1"}'
     assert tool_output_text(None) == "null"
+
+
+def test_a_tool_heartbeats_by_default_so_a_crash_costs_seconds() -> None:
+    from hitl.tools import DEFAULT_HEARTBEAT_TIMEOUT
+
+    assert refund.heartbeat_timeout == DEFAULT_HEARTBEAT_TIMEOUT <= 10
+    assert refund.spec().heartbeat_timeout_seconds == DEFAULT_HEARTBEAT_TIMEOUT
+
+    @function_tool(heartbeat_timeout=None)
+    def quiet() -> str:
+        """No heartbeat."""
+        return ""
+
+    assert quiet.spec().heartbeat_timeout_seconds is None
+
+
+async def test_the_activity_beats_while_a_sync_tool_blocks() -> None:
+    """A sync tool that never heartbeats itself still keeps its attempt alive."""
+    import threading
+
+    from temporalio.testing import ActivityEnvironment
+
+    from hitl.activities.tools import _heartbeating
+
+    beats = 0
+    enough = threading.Event()
+
+    def on_heartbeat(*_: object) -> None:
+        nonlocal beats
+        beats += 1
+        if beats >= 3:
+            enough.set()
+
+    def blocking_tool() -> bool:  # blocks its thread until the beats were seen
+        return enough.wait(timeout=30)
+
+    async def attempt() -> bool:
+        async with _heartbeating(0.3):
+            return await asyncio.to_thread(blocking_tool)
+
+    env = ActivityEnvironment()
+    env.on_heartbeat = on_heartbeat
+    assert await env.run(attempt) is True
+    assert beats >= 3
