@@ -29,6 +29,8 @@ def test_histories_are_present() -> None:
         "parked_after_handoff",
         "completed_rejected",
         "continued_as_new",
+        "continued_while_parked",
+        "carried_on_after_parked_compaction",
     } <= names
 
 
