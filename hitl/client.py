@@ -19,33 +19,45 @@ from typing import Any
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
-from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    ExternalStorage,
+)
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.codec import EncryptionCodec
 from hitl.converter import hitl_data_converter
 from hitl.errors import UserError
+from hitl.storage import storage_from_env
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 """Seconds to reach the frontend and check the namespace (`HITL_CONNECT_TIMEOUT`)."""
 
 
-def data_converter(codec: EncryptionCodec | None = None) -> DataConverter:
-    """Our pydantic data converter (`hitl.converter`), encrypting when a codec is configured.
+def data_converter(
+    codec: EncryptionCodec | None = None, storage: ExternalStorage | None = None
+) -> DataConverter:
+    """Our pydantic data converter (`hitl.converter`), with encryption and storage if configured.
 
     The codec is the one given, else `HITL_ENCRYPTION_KEY`'s. With encryption, failure messages
-    and stack traces are encoded too (they may quote tool arguments).
+    and stack traces are encoded too (they may quote tool arguments). The store is the one
+    given, else `HITL_STORAGE`'s (`hitl.storage`).
     """
     codec = codec if codec is not None else EncryptionCodec.from_env()
-    if codec is None:
-        return hitl_data_converter
-    return dataclasses.replace(
-        hitl_data_converter,
-        payload_codec=codec,
-        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
-    )
+    storage = storage if storage is not None else storage_from_env()
+    converter = hitl_data_converter
+    if codec is not None:
+        converter = dataclasses.replace(
+            converter,
+            payload_codec=codec,
+            failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+        )
+    if storage is not None:
+        converter = dataclasses.replace(converter, external_storage=storage)
+    return converter
 
 
 def connect_config(

@@ -18,10 +18,17 @@ Inside a workflow, a payload decoded without a type hint (the arguments of handl
 `*args`) is handed over as the raw payload (`RawValue`): our handlers check the number of
 arguments, the encoding, the size and the schema themselves (`workflows.inputs`), so nothing a
 caller sends can make decoding fail the workflow task or be dropped without a trace.
+
+The same holds one step earlier: Temporal's external storage swaps a reference payload for the
+stored one before any handler runs, and the SDK raises there (no store configured, an unknown
+driver, a malformed reference), which would fail every workflow task of the run for good.
+`HitlDataConverter` turns each such payload into an `UNRETRIEVABLE` stand-in instead, which
+handlers refuse and typed reads report as `StoredPayloadMissing` (see `hitl.storage`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +46,8 @@ from temporalio.converter import (
 )
 
 from hitl.codec import UNDECRYPTABLE
+from hitl.errors import StoredPayloadMissing
+from hitl.storage import UNRETRIEVABLE, unretrievable
 
 _SERIALIZER = SchemaSerializer(core_schema.any_schema())
 
@@ -78,6 +87,9 @@ class HitlPayloadConverter(CompositePayloadConverter):
             # input, outside the workflow's event loop; the sandbox flag is set for all of it.)
             return [RawValue(p) for p in payloads]
         for p in payloads:
+            if p.metadata.get("encoding") == UNRETRIEVABLE:
+                reason = p.metadata.get("reason", b"").decode("utf-8", "replace")
+                raise StoredPayloadMissing(f"{reason}: check HITL_STORAGE")
             if p.metadata.get("encoding") == UNDECRYPTABLE:
                 reason = p.metadata.get("reason", b"").decode("utf-8", "replace")
                 raise RuntimeError(
@@ -86,5 +98,84 @@ class HitlPayloadConverter(CompositePayloadConverter):
         return super().from_payloads(payloads, type_hints)
 
 
-hitl_data_converter = DataConverter(payload_converter_class=HitlPayloadConverter)
+_REFERENCE_TYPE = b"temporal.api.sdk.v1.ExternalStorageReference"
+_REFERENCE_MARKER = "__temporal_external_storage_reference"
+
+
+def is_storage_reference(p: temporalio.api.common.v1.Payload) -> bool:
+    """Whether Temporal's external storage would try to fetch `p` (as the SDK 1.35 decides)."""
+    encoding = p.metadata.get("encoding")
+    return (
+        encoding == b"json/external-storage-reference"
+        or (encoding == b"json/protobuf" and p.metadata.get("messageType") == _REFERENCE_TYPE)
+        or p.metadata.get(_REFERENCE_MARKER) == b"true"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class HitlDataConverter(DataConverter):
+    """A `DataConverter` whose external-storage reads never raise (see the module docstring).
+
+    It overrides the SDK's (private) reference-decoding steps, pinned to temporalio 1.35;
+    `tests/hostile` sends forged references to every handler, so an SDK upgrade that moves
+    them fails there first.
+    """
+
+    async def _decode_reference_payload_sequence(
+        self, payloads: Sequence[temporalio.api.common.v1.Payload]
+    ) -> list[temporalio.api.common.v1.Payload]:
+        out = list(payloads)
+        for i, p in enumerate(out):
+            if p.metadata.get(_REFERENCE_MARKER) != b"true":
+                continue
+            try:
+                [out[i]] = await super()._decode_reference_payload_sequence([p])
+            except Exception as exc:
+                out[i] = unretrievable(f"unreadable storage reference: {_one_line(exc)}")
+        return out
+
+    async def _external_retrieve_payload_sequence(
+        self, payloads: Sequence[temporalio.api.common.v1.Payload]
+    ) -> list[temporalio.api.common.v1.Payload]:
+        out = list(payloads)
+        for i, p in enumerate(out):
+            if not is_storage_reference(p):
+                continue
+            if self.external_storage is None:
+                out[i] = unretrievable(
+                    "a stored payload, but no store is configured (HITL_STORAGE)"
+                )
+                continue
+            try:
+                out[i] = await self.external_storage._retrieve_payload(p)
+            except Exception as exc:
+                out[i] = unretrievable(f"stored payload unreadable: {_one_line(exc)}")
+        return out
+
+    async def _transform_inbound_payload(
+        self, payload: temporalio.api.common.v1.Payload
+    ) -> temporalio.api.common.v1.Payload:
+        [payload] = await self._decode_reference_payload_sequence([payload])
+        [payload] = await self._external_retrieve_payload_sequence([payload])
+        if self.payload_codec:
+            [payload] = await self.payload_codec.decode([payload])
+        return payload
+
+    async def _transform_inbound_payloads(
+        self, payloads: temporalio.api.common.v1.Payloads
+    ) -> None:
+        done = await self._decode_reference_payload_sequence(payloads.payloads)
+        done = await self._external_retrieve_payload_sequence(done)
+        if self.payload_codec:
+            done = await self.payload_codec.decode(done)
+        for i, p in enumerate(done):
+            payloads.payloads[i].CopyFrom(p)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:200]
+
+
+hitl_data_converter = HitlDataConverter(payload_converter_class=HitlPayloadConverter)
 """`temporalio.contrib.pydantic.pydantic_data_converter`, with sparse payloads."""

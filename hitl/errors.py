@@ -108,6 +108,16 @@ class NoWorkerError(AgentsException):
     type_name = "NoWorkerError"
 
 
+class StoredPayloadMissing(AgentsException):
+    """A payload kept by reference (`hitl.storage`) could not be read.
+
+    The store lacks it, it was altered, or this process has no store configured
+    (`HITL_STORAGE`).
+    """
+
+    type_name = "StoredPayloadMissing"
+
+
 class StateVersionError(AgentsException):
     """A serialized `RunState` was written by a newer version and cannot be read."""
 
@@ -183,6 +193,7 @@ _BY_TYPE: dict[str, type[AgentsException]] = {
         ToolInputGuardrailTripwireTriggered,
         RunFailedError,
         NoWorkerError,
+        StoredPayloadMissing,
         StateVersionError,
         DecisionError,
         UnknownCallError,

@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 
 from hitl.codec import UNDECRYPTABLE
 from hitl.limits import MAX_CONTEXT_BYTES, MAX_NAME_CHARS, run_config_problems
+from hitl.storage import UNRETRIEVABLE
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -93,6 +94,11 @@ def read_one(
             error_type,
             f"{what} could not be decrypted ({reason}); send it through the codec endpoint "
             "(`hitl codec-server`) that holds the workers' key",
+        )
+    if encoding == UNRETRIEVABLE:
+        reason = payload.metadata.get("reason", b"").decode("utf-8", "replace")
+        raise refusal(
+            error_type, f"{what} refers to a stored payload that cannot be read ({reason})"
         )
     if encoding == NULL:
         raise refusal(error_type, f"{what} is empty; e.g. {example}")

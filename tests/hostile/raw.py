@@ -181,6 +181,15 @@ def _random_json(rng: random.Random, depth: int = 0) -> Any:
     return {rng.choice(keys): _random_json(rng, depth + 1) for _ in range(rng.randint(0, 5))}
 
 
+REF_TYPE = b"temporal.api.sdk.v1.ExternalStorageReference"
+
+
+def storage_reference(driver: str, claim: dict[str, str]) -> Payload:
+    """A payload that says "fetch me from external storage", as anyone can forge it."""
+    data = json.dumps({"driverName": driver, "claimData": claim}).encode()
+    return raw_payload(data, b"json/protobuf", messageType=REF_TYPE)
+
+
 def variants(
     seed: int = 12, random_cases: int = 8, big: int = 1_900_000
 ) -> list[tuple[str, list[Payload]]]:
@@ -208,6 +217,13 @@ def variants(
         ),
         ("escape-sequences", [json_payload({"call_id": "\x1b]0;pwned\x07", "approver": "\u202e"})]),
         ("near-limit", [json_payload({"call_id": "nope", "reason": "x" * big})]),
+        # Temporal's external-storage references (the SDK fetches them before any handler runs).
+        ("storage-ref-unknown-driver", [storage_reference("nope", {"sha256": "0" * 64})]),
+        ("storage-ref-traversal", [storage_reference("hitl-file", {"sha256": "../../etc/hosts"})]),
+        ("storage-ref-s3-key", [storage_reference("hitl-file", {"bucket": "b", "key": "k"})]),
+        ("storage-ref-missing", [storage_reference("hitl-file", {"sha256": "0" * 64})]),
+        ("storage-ref-not-json", [raw_payload(b"{bad", b"json/protobuf", messageType=REF_TYPE)]),
+        ("storage-ref-legacy", [raw_payload(b"[1]", b"json/external-storage-reference")]),
     ]
     for n in range(random_cases):
         count = rng.choice([1, 1, 1, 2])
