@@ -96,7 +96,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     cmd = [
         sys.executable,
         "-m",
-        "worker",
+        "hitl.worker",
         "--address",
         server.address,
         "--task-queue",
@@ -106,7 +106,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
         cmd += ["--agents", a]
     for a in args.allow or []:
         cmd += ["--allow", a]
-    worker = subprocess.Popen(cmd)
+    # Large payloads by reference, in the state dir (`hitl.storage`), unless configured.
+    storage = os.environ.get("HITL_STORAGE") or (state / "blobs").absolute().as_uri()
+    worker = subprocess.Popen(cmd, env={**os.environ, "HITL_STORAGE": storage})
     print(f"Temporal dev server  {server.address}  (SQLite {state / 'dev.sqlite'})")
     print(f"Web UI               http://127.0.0.1:{ui_port}")
     print(
@@ -114,7 +116,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
         "?query=HitlStatus%3D%22awaiting_approval%22%20AND%20ExecutionStatus%3D%22Running%22"
     )
     print(f"Worker               {', '.join(agents)} on task queue {args.task_queue!r}")
-    print(f"Connect              export TEMPORAL_ADDRESS={server.address}")
+    print(f"Blob store           {storage}  (payloads over 256 KiB)")
+    print(f"Connect              export TEMPORAL_ADDRESS={server.address} HITL_STORAGE={storage}")
     print("Ctrl-C stops everything.", flush=True)
     code = EXIT_OK
     try:

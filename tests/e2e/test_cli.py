@@ -810,6 +810,8 @@ def test_hitl_dev_runs_the_stack_and_ctrl_c_stops_all_of_it(tmp_path: Path) -> N
             assert line is not None, "hitl dev exited early:\n" + "".join(seen)
             seen.append(line)
         assert f"Temporal dev server  127.0.0.1:{port}" in "".join(seen)
+        blobs = (tmp_path / "state" / "blobs").absolute().as_uri()
+        assert f"HITL_STORAGE={blobs}" in "".join(seen), "large payloads go to the state dir"
         children = _descendants(proc.pid)
         assert len(children) >= 2, "a dev server and a worker"
 
