@@ -101,6 +101,62 @@ async def _paused_runs(
     return found, degraded
 
 
+_Row = tuple[datetime, list[str], dict[str, Any]]
+"""(sort key, table cells, `--json` object) of one line of `hitl pending`."""
+_FAR = datetime.max.replace(tzinfo=UTC)
+
+
+def _unavailable_row(w: WorkflowExecution, why: str) -> _Row:
+    """A paused run that could not be asked for its calls: what its search attributes say."""
+    agent = w.typed_search_attributes.get(_AGENT_KEY) or ""
+    tools = list(w.typed_search_attributes.get(_TOOLS_KEY) or [])
+    since = w.typed_search_attributes.get(_SINCE_KEY)
+    cells = [
+        one_line(w.id),
+        "(unavailable)",
+        one_line(_path_text([agent] if agent else [], ", ".join(tools) or "?")),
+        "(unavailable: see note)",
+        _ago(since),
+    ]
+    data: dict[str, Any] = {
+        "workflow_id": w.id,
+        "agent": agent,
+        "call_id": None,
+        "tool_name": None,
+        "pending_tools": tools,
+        "requested_at": _iso(since),
+        "path": [agent] if agent else [],
+        "task_queue": w.task_queue,
+        "unavailable": why,
+    }
+    return (since or _FAR, cells, data)
+
+
+def _pending_rows(w: WorkflowExecution, status: RunStatus) -> list[_Row]:
+    """One row per call the run waits on."""
+    rows: list[_Row] = []
+    for p in status.pending:
+        title = p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}"
+        cells = [
+            one_line(status.workflow_id),
+            one_line(p.call_id),
+            one_line(_path_text(p.path or [p.agent_name], p.tool_name)),
+            _short(title),
+            _ago(p.requested_at),
+        ]
+        data = {
+            **p.model_dump(mode="json"),
+            # Decisions go to the root run; the call's own (nested) run is named apart.
+            "workflow_id": status.workflow_id,
+            "owner_workflow_id": p.workflow_id or status.workflow_id,
+            "agent": status.agent,
+            "task_queue": w.task_queue,
+            "unavailable": None,
+        }
+        rows.append((p.requested_at or _FAR, cells, data))
+    return rows
+
+
 async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
     """List every pending approval across runs.
 
@@ -132,8 +188,7 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
         return status
 
     answers = await asyncio.gather(*(ask(w) for w in found))
-    far = datetime.max.replace(tzinfo=UTC)
-    rows: list[tuple[datetime, list[str], dict[str, Any]]] = []
+    rows: list[_Row] = []
     unavailable: dict[str, int] = {}
     for w, answer in zip(found, answers, strict=True):
         if answer is None:
@@ -142,50 +197,11 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
             unavailable[answer] = unavailable.get(answer, 0) + 1
             if degraded:
                 continue  # without search attributes, nothing says this run is even paused
-            agent = w.typed_search_attributes.get(_AGENT_KEY) or ""
-            tools = list(w.typed_search_attributes.get(_TOOLS_KEY) or [])
-            since = w.typed_search_attributes.get(_SINCE_KEY)
-            cells = [
-                one_line(w.id),
-                "(unavailable)",
-                one_line(_path_text([agent] if agent else [], ", ".join(tools) or "?")),
-                "(unavailable: see note)",
-                _ago(since),
-            ]
-            data: dict[str, Any] = {
-                "workflow_id": w.id,
-                "agent": agent,
-                "call_id": None,
-                "tool_name": None,
-                "pending_tools": tools,
-                "requested_at": _iso(since),
-                "path": [agent] if agent else [],
-                "task_queue": w.task_queue,
-                "unavailable": answer,
-            }
-            rows.append((since or far, cells, data))
+            rows.append(_unavailable_row(w, answer))
             continue
         if args.agent and answer.agent != args.agent:
             continue
-        for p in answer.pending:
-            title = p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}"
-            cells = [
-                one_line(answer.workflow_id),
-                one_line(p.call_id),
-                one_line(_path_text(p.path or [p.agent_name], p.tool_name)),
-                _short(title),
-                _ago(p.requested_at),
-            ]
-            data = {
-                **p.model_dump(mode="json"),
-                # Decisions go to the root run; the call's own (nested) run is named apart.
-                "workflow_id": answer.workflow_id,
-                "owner_workflow_id": p.workflow_id or answer.workflow_id,
-                "agent": answer.agent,
-                "task_queue": w.task_queue,
-                "unavailable": None,
-            }
-            rows.append((p.requested_at or far, cells, data))
+        rows.extend(_pending_rows(w, answer))
     rows.sort(key=lambda r: r[0])
     for why, n in unavailable.items():
         print(
