@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 ISOLATE := $(shell unshare -n sh -c 'ip link set lo up' >/dev/null 2>&1 && echo yes)
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo dev test bench lint format typecheck check worker histories clean
+.PHONY: help install demo dev test bench lint format typecheck check docs worker histories clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -43,10 +43,14 @@ endif
 bench: $(STAMP) ## Benchmarks against the peer (about 9 minutes; installs the peer on first use)
 	$(PY) -m bench.run $(BENCH_ARGS)
 
-lint: $(STAMP) ## ruff check + format check + the import layering (lint-imports)
+lint: $(STAMP) ## ruff check + format check + the import layering + the docs' links
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+
+docs: $(STAMP) ## Build the documentation site into site/ (MkDocs)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 format: $(STAMP) ## Format the code
 	$(VENV)/bin/ruff format .

@@ -1,4 +1,4 @@
-"""Markdown tables from a `bench.run` result (and the README's copy of them)."""
+"""Markdown tables from a `bench.run` result (and their copy in docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import Any
 
 START = "<!-- bench:results:start -->"
 END = "<!-- bench:results:end -->"
+DOCS_PAGE = Path(__file__).parent.parent / "docs" / "benchmarks.md"
+"""The page whose results block `make bench` rewrites."""
 
 
 def _get(d: Any, *path: Any) -> Any:
@@ -523,8 +525,8 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def update_readme(path: Path, md: str) -> None:
-    """Replace the results block between the markers of the README (if present)."""
+def update_docs(path: Path, md: str) -> None:
+    """Replace the results block between the markers of a docs page (if present)."""
     if not path.exists():
         return
     text = path.read_text()
@@ -536,7 +538,7 @@ def update_readme(path: Path, md: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench.report [RESULT.json]`: re-render the markdown (and the README block)."""
+    """`python -m bench.report [RESULT.json]`: re-render the markdown (and the docs block)."""
     import json
     import sys
 
@@ -546,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     md = markdown(res)
     src.with_suffix(".md").write_text(md)
     if src.name == "latest.json":
-        update_readme(Path(__file__).parent.parent / "README.md", md)
+        update_docs(DOCS_PAGE, md)
     print(md)
     return 0
 

@@ -10,7 +10,7 @@ Sections: latency (start -> pending, decision -> completed), throughput (N runs 
 run), parked runs (worker RSS, storage, listing), history (events and bytes; growth over a long
 run), the floor (the SDK in-process, the raw update round trip). Results go to
 `bench/results/latest.{json,md}` (`--quick`: `bench/results/quick.*.tmp`) and the table into
-the README's Benchmarks section. Benchmarks measure; they never assert times.
+docs/benchmarks.md. Benchmarks measure; they never assert times.
 """
 
 from __future__ import annotations
@@ -905,7 +905,7 @@ async def amain(args: argparse.Namespace) -> int:
     md = report.markdown(results)
     md_path.write_text(md)
     if not args.quick and args.out is None and plan.only is None:
-        report.update_readme(ROOT / "README.md", md)
+        report.update_docs(report.DOCS_PAGE, md)
     print()
     print(md)
     log(f"bench: done in {meta['duration_s']:.0f}s; wrote {json_path} and {md_path}")

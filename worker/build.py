@@ -57,7 +57,7 @@ DEFAULT_MAX_CACHED_WORKFLOWS = 100
 DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS = 20
 """Workflow tasks at once (the SDK's default is 100). They are CPU work in one Python process, so
 more in flight only queues them: a first task with its local activities waits past the 10 s task
-timeout and is done again (see the README's Benchmarks section)."""
+timeout and is done again (see docs/benchmarks.md)."""
 
 DEFAULT_STICKY_QUEUE_TIMEOUT = 10.0
 """Temporal's default `sticky_queue_schedule_to_start_timeout`, in seconds."""
@@ -65,7 +65,7 @@ DEFAULT_STICKY_QUEUE_TIMEOUT = 10.0
 
 @dataclass
 class WorkerOptions:
-    """Tuning knobs (see the README's Production section for the trade-offs).
+    """Tuning knobs (see docs/production.md for the trade-offs).
 
     Attributes:
         task_queue: Queue the worker polls.

@@ -1,6 +1,6 @@
 """Our driver: `python -m bench.ours.driver --address HOST:PORT` (a `bench.proto` command loop).
 
-It plays the user's side through the public API, as the README's tour does:
+It plays the user's side through the public API, as the quickstart's tour does:
 `Runner.run(agent, PROMPT, serve=False)` returns once the run is paused (update-with-start of
 `wait`, then the `snapshot` query), `result.to_state()` + `state.approve(item)` +
 `Runner.run(agent, state)` sends the decision (the `decide` update, which returns once the run

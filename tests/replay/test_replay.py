@@ -1,7 +1,7 @@
 """Replay recorded histories (completed, parked, continued-as-new) against today's code.
 
 A failure here means a change to `AgentRun` would break runs already in flight: wrap it in
-`workflow.patched(...)` (see the README) or re-record only if no such runs exist.
+`workflow.patched(...)` (see docs/production.md) or re-record only if no such runs exist.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from hitl.worker.devserver import temporal_binary
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.temporal.yml"
 DOCKERFILE = ROOT / "Dockerfile"
-DOCS = ROOT / "README.md"
+DOCS = ROOT / "docs" / "production.md"
 SETUP_NAMESPACE = ROOT / "deploy" / "temporal" / "setup-namespace.sh"
 SETUP_SCHEMA = ROOT / "deploy" / "temporal" / "setup-schema.sh"
 DYNAMIC_CONFIG = ROOT / "deploy" / "temporal" / "dynamicconfig" / "hitl.yaml"
@@ -127,8 +127,8 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 
 def docs_services() -> list[str]:
-    """Service names in the first column of the README's services table (Production)."""
-    section = DOCS.read_text().split("### What the stack runs", 1)[1].split("\n#", 1)[0]
+    """Service names in the first column of the services table of docs/production.md."""
+    section = DOCS.read_text().split("## What the stack runs", 1)[1].split("\n#", 1)[0]
     return re.findall(r"^\| `([a-z][a-z0-9-]*)` \|", section, re.MULTILINE)
 
 
@@ -185,7 +185,7 @@ def test_images_are_pinned_to_the_temporal_release_the_tests_use(
 def test_the_docs_upgrade_every_temporal_image_together(
     services: dict[str, dict[str, Any]],
 ) -> None:
-    """The README's upgrade sentence names every service that runs a Temporal server image."""
+    """The production page's upgrade sentence names every service that runs a Temporal server image."""
     temporal = sorted(
         name
         for name, svc in services.items()
@@ -193,7 +193,7 @@ def test_the_docs_upgrade_every_temporal_image_together(
     )
     text = " ".join(DOCS.read_text().split())
     sentence = re.search(r"Upgrading Temporal is a tag bump of (.+?) together", text)
-    assert sentence, "README (Production) says how to upgrade Temporal"
+    assert sentence, "docs/production.md says how to upgrade Temporal"
     assert sorted(re.findall(r"`([a-z][a-z0-9-]*)`", sentence.group(1))) == temporal
 
 
