@@ -185,7 +185,7 @@ def test_images_are_pinned_to_the_temporal_release_the_tests_use(
 def test_the_docs_upgrade_every_temporal_image_together(
     services: dict[str, dict[str, Any]],
 ) -> None:
-    """The production page's upgrade sentence names every service that runs a Temporal server image."""
+    """docs/production.md's upgrade sentence names every service running a Temporal image."""
     temporal = sorted(
         name
         for name, svc in services.items()
