@@ -8,16 +8,27 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
+from temporalio.worker import Worker
 
 from hitl import Runner
 from hitl.client import data_converter
-from hitl.wire import DecisionInput, DecisionRecord, RunOutput, RunStatus
+from hitl.wire import (
+    WORKFLOW_TYPE,
+    DecisionInput,
+    DecisionRecord,
+    RunInput,
+    RunOutput,
+    RunStatus,
+    WaitInput,
+)
 from hitl.worker.devserver import DevServer
 from tests.agents import refund_agent, support_agent
 from tests.helpers import (
@@ -25,6 +36,7 @@ from tests.helpers import (
     WorkerProcess,
     event_count,
     queue_name,
+    serving,
     temporal_cli,
     tool_activity_count,
     wait_for,
@@ -260,3 +272,44 @@ async def test_dev_server_restart_keeps_parked_runs(
         f"cancel_order: Cancelled order {n}" for n in (1, 2, 3)
     ]
     assert Ledger(ledger_path).count() == 3
+
+
+@workflow.defn(name="AgentRun", sandboxed=False)
+class BuggyAgentRun:
+    """A deploy of `AgentRun` with a bug that fails its first workflow task."""
+
+    @workflow.run
+    async def run(self, inp: RunInput) -> RunOutput:
+        raise RuntimeError("a bug in this deploy")
+
+
+async def test_a_workflow_bug_stalls_the_run_until_the_fix_is_deployed(
+    dev_client: Client, ledger_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RELIABILITY.md #22: a bug in workflow code fails the workflow task, not the run; the run
+    stays open, and once fixed code is deployed it goes on with its state intact."""
+    monkeypatch.setenv("HITL_TEST_LEDGER", str(ledger_path))
+    tq = queue_name("buggy")
+    handle = await dev_client.start_workflow(
+        WORKFLOW_TYPE,
+        RunInput(agent=support_agent.name, input="cancel order 9"),
+        id=f"{tq}-run",
+        task_queue=tq,
+        result_type=RunOutput,
+    )
+    async with Worker(dev_client, task_queue=tq, workflows=[BuggyAgentRun]):
+
+        async def failed() -> bool:
+            events = (await handle.fetch_history()).events
+            return any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED for e in events)
+
+        await wait_for(failed, what="the buggy deploy to fail a workflow task")
+    desc = await handle.describe()
+    assert desc.status == WorkflowExecutionStatus.RUNNING, "a workflow bug does not fail the run"
+    async with serving(dev_client, support_agent, task_queue=tq):
+        status = await handle.execute_update("wait", WaitInput(), result_type=RunStatus)
+        [pending] = status.pending
+        await handle.execute_update("approve", DecisionInput(call_id=pending.call_id))
+        out = await handle.result()
+    assert out.final_output == "cancel_order: Cancelled order 9"
+    assert Ledger(ledger_path).count("cancel_order") == 1

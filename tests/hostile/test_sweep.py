@@ -100,3 +100,19 @@ async def test_any_start_input_fails_typed_or_runs_nothing_unapproved(desk: Desk
         assert tool_activity_count(hist) == 0, case
         assert (await handle.describe()).status == WorkflowExecutionStatus.FAILED
     assert desk.ledger.count() == 0
+
+
+async def test_unknown_handler_names_are_refused_and_change_nothing(desk: Desk) -> None:
+    """A typo in an update, signal or query name (RELIABILITY.md #9): the update is refused
+    with the names it could have meant, the signal is dropped without harm, the query fails."""
+    handle, call_id = await desk.park()
+    payload = [raw.json_payload({"call_id": call_id, "approver": "ops"})]
+    answer = await raw.update(desk.client, handle.id, "aprove", payload)
+    assert not answer.ok
+    assert "aprove" in answer.message and "approve" in answer.message, answer.message
+    sent = await raw.signal(desk.client, handle.id, "aprove", payload)
+    assert sent.ok, sent.message
+    asked = await raw.query(desk.client, handle.id, "statsu", [])
+    assert not asked.ok
+    await desk.still_healthy(handle, call_id)
+    await desk.approve_and_finish(handle, call_id)
