@@ -31,3 +31,19 @@ def test_every_docs_page_is_in_the_navigation() -> None:
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
     assert pages == in_nav
     assert config["strict"] is True
+
+
+def test_every_test_the_docs_name_exists() -> None:
+    """The fault catalog (and any page) names tests as `tests/path.py::name`: they must exist."""
+    named = set()
+    for page in (ROOT / "docs").glob("*.md"):
+        named |= set(re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`", page.read_text()))
+    assert len(named) > 30
+    missing = []
+    for path, name in sorted(named):
+        source = ROOT / path
+        if not source.exists() or (
+            name and not re.search(rf"^(async )?def {name}\(", source.read_text(), re.M)
+        ):
+            missing.append(f"{path}::{name}")
+    assert missing == [], f"the docs name tests that do not exist: {missing}"
