@@ -31,6 +31,7 @@ import tempfile
 from abc import abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from temporalio.api.common.v1 import Payload
@@ -75,6 +76,9 @@ class BlobStore(StorageDriver):
     @abstractmethod
     def where(self) -> str:
         """Where blobs live, for messages (`file:///...`, `s3://...`)."""
+
+    async def aclose(self) -> None:
+        """Release connections (the process is done with the store)."""
 
     @override
     async def store(
@@ -165,8 +169,8 @@ class S3BlobStore(BlobStore):
     a reference names neither, so no payload can point a worker at another object.
     """
 
-    def __init__(self, client: object, bucket: str, prefix: str = "", name: str = "hitl-s3"):
-        self.client = client
+    def __init__(self, client: Any, bucket: str, prefix: str = "", name: str = "hitl-s3"):
+        self.client: Any = client
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self._name = name
@@ -185,16 +189,31 @@ class S3BlobStore(BlobStore):
     @override
     async def put(self, digest: str, data: bytes) -> None:
         key = self._key(digest)
-        if not await self.client.object_exists(bucket=self.bucket, key=key):  # type: ignore[attr-defined]
-            await self.client.put_object(bucket=self.bucket, key=key, data=data)  # type: ignore[attr-defined]
+        if not await self.client.object_exists(bucket=self.bucket, key=key):
+            await self.client.put_object(bucket=self.bucket, key=key, data=data)
+
+    @override
+    async def aclose(self) -> None:
+        close = getattr(self.client, "aclose", None)
+        if close is not None:
+            await close()
 
     @override
     async def get(self, digest: str) -> bytes | None:
         key = self._key(digest)
-        if not await self.client.object_exists(bucket=self.bucket, key=key):  # type: ignore[attr-defined]
+        if not await self.client.object_exists(bucket=self.bucket, key=key):
             return None
-        data: bytes = await self.client.get_object(bucket=self.bucket, key=key)  # type: ignore[attr-defined]
+        data: bytes = await self.client.get_object(bucket=self.bucket, key=key)
         return data
+
+
+async def close_storage(client: object) -> None:
+    """Release the connections of a client's blob stores (workers call it as they stop)."""
+    converter = getattr(client, "data_converter", None)
+    storage = getattr(converter, "external_storage", None)
+    for driver in getattr(storage, "drivers", ()):
+        if isinstance(driver, BlobStore):
+            await driver.aclose()
 
 
 def external_storage(store: BlobStore, threshold: int = DEFAULT_THRESHOLD) -> ExternalStorage:
@@ -235,7 +254,7 @@ def store_from_url(url: str) -> BlobStore:
 def _aioboto3_client() -> object:
     """An S3 client from the environment's AWS settings (`AWS_ENDPOINT_URL` for MinIO etc.)."""
     try:
-        import aioboto3  # type: ignore[import-not-found]
+        import aioboto3
         from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client
     except ImportError:
         raise UserError(
@@ -247,26 +266,35 @@ def _aioboto3_client() -> object:
 class _LazyS3:
     """Opens the aioboto3 client on first use (the converter is built before any loop runs)."""
 
-    def __init__(self, aioboto3: object, wrap: object) -> None:
-        self._session = aioboto3.Session()  # type: ignore[attr-defined]
+    def __init__(self, aioboto3: Any, wrap: Any) -> None:
+        self._session: Any = aioboto3.Session()
         self._wrap = wrap
-        self._client: object | None = None
+        self._client: Any = None
+        self._context: Any = None
         self._lock = asyncio.Lock()
 
-    async def _get(self) -> object:
+    async def aclose(self) -> None:
+        """Close the client, if it was opened."""
+        async with self._lock:
+            if self._context is not None:
+                await self._context.__aexit__(None, None, None)
+            self._context = self._client = None
+
+    async def _get(self) -> Any:
         async with self._lock:
             if self._client is None:
-                raw = await self._session.client("s3").__aenter__()
-                self._client = self._wrap(raw)  # type: ignore[operator]
+                self._context = self._session.client("s3")
+                raw = await self._context.__aenter__()
+                self._client = self._wrap(raw)
             return self._client
 
     async def put_object(self, *, bucket: str, key: str, data: bytes) -> None:
-        await (await self._get()).put_object(bucket=bucket, key=key, data=data)  # type: ignore[attr-defined]
+        await (await self._get()).put_object(bucket=bucket, key=key, data=data)
 
     async def object_exists(self, *, bucket: str, key: str) -> bool:
-        ok: bool = await (await self._get()).object_exists(bucket=bucket, key=key)  # type: ignore[attr-defined]
+        ok: bool = await (await self._get()).object_exists(bucket=bucket, key=key)
         return ok
 
     async def get_object(self, *, bucket: str, key: str) -> bytes:
-        data: bytes = await (await self._get()).get_object(bucket=bucket, key=key)  # type: ignore[attr-defined]
+        data: bytes = await (await self._get()).get_object(bucket=bucket, key=key)
         return data

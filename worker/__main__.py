@@ -19,6 +19,7 @@ from collections.abc import Callable
 from hitl.client import check_namespace, connect
 from hitl.errors import UserError
 from hitl.registry import AgentRegistry, load_agents, load_object
+from hitl.storage import close_storage
 from hitl.wire import DEFAULT_TASK_QUEUE
 from hitl.worker.build import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
@@ -200,6 +201,7 @@ async def main(argv: list[str] | None = None) -> int:
         print(f"worker ready on task queue {args.task_queue!r} ({role})", flush=True)
         await stop.wait()
         log.info("shutting down (in-flight activities get %gs)", args.graceful_shutdown)
+    await close_storage(client)
     return 0
 
 
