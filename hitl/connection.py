@@ -47,6 +47,9 @@ WORKER_GRACE_SECONDS = 10.0
 Only used when the server lists pollers (they may be stale): with none at all, `serve="auto"`
 serves at once. Loaded workers can take seconds to pick up a task, so this is generous."""
 
+BUSY_CHECKS = 2
+"""How many times `worker_is_busy` looks (each watches the queue's pollers for 3 s)."""
+
 
 class RunnerConnection:
     """One `Runner.run` call: its client, agent, queue, and (if needed) an in-process worker.
@@ -212,21 +215,27 @@ class RunnerConnection:
         """
         if self.serving:
             return True
-        try:
-            desc = await self.client.workflow_service.describe_workflow_execution(
-                DescribeWorkflowExecutionRequest(
-                    namespace=self.client.namespace,
-                    execution=WorkflowExecution(workflow_id=workflow_id),
+        # Twice: a worker whose slots are all taken polls again only as it frees one, and it may
+        # spend a while on runs already on its sticky queue. Taking a busy worker for a missing
+        # one is the costly mistake (NoWorkerError, or a second worker); the other only waits.
+        for _ in range(BUSY_CHECKS):
+            try:
+                desc = await self.client.workflow_service.describe_workflow_execution(
+                    DescribeWorkflowExecutionRequest(
+                        namespace=self.client.namespace,
+                        execution=WorkflowExecution(workflow_id=workflow_id),
+                    )
                 )
-            )
-        except RPCError:
-            return False
-        task = desc.pending_workflow_task
-        if desc.HasField("pending_workflow_task") and (
-            task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
-        ):
-            return True
-        return await pollers_advance(self.client, self.task_queue)
+            except RPCError:
+                return False
+            task = desc.pending_workflow_task
+            if desc.HasField("pending_workflow_task") and (
+                task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
+            ):
+                return True
+            if await pollers_advance(self.client, self.task_queue):
+                return True
+        return False
 
 
 def refusal_type(exc: WorkflowUpdateFailedError) -> str | None:
