@@ -14,6 +14,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
@@ -320,6 +321,9 @@ async def _closed_result(
         raise _typed(exc) from None
     last = resolve_agent(agent, out.last_agent, out.last_agent_name)
     desc_run_id = out.run_id or handle.run_id or ""
+    input_items, new_items = out.input_items, out.new_items
+    if out.transcript_omitted:
+        input_items, new_items = await _closed_transcript(handle)
     status = RunStatus(
         workflow_id=handle.id,
         run_id=desc_run_id,
@@ -330,14 +334,14 @@ async def _closed_result(
         turn=out.turns,
         decisions=out.decisions,
         usage=out.usage,
-        items=len(out.input_items) + len(out.new_items),
+        items=len(input_items) + len(new_items),
         final_output=out.final_output,
     )
     return RunResult(
         final_output=typed_final_output(last, out.final_output),
         interruptions=[],
-        new_items=out.new_items,
-        input=out.input_items,
+        new_items=new_items,
+        input=input_items,
         last_agent=last,
         workflow_id=handle.id,
         run_id=desc_run_id,
@@ -347,6 +351,24 @@ async def _closed_result(
         root_agent=agent,
         task_queue=task_queue,
     )
+
+
+async def _closed_transcript(
+    handle: WorkflowHandle[Any, Any],
+) -> tuple[list[dict[str, Any]], list[RunItem]]:
+    """A closed run's transcript, by query (its result leaves it out; a worker answers)."""
+    try:
+        snap: RunSnapshot = await handle.query(QUERY_SNAPSHOT, result_type=RunSnapshot)
+    except (RPCError, WorkflowQueryFailedError) as exc:
+        log.warning(
+            "run %s finished, but its transcript could not be read (%s): the result's "
+            "new_items and input are empty; `hitl show %s` reads it once a worker runs",
+            handle.id,
+            getattr(exc, "message", exc),
+            handle.id,
+        )
+        return [], []
+    return snap.input_items, snap.new_items
 
 
 def _paused_result(snap: RunSnapshot, agent: Agent[Any], task_queue: str) -> RunResult:

@@ -255,22 +255,32 @@ class AgentRun:
                 self._count_bad_turn("the model returned neither a message nor a tool call")
 
     def finish(self, final: Any, agent: AgentSpec) -> RunOutput:
-        """The run's result (without its transcript if that would pass the payload limit)."""
+        """The run's result, without its transcript.
+
+        Every item of the transcript is in history already (model replies, tool outputs);
+        repeating it in the result doubled a long run's history. It stays readable with the
+        `snapshot` and `transcript` queries, also after the run closed (`Runner`, `hitl show`).
+        """
         s = self.s
         out = RunOutput(
             final_output=final,
             last_agent=agent.id,
             last_agent_name=agent.name,
-            input_items=s.input_items,
-            new_items=s.new_items,
+            input_items=[],
+            new_items=[],
             usage=s.usage,
             decisions=self.book.all_decisions(),
             turns=s.turn,
             run_id=workflow.info().run_id,
+            transcript_omitted=True,
         )
-        if encoded_size(out) > MAX_RESULT_BYTES:
-            # Completing with a payload over Temporal's limit would fail every workflow task.
-            out.input_items, out.new_items, out.transcript_omitted = [], [], True
+        size = encoded_size(out)
+        if size > MAX_RESULT_BYTES:  # completing with it would fail every workflow task
+            raise RunFailure(
+                "RunTooLarge",
+                f"the run's final output is {size} bytes, more than a result may hold "
+                f"({MAX_RESULT_BYTES}); have the agent return less, or a reference to it",
+            )
         return out
 
     def _count_bad_turn(self, why: str) -> None:

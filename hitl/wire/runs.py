@@ -298,5 +298,6 @@ class RunOutput(WireModel):
     turns: int
     run_id: str = ""
     transcript_omitted: bool = False
-    """The transcript was left out: with it the result would pass Temporal's payload limit
-    (`input_items` and `new_items` are then empty)."""
+    """The transcript was left out (`input_items` and `new_items` are empty): read it with the
+    `snapshot` query. Runs completed by this version always leave it out; older ones only when
+    it would have passed Temporal's payload limit."""

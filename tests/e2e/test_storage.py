@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from hitl import (
@@ -23,8 +24,9 @@ from hitl import (
 )
 from hitl.client import data_converter
 from hitl.codec import EncryptionCodec, parse_keys
+from hitl.converter import is_storage_reference
 from hitl.storage import FileBlobStore, external_storage
-from hitl.wire import DecisionInput, RunOutput, RunStatus
+from hitl.wire import DecisionInput, RunOutput, RunStatus, ToolOutput
 from hitl.worker.devserver import DevServer
 from tests.helpers import record_effect, serving, tool_activity_count
 from tests.hostile import raw
@@ -112,11 +114,20 @@ async def test_large_payloads_go_to_the_store_encrypted_and_history_stays_small(
     assert files and all(CANARY.encode() not in f.read_bytes() for f in files), "blobs encrypted"
     assert tool_activity_count(hist) == 1 and ledger.count("export_report") == 1
 
-    # The store lost its blobs: reading the run is a typed error, not a decoding crash.
+    # The store lost its blobs: reading the tool's stored output is a typed error, not a crash.
+    [output] = [
+        e.activity_task_completed_event_attributes.result.payloads[0]
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+    ]
+    assert is_storage_reference(output)
+    assert (await client.data_converter.decode([output], [ToolOutput]))[0].output.startswith(
+        "report for acme"
+    )
     for f in files:
         f.unlink()
     with pytest.raises(StoredPayloadMissing, match="no stored payload"):
-        await client.get_workflow_handle(done.workflow_id, result_type=RunOutput).result()
+        await client.data_converter.decode([output], [ToolOutput])
 
 
 async def test_forged_references_are_refused_and_the_run_lives_on(
