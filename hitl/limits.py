@@ -45,6 +45,12 @@ MAX_SIGNAL_BYTES = 64 * KB
 
 MAX_RESULT_BYTES = 1536 * KB
 """A run's result and its continue-as-new state (Temporal refuses payloads over 2 MB)."""
+TRANSCRIPT_INLINE_BYTES = 16 * KB
+"""A run's result repeats its transcript only while the whole result stays this small.
+
+Every item is in history already; a larger transcript is left out of the result and read by
+query (`snapshot`), which costs a replay of the closed run (tens of milliseconds). Small runs
+keep it inline so `Runner.run` returns without that query."""
 
 MAX_REFUSED_KEPT = 50
 """Refused messages a run keeps (the latest), for `status` and `hitl show`."""

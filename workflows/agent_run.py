@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_SIGNAL_BYTES,
         MAX_START_BYTES,
         MAX_WAITING_UPDATES,
+        TRANSCRIPT_INLINE_BYTES,
     )
     from hitl.wire import (
         QUERY_MAIL,
@@ -255,25 +256,26 @@ class AgentRun:
                 self._count_bad_turn("the model returned neither a message nor a tool call")
 
     def finish(self, final: Any, agent: AgentSpec) -> RunOutput:
-        """The run's result, without its transcript.
+        """The run's result; with its transcript only while that stays small.
 
-        Every item of the transcript is in history already (model replies, tool outputs);
-        repeating it in the result doubled a long run's history. It stays readable with the
-        `snapshot` and `transcript` queries, also after the run closed (`Runner`, `hitl show`).
+        Every item of the transcript is in history already (model replies, tool outputs), so
+        a long run's result leaves it out (`transcript_omitted`) instead of doubling its
+        history; the `snapshot` and `transcript` queries read it, also after the run closed.
         """
         s = self.s
         out = RunOutput(
             final_output=final,
             last_agent=agent.id,
             last_agent_name=agent.name,
-            input_items=[],
-            new_items=[],
+            input_items=s.input_items,
+            new_items=s.new_items,
             usage=s.usage,
             decisions=self.book.all_decisions(),
             turns=s.turn,
             run_id=workflow.info().run_id,
-            transcript_omitted=True,
         )
+        if encoded_size(out) > TRANSCRIPT_INLINE_BYTES:
+            out.input_items, out.new_items, out.transcript_omitted = [], [], True
         size = encoded_size(out)
         if size > MAX_RESULT_BYTES:  # completing with it would fail every workflow task
             raise RunFailure(

@@ -299,5 +299,5 @@ class RunOutput(WireModel):
     run_id: str = ""
     transcript_omitted: bool = False
     """The transcript was left out (`input_items` and `new_items` are empty): read it with the
-    `snapshot` query. Runs completed by this version always leave it out; older ones only when
-    it would have passed Temporal's payload limit."""
+    `snapshot` query. Left out when the result with it would pass `TRANSCRIPT_INLINE_BYTES`
+    (16 KB; older versions: Temporal's payload limit)."""

@@ -375,12 +375,12 @@ async def test_idempotency_key_is_workflow_and_call_id(
 async def test_the_result_leaves_the_transcript_in_history_once(
     ts_env: WorkflowEnvironment, ledger: Ledger
 ) -> None:
-    """The completion no longer repeats the transcript (it is in history already); Runner reads
-    it from the closed run by query, and so would `hitl show`."""
+    """A long run's completion does not repeat its transcript (it is in history already);
+    Runner reads it from the closed run by query, and so would `hitl show`."""
 
     def chatty(req: ModelRequest) -> ModelReply:
         if req.turn < 3:
-            return ModelReply.call("echo", {"text": f"note {req.turn} " + "x" * 2000})
+            return ModelReply.call("echo", {"text": f"note {req.turn} " + "x" * 6000})
         return ModelReply.say("done")
 
     agent = Agent(name="Chatty", tools=[echo], model=ScriptedModel(chatty, "tests.loop.chatty"))
@@ -396,7 +396,7 @@ async def test_the_result_leaves_the_transcript_in_history_once(
     [payload] = done.result.payloads
     out = json.loads(payload.data)
     assert (out["new_items"], out["input_items"], out["transcript_omitted"]) == ([], [], True)
-    assert len(payload.data) < 2000, "none of the three 2 KB tool outputs is repeated"
+    assert len(payload.data) < 2000, "none of the three 6 KB tool outputs is repeated"
     assert [i.type for i in result.new_items].count("tool_call_output_item") == 3
     assert result.to_input_list()[0] == {"role": "user", "content": "go"}
     assert result.final_output == "done"
