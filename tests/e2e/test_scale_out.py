@@ -43,7 +43,7 @@ RUNS = 50
 # A SIGKILLed worker cannot hand its cached runs back: their next workflow task waits on its
 # sticky queue for this long before any worker may take it (Temporal's default is 10 s). A short
 # timeout keeps the test quick; production keeps the default unless fast takeover matters more
-# than cache hits (README.md (Production)).
+# than cache hits (docs/production.md).
 STICKY = ["--sticky-queue-timeout", "2"]
 
 

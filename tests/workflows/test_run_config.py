@@ -533,7 +533,7 @@ async def test_a_context_with_a_custom_serializer_is_read_only_for_tools(
             serve=False,
         )
     # Rebuilt by the deserializer for each call; the first call's change was not kept (the
-    # README says so: workers cannot serialize such a context back).
+    # docs/configuration.md says so: workers cannot serialize such a context back).
     assert result.final_output == "n=2 / n=2"
 
 
