@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from temporalio.client import (
 )
 from temporalio.worker import Worker
 
-from hitl import Runner
+from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel
 from hitl.client import data_converter
 from hitl.wire import (
     WORKFLOW_TYPE,
@@ -30,7 +32,7 @@ from hitl.wire import (
     WaitInput,
 )
 from hitl.worker.devserver import DevServer
-from tests.agents import refund_agent, support_agent
+from tests.agents import cancel_order, refund_agent, support_agent
 from tests.helpers import (
     Ledger,
     WorkerProcess,
@@ -313,3 +315,58 @@ async def test_a_workflow_bug_stalls_the_run_until_the_fix_is_deployed(
         out = await handle.result()
     assert out.final_output == "cancel_order: Cancelled order 9"
     assert Ledger(ledger_path).count("cancel_order") == 1
+
+
+def slow_thinking(req: ModelRequest) -> ModelReply:
+    """Cancel order 11; the first call of the first turn lingers (the test kills its worker)."""
+    calls = os.environ.get("HITL_TEST_MODEL_CALLS")
+    if calls and req.turn == 0:
+        with open(calls, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        if len(Path(calls).read_text().splitlines()) == 1:
+            time.sleep(60)
+    if req.results_for("cancel_order"):
+        return ModelReply.say("cancelled")
+    return ModelReply.call("cancel_order", {"order_id": 11})
+
+
+thinker = Agent(
+    name="Slow thinker",
+    tools=[cancel_order],
+    model=ScriptedModel(slow_thinking, "tests.e2e.slow_thinking"),
+)
+
+
+async def test_worker_killed_during_the_model_call_asks_again_and_runs_nothing_early(
+    dev_server: DevServer, dev_client: Client, tmp_path: Path, ledger_path: Path
+) -> None:
+    """RELIABILITY.md #2: the model call is made again (it costs tokens, nothing else); no tool
+    runs before the model's answer is recorded, and the approved call has one effect."""
+    tq = queue_name("midmodel")
+    calls = tmp_path / "model-calls"
+    env = {"HITL_TEST_LEDGER": str(ledger_path), "HITL_TEST_MODEL_CALLS": str(calls)}
+    agents = "tests.e2e.test_dev_server:thinker"
+    first = WorkerProcess(dev_server.address, tq, env=env, agents=agents).start()
+    try:
+        handle = await dev_client.start_workflow(
+            WORKFLOW_TYPE,
+            RunInput(agent=thinker.name, input="cancel order 11"),
+            id=f"{tq}-run",
+            task_queue=tq,
+            result_type=RunOutput,
+        )
+        await wait_for(calls.exists, what="the model call to start")
+    finally:
+        first.kill()
+    assert Ledger(ledger_path).count("cancel_order") == 0
+    with WorkerProcess(dev_server.address, tq, env=env, agents=agents):
+        status = await handle.execute_update("wait", WaitInput(), result_type=RunStatus)
+        [pending] = status.pending
+        assert Ledger(ledger_path).count("cancel_order") == 0, "nothing ran before the decision"
+        await handle.execute_update("approve", DecisionInput(call_id=pending.call_id))
+        out = await asyncio.wait_for(handle.result(), 60)
+    assert out.final_output == "cancelled"
+    pids = calls.read_text().splitlines()
+    assert len(pids) == 2 and pids[0] != pids[1], "asked again, by the second worker"
+    assert Ledger(ledger_path).count("cancel_order") == 1
+    assert tool_activity_count(await handle.fetch_history()) == 1
