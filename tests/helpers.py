@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Self
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ListOpenWorkflowExecutionsRequest
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from hitl.agent import Agent
@@ -37,6 +39,91 @@ def record_effect(ctx: Any, tool: str) -> None:
 def queue_name(prefix: str = "tq") -> str:
     """A task queue nobody else uses."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+TIME_SKIPPING: set[int] = set()
+"""`id()` of clients of the time-skipping server (`ts_server` in conftest registers its own)."""
+
+QUIET_WAIT = 15.0
+"""How long a leaving worker waits for its runs to settle on the time-skipping server."""
+
+# Work a run has asked for and not got back yet: each opening event and the events that close it.
+_IN_FLIGHT: list[tuple[int, tuple[int, ...]]] = [
+    (
+        EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+        (
+            EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+            EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+            EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+        ),
+    ),
+    (
+        EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+        (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
+        ),
+    ),
+    (
+        EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
+        (
+            EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED,
+            EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED,
+        ),
+    ),
+    (
+        EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
+        (
+            EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED,
+            EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED,
+        ),
+    ),
+]
+
+
+def in_flight(hist: WorkflowHistory) -> list[str]:
+    """What a run still waits on a worker for: tasks, activities, child starts, signals sent."""
+    waiting = []
+    for opened, closers in _IN_FLIGHT:
+        n = event_count(hist, opened) - sum(event_count(hist, c) for c in closers)
+        if n > 0:
+            waiting.append(f"{n} x {EventType.Name(opened)}")
+    return waiting
+
+
+async def _settle(client: Client, task_queue: str) -> None:
+    """Wait until no open run on `task_queue` has work in flight (time-skipping server only).
+
+    The time-skipping server stops its virtual clock while any workflow task, activity or child
+    start is outstanding, and it keeps that lock when the run is terminated. A worker that leaves
+    a run mid-work would freeze the clock for every later test: their `sleep(days=...)` then
+    runs in wall time and its RPC times out. So a worker leaves only once its runs are quiet.
+    """
+    deadline = time.monotonic() + QUIET_WAIT
+    while True:
+        busy: dict[str, list[str]] = {}
+        listing = await client.workflow_service.list_open_workflow_executions(
+            ListOpenWorkflowExecutionsRequest(namespace=client.namespace, maximum_page_size=1000)
+        )
+        for run in listing.executions:
+            handle = client.get_workflow_handle(
+                run.execution.workflow_id, run_id=run.execution.run_id
+            )
+            hist = await handle.fetch_history()
+            started = hist.events[0].workflow_execution_started_event_attributes
+            if started.task_queue.name != task_queue:
+                continue
+            if waiting := in_flight(hist):
+                busy[run.execution.workflow_id] = waiting
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"runs on {task_queue} still have work in flight as their worker leaves: {busy}"
+            )
+        await asyncio.sleep(0.05)
 
 
 DEFAULT_CACHE = 100
@@ -59,6 +146,8 @@ async def serving(
     worker = build_worker(client, agents, options, allow=allow or [])
     async with worker:
         yield tq
+        if id(client) in TIME_SKIPPING:
+            await _settle(client, tq)
 
 
 class Attempt(NamedTuple):
