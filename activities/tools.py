@@ -5,18 +5,16 @@ Planning covers the approval policy, approval requests and argument checks.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import inspect
 import json
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from hitl.activities.context import context_value, rebuild_context
+from hitl.activities.heartbeat import heartbeat_timeout, heartbeating
 from hitl.agent import Agent
 from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied, UserAction
 from hitl.context import RunContextWrapper, ToolContext
@@ -242,8 +240,7 @@ class ToolActivities:
                     trip.message, trip.details, type=trip.type, non_retryable=True
                 )
         before = _context_snapshot(ctx.context, inp.context)
-        timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else None
-        async with _heartbeating(timeout):
+        async with heartbeating(heartbeat_timeout()):
             try:
                 result = await tool.invoke(ctx, inp.arguments, UserAction(primary_confirmed=True))
             except ToolArgumentsError as exc:
@@ -393,24 +390,3 @@ def _tripwire(tool: FunctionTool, name: str, result: ToolGuardrailFunctionOutput
         message=f"tool input guardrail {name!r} stopped the run at a call of {tool.name}",
         details={"guardrail": name, "output_info": output, "tool": tool.name},
     )
-
-
-@contextlib.asynccontextmanager
-async def _heartbeating(timeout: float | None) -> AsyncIterator[None]:
-    """Heartbeat in the background so a crashed worker is noticed within `timeout`."""
-    if not timeout:
-        yield
-        return
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(max(timeout / 3, 0.1))
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

@@ -94,6 +94,9 @@ READ_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
     maximum_attempts=10,
 )
+READ_HEARTBEAT = timedelta(seconds=5)
+"""`read_run` beats while its query waits: a worker killed mid-read is noticed in 5 s, not
+after the 30 s start-to-close (the soak saw such 30 s stalls)."""
 MODEL_TIMEOUT = timedelta(seconds=180)
 LOCAL_TIMEOUT = timedelta(seconds=30)
 
@@ -449,6 +452,7 @@ class Steps:
             inp,
             result_type=ReadRunOutput,
             start_to_close_timeout=timedelta(seconds=30),
+            heartbeat_timeout=READ_HEARTBEAT,
             retry_policy=READ_RETRY,
         )
         return out

@@ -8,7 +8,10 @@ the real server does not do, and nothing here needs time skipping.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -26,7 +29,16 @@ from hitl import (
     function_tool,
 )
 from hitl.wire import DecisionInput, RunOutput, RunStatus
-from tests.helpers import ROOT, Ledger, activity_count, history, record_effect, serving, wait_for
+from tests.helpers import (
+    ROOT,
+    Ledger,
+    activity_count,
+    history,
+    queue_name,
+    record_effect,
+    serving,
+    wait_for,
+)
 
 
 @function_tool(needs_approval=True)
@@ -520,3 +532,40 @@ async def test_always_approve_reaches_a_nested_run_already_running(
         ("person", "root"),
         ("always_rule", "workflow"),
     ]
+
+
+async def test_reading_a_run_beats_while_its_query_waits(dev_client: Client) -> None:
+    """`read_run` waits on the other run's worker; it heartbeats meanwhile, so when its own
+    worker dies the attempt is retried after the heartbeat timeout, not the 30 s timeout."""
+    from temporalio.testing import ActivityEnvironment
+
+    from hitl.activities.runs import read_run
+    from hitl.wire import QUERY_REPORT, ReadRunInput
+
+    # A run nobody serves: a query to it waits (the server holds it for a worker).
+    silent = await dev_client.start_workflow(
+        "AgentRun",
+        {"agent": "nobody", "input": "x"},
+        id=queue_name("silent"),
+        task_queue=queue_name(),
+    )
+    beats = 0
+    env = ActivityEnvironment(client=dev_client)
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=0.3))
+
+    def on_heartbeat(*_: object) -> None:
+        nonlocal beats
+        beats += 1
+
+    env.on_heartbeat = on_heartbeat
+    reading = asyncio.create_task(
+        env.run(read_run, ReadRunInput(workflow_id=silent.id, query=QUERY_REPORT, call_id="c"))
+    )
+    try:
+        await wait_for(lambda: beats >= 3, timeout=10, what="three heartbeats mid-query")
+        assert not reading.done(), "the query is still waiting"
+    finally:
+        env.cancel()
+        with contextlib.suppress(BaseException):
+            await reading
+        await silent.terminate("test over")

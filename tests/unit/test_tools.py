@@ -171,7 +171,7 @@ async def test_the_activity_beats_while_a_sync_tool_blocks() -> None:
 
     from temporalio.testing import ActivityEnvironment
 
-    from hitl.activities.tools import _heartbeating
+    from hitl.activities.heartbeat import heartbeating
 
     beats = 0
     enough = threading.Event()
@@ -186,7 +186,7 @@ async def test_the_activity_beats_while_a_sync_tool_blocks() -> None:
         return enough.wait(timeout=30)
 
     async def attempt() -> bool:
-        async with _heartbeating(0.3):
+        async with heartbeating(0.3):
             return await asyncio.to_thread(blocking_tool)
 
     env = ActivityEnvironment()
