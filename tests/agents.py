@@ -297,3 +297,33 @@ bulk_agent = Agent(
     tools=[cancel_order],
     model=ScriptedModel(bulk_script, "tests.bulk"),
 )
+
+# ----------------------------------------------------------------------------- soak: deadlines
+
+
+@function_tool(needs_approval=True, approval_timeout=4.0)
+def hold_stock(ctx: ToolContext[object], order_id: int) -> str:
+    """Hold stock for an order; the approval lapses after 4 s (the soak lets it expire).
+
+    Args:
+        order_id: The order whose stock to hold.
+    """
+    record(ctx, "hold_stock")
+    return f"Held stock for order {order_id}"
+
+
+def holding_script(req: ModelRequest) -> ModelReply:
+    """Hold stock for the order in the message, then report the tool's output."""
+    results = req.results_for("hold_stock")
+    if results:
+        return ModelReply.say(results[0].output or "")
+    order = re.search(r"\d+", req.last_user_text())
+    return ModelReply.call("hold_stock", {"order_id": int(order.group()) if order else 0})
+
+
+holding_agent: Agent[None] = Agent(
+    name="Stock holder",
+    instructions="Hold stock when asked; a person has 4 s to approve.",
+    tools=[hold_stock],
+    model=ScriptedModel(holding_script, "tests.holding"),
+)
