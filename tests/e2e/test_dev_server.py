@@ -5,24 +5,30 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from temporalio import workflow
-from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType, TimeoutType, UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel
 from hitl.client import data_converter
 from hitl.wire import (
+    UPDATE_APPROVE,
     WORKFLOW_TYPE,
     DecisionInput,
     DecisionRecord,
@@ -31,7 +37,7 @@ from hitl.wire import (
     RunStatus,
     WaitInput,
 )
-from hitl.worker.devserver import DevServer
+from hitl.worker.devserver import DevServer, temporal_binary
 from tests.agents import cancel_order, refund_agent, support_agent
 from tests.helpers import (
     Ledger,
@@ -274,6 +280,90 @@ async def test_dev_server_restart_keeps_parked_runs(
         f"cancel_order: Cancelled order {n}" for n in (1, 2, 3)
     ]
     assert Ledger(ledger_path).count() == 3
+
+
+ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+
+
+async def _update_stage(client: Client, wid: str, update_id: str) -> int | None:
+    """The stage the server holds an update at (None: it does not know the update)."""
+    request = PollWorkflowExecutionUpdateRequest(
+        namespace=client.namespace,
+        update_ref=UpdateRef(
+            workflow_execution=WorkflowExecution(workflow_id=wid), update_id=update_id
+        ),
+        wait_policy=WaitPolicy(lifecycle_stage=ADMITTED),
+    )
+    try:
+        response = await client.workflow_service.poll_workflow_execution_update(request)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return int(response.stage)
+
+
+async def test_a_server_killed_with_an_update_in_flight_applies_it_once(
+    tmp_path: Path, ledger_path: Path
+) -> None:
+    """RELIABILITY.md #16: `temporal workflow update execute` is in flight (admitted, no worker
+    has accepted it) when the server is SIGKILLed. The CLI retries with the same update id once
+    the server is back; the decision is applied once and the tool runs once."""
+    server = DevServer(db_filename=tmp_path / "inflight.db", log_file=tmp_path / "s.log").start()
+    tq = queue_name("inflight")
+    env = {"HITL_TEST_LEDGER": str(ledger_path)}
+    cli: subprocess.Popen[str] | None = None
+    try:
+        client = await Client.connect(server.address, data_converter=data_converter())
+        with WorkerProcess(server.address, tq, env=env):
+            result = await Runner.run(
+                refund_agent, "refund order 7", client=client, task_queue=tq, serve=False
+            )
+        [item] = result.interruptions
+        wid, update_id = result.workflow_id, "approve-once"
+        # No worker now: the update waits at the server, admitted but not accepted.
+        cli = subprocess.Popen(  # noqa: ASYNC220 (it runs in the background while we kill)
+            [
+                temporal_binary(),
+                *("workflow", "update", "execute", "--address", server.address),
+                *("--workflow-id", wid, "--name", UPDATE_APPROVE, "--update-id", update_id),
+                *("--input", json.dumps({"call_id": item.call_id, "approver": "ops"})),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+        async def in_flight() -> bool:
+            return await _update_stage(client, wid, update_id) == ADMITTED
+
+        await wait_for(in_flight, what="the CLI's update to be admitted")
+        server.kill()
+        server.start()
+        client = await Client.connect(server.address, data_converter=data_converter())
+        assert cli.poll() is None, "the CLI is still retrying its call"
+        with WorkerProcess(server.address, tq, env=env):
+            output, _ = await asyncio.to_thread(cli.communicate, timeout=60)
+            handle = client.get_workflow_handle(wid, result_type=RunOutput)
+            out = await asyncio.wait_for(handle.result(), 60)
+        assert cli.returncode == 0, output
+        hist = await handle.fetch_history()
+    finally:
+        if cli and cli.poll() is None:
+            cli.kill()
+        server.stop()
+    assert out.final_output == "Refunded order 7"
+    approvals = [
+        e.workflow_execution_update_accepted_event_attributes.protocol_instance_id
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+        and e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        == UPDATE_APPROVE
+    ]
+    assert approvals == [update_id], "applied once, under the CLI's id"
+    assert [(d.call_id, d.approver) for d in out.decisions] == [(item.call_id, "ops")]
+    assert Ledger(ledger_path).count() == 1
+    assert tool_activity_count(hist) == 1
 
 
 @workflow.defn(name="AgentRun", sandboxed=False)
