@@ -7,13 +7,10 @@ the id of the child it started; a child knows its parent from `workflow.info().p
 
 from __future__ import annotations
 
-from typing import Any
-
 from temporalio import activity
-from temporalio.client import WorkflowHandle, WorkflowQueryFailedError
+from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from hitl.activities.heartbeat import heartbeat_timeout, heartbeating
 from hitl.wire import ACT_READ_RUN, ChildReport, FromRoot, ReadRunInput, ReadRunOutput
 
 
@@ -21,11 +18,6 @@ from hitl.wire import ACT_READ_RUN, ChildReport, FromRoot, ReadRunInput, ReadRun
 async def read_run(inp: ReadRunInput) -> ReadRunOutput:
     """Query `__hitl_report` or `__hitl_mail` of another run; nothing when it is gone."""
     handle = activity.client().get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
-    async with heartbeating(heartbeat_timeout()):
-        return await _query(handle, inp)
-
-
-async def _query(handle: WorkflowHandle[Any, Any], inp: ReadRunInput) -> ReadRunOutput:
     try:
         if inp.query == "__hitl_report":
             report: ChildReport = await handle.query(inp.query, result_type=ChildReport)

@@ -145,6 +145,13 @@ class ToolActivities:
             notes.append(f"the approval predicate failed ({exc!r}), so a person must decide")
         if not needs:
             return CallPlan(call_id=call.call_id, needs_approval=False)
+        try:
+            required = await tool.evaluate_required_approvals(ctx, params, call.call_id)
+        except Exception as exc:
+            # Fail safe again: when the count cannot be had, two people decide.
+            log.warning("required_approvals of %s failed: %r", call.tool_name, exc)
+            required = 2
+            notes.append(f"required_approvals failed ({exc!r}), so two people must approve")
         if pre_approval_guardrails and tool.tool_input_guardrails:
             data = ToolInputGuardrailData(
                 context=ToolContext(
@@ -206,6 +213,7 @@ class ToolActivities:
             request=_request_data(request, agent, tool, "; ".join(notes) or None),
             policy=policy,
             note="; ".join(notes) or None,
+            required_approvals=required,
         )
 
     @activity.defn(name=ACT_EXECUTE_TOOL)
@@ -279,12 +287,13 @@ class ToolActivities:
     async def rejection_text(self, inp: RejectionTextInput) -> RejectionTextOutput:
         """The text the model sees for a rejected call without a message.
 
-        A tool that takes a `UserAction` is asked (with `primary_confirmed=False`, so it does no
-        real work); otherwise the run's `tool_error_formatter`; otherwise the default.
+        A tool that takes a `UserAction` and declares `called_on_rejection` is asked (with
+        `primary_confirmed=False`, so it does no real work); otherwise the run's
+        `tool_error_formatter`; otherwise the default.
         """
         tool = self.registry.tool(inp.root_agent, inp.agent_id, inp.tool_name)
         try:
-            if tool is not None and tool.receives_user_action:
+            if tool is not None and tool.receives_user_action and tool.called_on_rejection:
                 expired = inp.decision is not None and inp.decision.source == "deadline"
                 action = UserAction(primary_confirmed=False, secondary_confirmed=not expired)
                 ctx = self._tool_context(inp.root_agent, inp.agent_id, inp, 1)

@@ -76,7 +76,9 @@ def write_request(params: dict[str, Any]) -> ApprovalRequest:
     )
 
 
-@function_tool(needs_approval=True, approval_request=write_request)
+# called_on_rejection: a cancelled edit reaches the tool (primary_confirmed=False), which tells
+# the model in its own words that the file was not changed.
+@function_tool(needs_approval=True, approval_request=write_request, called_on_rejection=True)
 def write_file(path: str, content: str, action: UserAction) -> str:
     """Write a text file in the workspace (replaces its content).
 

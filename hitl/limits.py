@@ -52,6 +52,8 @@ Every item is in history already; a larger transcript is left out of the result 
 query (`snapshot`), which costs a replay of the closed run (tens of milliseconds). Small runs
 keep it inline so `Runner.run` returns without that query."""
 
+MAX_REQUIRED_APPROVALS = 10
+"""Distinct approvers a tool may require for one call (four eyes is 2)."""
 MAX_REFUSED_KEPT = 50
 """Refused messages a run keeps (the latest), for `status` and `hitl show`."""
 MAX_WAITING_UPDATES = 5

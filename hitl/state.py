@@ -56,6 +56,8 @@ class ToolApprovalItem:
             e.g. `["Desk", "research", "Researcher"]` (empty when the run did not say).
         owner_workflow_id: The run that owns the call: a nested run's workflow id for calls
             inside agent tools, else the root run's (`None` when the run did not say).
+        required_approvals: Distinct people who must approve the call (four eyes: 2).
+        approved_by: Who has approved it so far, while more approvals are needed.
     """
 
     call_id: str
@@ -68,6 +70,8 @@ class ToolApprovalItem:
     request: ApprovalRequestData | None = None
     path: list[str] = field(default_factory=list)
     owner_workflow_id: str | None = None
+    required_approvals: int = 1
+    approved_by: list[str] = field(default_factory=list)
 
     @property
     def tool_name(self) -> str:
@@ -96,6 +100,8 @@ class ToolApprovalItem:
             "request": self.request.model_dump(mode="json") if self.request else None,
             "path": list(self.path),
             "owner_workflow_id": self.owner_workflow_id,
+            "required_approvals": self.required_approvals,
+            "approved_by": list(self.approved_by),
         }
 
 
@@ -116,6 +122,8 @@ def items_from_pending(
             request=p.request,
             path=list(p.path),
             owner_workflow_id=p.workflow_id or workflow_id,
+            required_approvals=p.required_approvals,
+            approved_by=[a.approver for a in p.approvals],
         )
         for p in pending
     ]
@@ -251,6 +259,8 @@ class RunState:
                     ),
                     path=[str(a) for a in i.get("path") or []],
                     owner_workflow_id=i.get("owner_workflow_id"),
+                    required_approvals=int(i.get("required_approvals") or 1),
+                    approved_by=[str(a) for a in i.get("approved_by") or []],
                 )
                 for i in data.get("interruptions", [])
             ]

@@ -16,6 +16,7 @@ from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenie
 from hitl.context import RunContextWrapper, ToolContext, is_context_annotation
 from hitl.errors import UserError
 from hitl.guardrails import ToolInputGuardrail
+from hitl.limits import MAX_REQUIRED_APPROVALS
 from hitl.schema import ensure_strict_json_schema, parse_docstring
 from hitl.wire import ApprovalMode, ToolSpec
 
@@ -28,6 +29,12 @@ ApprovalPredicate: TypeAlias = Callable[
     [RunContextWrapper[Any], dict[str, Any], str], bool | Awaitable[bool]
 ]
 """`(ctx, params, call_id) -> bool`, sync or async; runs in an activity, never in the workflow."""
+
+RequiredApprovalsFunction: TypeAlias = Callable[
+    [RunContextWrapper[Any], dict[str, Any], str], int | Awaitable[int]
+]
+"""`(ctx, params, call_id) -> int`, sync or async: how many distinct people must approve this
+call (e.g. 2 for refunds over $1,000); runs in an activity, never in the workflow."""
 
 ApprovalRequestFunction: TypeAlias = Callable[..., Any]
 """`(params) -> ApprovalRequest | str` or `(ctx, params) -> ...`, sync or async, no side effects."""
@@ -67,6 +74,12 @@ class FunctionTool:
             (`RunConfig(auto_approve=True)`), calls are approved without a person.
         approver: A programmatic approver `(ctx, ApprovalCall) -> ToolApproved | ToolDenied |
             None` consulted before a person (`None` defers to a person).
+        required_approvals: Distinct people who must approve a call (four eyes: 2), or
+            `(ctx, params, call_id) -> int` deciding per call. Only people approve such a
+            call; one rejection rejects it.
+        called_on_rejection: A tool that takes a `UserAction` is also called when its call is
+            rejected or expires (with `primary_confirmed=False`), and what it returns is what
+            the model sees. Off by default: a rejected call runs no tool code.
     """
 
     name: str
@@ -85,6 +98,8 @@ class FunctionTool:
     tool_input_guardrails: list[ToolInputGuardrail] = field(default_factory=list)
     timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result"
     approvers: list[str] = field(default_factory=list)
+    required_approvals: int | RequiredApprovalsFunction = 1
+    called_on_rejection: bool = False
     _args_model: type[BaseModel] | None = field(default=None, repr=False)
     _takes_context: bool = field(default=False, repr=False)
     _user_action_param: str | None = field(default=None, repr=False)
@@ -115,6 +130,11 @@ class FunctionTool:
             input_guardrails=[g.get_name() for g in self.tool_input_guardrails],
             timeout_behavior=self.timeout_behavior,
             approvers=list(self.approvers),
+            required_approvals=(
+                self.required_approvals if isinstance(self.required_approvals, int) else 1
+            ),
+            required_approvals_fn=callable(self.required_approvals),
+            called_on_rejection=self.called_on_rejection,
         )
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
@@ -193,6 +213,27 @@ class FunctionTool:
             result = await result
         return bool(result)
 
+    async def evaluate_required_approvals(
+        self, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> int | None:
+        """How many approvers this call needs, when a callable decides (in an activity)."""
+        count = self.required_approvals
+        if not callable(count):
+            return None
+        result = count(ctx, params, call_id)
+        if inspect.isawaitable(result):
+            result = await result
+        if (
+            not isinstance(result, int)
+            or isinstance(result, bool)
+            or not 1 <= result <= MAX_REQUIRED_APPROVALS
+        ):
+            raise ValueError(
+                f"required_approvals of {self.name!r} must return an int from 1 to "
+                f"{MAX_REQUIRED_APPROVALS}, got {result!r}"
+            )
+        return result
+
 
 def _build_args_model(
     func: Callable[..., Any], name: str, param_docs: dict[str, str]
@@ -248,6 +289,8 @@ def function_tool(
     tool_input_guardrails: list[ToolInputGuardrail] | None = None,
     timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result",
     approvers: list[str] | None = None,
+    required_approvals: int | RequiredApprovalsFunction = 1,
+    called_on_rejection: bool = False,
 ) -> Callable[[ToolFunction], FunctionTool]: ...
 
 
@@ -269,6 +312,8 @@ def function_tool(
     tool_input_guardrails: list[ToolInputGuardrail] | None = None,
     timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result",
     approvers: list[str] | None = None,
+    required_approvals: int | RequiredApprovalsFunction = 1,
+    called_on_rejection: bool = False,
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
     """Turn a function into a tool; its JSON schema comes from the signature and docstring.
 
@@ -298,6 +343,13 @@ def function_tool(
             (`"error_as_result"`) or fail the run with `ToolTimeoutError`.
         approvers: Who may decide this tool's calls (approver ids, e.g. `["finance-lead"]`);
             others are refused with `NotAuthorized`. Empty: anyone (or the run's list).
+        required_approvals: Distinct approvers a call needs before it runs (four eyes: 2),
+            or `(ctx, params, call_id) -> int`, evaluated in an activity. Each approval must
+            name its approver; rules, approver callbacks and auto-approval never approve such
+            a call (they may reject it); one rejection rejects it.
+        called_on_rejection: For a tool that takes a `UserAction`: also call it (with
+            `primary_confirmed=False`) when its call is rejected or expires, so it can word
+            the answer the model sees. Default: rejected calls run no tool code.
 
     A parameter annotated `UserAction` receives the person's action at execution (and is not
     shown to the model); the tool must act only when `action.primary_confirmed` is true.
@@ -308,9 +360,15 @@ def function_tool(
             raise UserError("@function_tool decorates a function")
         if not (isinstance(needs_approval, bool) or callable(needs_approval)):
             raise UserError("needs_approval must be True, False or a callable")
+        _check_required_approvals(required_approvals, needs_approval)
         name = name_override or fn.__name__
         description, param_docs = parse_docstring(fn.__doc__)
         model, takes_context, user_action = _build_args_model(fn, name, param_docs)
+        if called_on_rejection and user_action is None:
+            raise UserError(
+                f"called_on_rejection needs a UserAction parameter on {name!r} (it is how the "
+                "tool learns the call was rejected)"
+            )
         schema = model.model_json_schema()
         schema.pop("title", None)
         if strict_mode:
@@ -332,6 +390,8 @@ def function_tool(
             tool_input_guardrails=list(tool_input_guardrails or []),
             timeout_behavior=timeout_behavior,
             approvers=list(approvers or []),
+            required_approvals=required_approvals,
+            called_on_rejection=called_on_rejection,
             _args_model=model,
             _takes_context=takes_context,
             _user_action_param=user_action,
@@ -340,6 +400,24 @@ def function_tool(
     if func is not None:
         return build(func)
     return build
+
+
+def _check_required_approvals(
+    count: int | RequiredApprovalsFunction, needs_approval: bool | ApprovalPredicate
+) -> None:
+    if callable(count):
+        if needs_approval is False:
+            raise UserError("required_approvals needs needs_approval (True or a predicate)")
+        return
+    if not isinstance(count, int) or isinstance(count, bool):
+        raise UserError("required_approvals must be an int or a callable")
+    if not 1 <= count <= MAX_REQUIRED_APPROVALS:
+        raise UserError(f"required_approvals must be from 1 to {MAX_REQUIRED_APPROVALS}")
+    if count > 1 and needs_approval is False:
+        raise UserError(
+            f"required_approvals={count} needs needs_approval (True or a predicate): "
+            "a call that needs no approval has no approvers"
+        )
 
 
 def tool_output_text(value: Any) -> str:

@@ -327,3 +327,33 @@ holding_agent: Agent[None] = Agent(
     tools=[hold_stock],
     model=ScriptedModel(holding_script, "tests.holding"),
 )
+
+# ----------------------------------------------------------------------------- four eyes
+
+
+@function_tool(needs_approval=True, required_approvals=2, approvers=["ann", "bob", "cy"])
+def release_funds(ctx: ToolContext[object], amount: int) -> str:
+    """Release funds (two people from finance must approve).
+
+    Args:
+        amount: Dollars.
+    """
+    record(ctx, "release_funds")
+    return f"Released ${amount}"
+
+
+def treasury_script(req: ModelRequest) -> ModelReply:
+    """Release the amount in the message, then report the tool's output."""
+    results = req.results_for("release_funds")
+    if results:
+        return ModelReply.say(results[0].output or "")
+    amount = re.search(r"\d+", req.last_user_text())
+    return ModelReply.call("release_funds", {"amount": int(amount.group()) if amount else 0})
+
+
+treasury_agent: Agent[None] = Agent(
+    name="Treasury",
+    instructions="Release funds when asked; two people from finance approve.",
+    tools=[release_funds],
+    model=ScriptedModel(treasury_script, "tests.treasury"),
+)

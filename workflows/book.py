@@ -18,6 +18,7 @@ from datetime import datetime
 
 from hitl.limits import MAX_APPROVER_CHARS, MAX_CALL_ID_CHARS, MAX_TEXT_CHARS, text_problem
 from hitl.wire import (
+    Approval,
     CallRecord,
     CarriedState,
     ChildReport,
@@ -73,6 +74,56 @@ def _check_deadline(d: DecisionInput, deadline: datetime | None, now: datetime |
         )
 
 
+def _one_of_several(
+    d: DecisionInput, tool: str, required: int, approvals: list[Approval]
+) -> DecisionRecord | None:
+    """Check one approval of a call that needs `required` distinct approvers.
+
+    Returns the answer already given when `d` repeats an approval (a retry); raises when the
+    approval cannot count: it names no approver, asks for `always`, or comes from someone who
+    already approved the call differently.
+    """
+    if not d.approver:
+        raise refusal(
+            "InvalidDecision",
+            f"call '{d.call_id}' needs {required} different approvers: name yours (approver)",
+        )
+    if d.always:
+        raise refusal(
+            "InvalidDecision",
+            f"call '{d.call_id}' needs {required} approvers, so no standing rule can approve "
+            "it (always)",
+        )
+    given = next((a for a in approvals if a.approver == d.approver), None)
+    if given is None:
+        return None
+    if given.answers(d):
+        return partial_record(d.call_id, tool, approvals, required)
+    raise refusal(
+        "AlreadyDecided",
+        f"{d.approver} already approved call '{d.call_id}'; it needs "
+        f"{required - len(approvals)} more approval(s) from someone else",
+    )
+
+
+def partial_record(
+    call_id: str, tool: str, approvals: list[Approval], required: int
+) -> DecisionRecord:
+    """The answer to an approval that was not the last one needed (nothing is decided yet)."""
+    last = approvals[-1]
+    return DecisionRecord(
+        call_id=call_id,
+        tool_name=tool,
+        kind="approve",
+        approver=last.approver,
+        reason=last.reason,
+        via=last.via,
+        decided_at=last.approved_at,
+        approvals=list(approvals),
+        still_needed=required - len(approvals),
+    )
+
+
 @dataclass
 class ChildView:
     """What a run knows about one nested run it started (an agent-tool call in flight)."""
@@ -85,6 +136,8 @@ class ChildView:
     """Bumped whenever decisions or rules for the nested run change."""
     decided: dict[str, DecisionRecord] = field(default_factory=dict)
     """Decisions for the nested run, by its (relative) call id: its mail."""
+    approvals: dict[str, list[Approval]] = field(default_factory=dict)
+    """Approvals given here for its calls that need several, while more are needed."""
     stale: bool = False
     """The nested run asked to be read again."""
     done: bool = False
@@ -93,7 +146,11 @@ class ChildView:
         """The nested run's reported pending calls not yet decided here."""
         if self.done or self.report is None:
             return []
-        return [p for p in self.report.pending if p.call_id not in self.decided]
+        return [
+            p.model_copy(update={"approvals": self.approvals.get(p.call_id, [])})
+            for p in self.report.pending
+            if p.call_id not in self.decided
+        ]
 
     def waiting_for_person(self) -> bool:
         """True when the nested run is blocked on a person and knows every decision sent."""
@@ -204,6 +261,8 @@ class ApprovalBook:
                 workflow_id=workflow_id,
                 approvers=c.approvers,
                 deadline=c.deadline,
+                required_approvals=c.required_approvals,
+                approvals=c.approvals,
             )
             for c in self.awaiting()
         ]
@@ -257,6 +316,10 @@ class ApprovalBook:
             pending = next(p for p in view.pending() if p.call_id == rest)
             _check_approver(d, pending.tool_name, pending.approvers)
             _check_deadline(d, pending.deadline, now)
+            if kind == "approve" and pending.required_approvals > 1:
+                return _one_of_several(
+                    d, pending.tool_name, pending.required_approvals, pending.approvals
+                )
             return None
         call = self.calls.get(d.call_id)
         if call is None:
@@ -269,6 +332,8 @@ class ApprovalBook:
             )
         _check_approver(d, call.tool_name, call.approvers)
         _check_deadline(d, call.deadline, now)
+        if kind == "approve" and call.required_approvals > 1:
+            return _one_of_several(d, call.tool_name, call.required_approvals, call.approvals)
         return None
 
     def _nested_target(self, call_id: str) -> tuple[ChildView, str]:
@@ -294,13 +359,25 @@ class ApprovalBook:
         if SEP in d.call_id:
             view, rest = self._nested_target(d.call_id)
             pending = next(p for p in view.pending() if p.call_id == rest)
+            approvals = self._count(
+                kind, d, now, via, view.approvals.setdefault(rest, []), pending.required_approvals
+            )
+            if kind == "approve" and 0 < len(approvals) < pending.required_approvals:
+                return partial_record(
+                    d.call_id, pending.tool_name, approvals, pending.required_approvals
+                )
             rec = self._new_record(d.call_id, pending.tool_name, kind, d, now, source, via)
+            rec.approvals = approvals
             self._store(rec)
             self._mail(view, rest, rec)
             agent_id = pending.agent_id
         else:
             call = self.calls[d.call_id]
+            approvals = self._count(kind, d, now, via, call.approvals, call.required_approvals)
+            if kind == "approve" and 0 < len(approvals) < call.required_approvals:
+                return partial_record(d.call_id, call.tool_name, approvals, call.required_approvals)
             rec = self._new_record(d.call_id, call.tool_name, kind, d, now, source, via)
+            rec.approvals = approvals
             self._apply(call, rec)
             agent_id = call.agent_id
         if d.always:
@@ -316,6 +393,22 @@ class ApprovalBook:
             )
         return rec
 
+    @staticmethod
+    def _count(
+        kind: DecisionKind,
+        d: DecisionInput,
+        now: datetime,
+        via: DecisionVia,
+        approvals: list[Approval],
+        required: int,
+    ) -> list[Approval]:
+        """Add an approval to a call's list (kept only for calls that need several)."""
+        if kind == "approve" and required > 1 and d.approver:
+            approvals.append(
+                Approval(approver=d.approver, reason=d.reason, via=via, approved_at=now)
+            )
+        return list(approvals)
+
     def _mail(self, view: ChildView, rest: str, rec: DecisionRecord) -> None:
         view.decided[rest] = rec.model_copy(update={"call_id": rest})
         view.seq += 1
@@ -329,6 +422,8 @@ class ApprovalBook:
         an approver list is never bypassed by a rule.
         """
         for rule in reversed(self.s.rules):
+            if rule.kind == "approve" and call.required_approvals > 1:
+                continue  # several people must approve it, each one in person
             if rule.covers(call.agent_id, call.tool_name) and may_decide(
                 rule.approver, call.approvers
             ):

@@ -84,6 +84,11 @@ class Decisions:
                 raise refusal(
                     "InvalidDecision", f"call '{d.call_id}' is both approved and rejected"
                 )
+            if d.approver and sum(x.call_id == d.call_id for x in req.decisions) > 1:
+                # One request is one caller: it cannot be two of a call's approvers.
+                raise refusal(
+                    "InvalidDecision", f"call '{d.call_id}' appears more than once in one request"
+                )
         if req.context is not None:
             self._check_new_context(req.context)
         return req

@@ -94,9 +94,9 @@ READ_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
     maximum_attempts=10,
 )
-READ_HEARTBEAT = timedelta(seconds=5)
-"""`read_run` beats while its query waits: a worker killed mid-read is noticed in 5 s, not
-after the 30 s start-to-close (the soak saw such 30 s stalls)."""
+QUIET_REJECTION_PATCH = "hitl-rejection-runs-no-tool"
+"""Runs before it called every `UserAction` tool on rejection; later ones only those that
+declare `called_on_rejection`."""
 MODEL_TIMEOUT = timedelta(seconds=180)
 LOCAL_TIMEOUT = timedelta(seconds=30)
 
@@ -380,7 +380,10 @@ class Steps:
     async def rejection_text(self, agent: AgentSpec, rec: CallRecord, tool: ToolSpec) -> str:
         """What the model sees for a call rejected without a message."""
         formatter = self.inp.run_config.tool_error_formatter
-        if not formatter and not tool.user_action:
+        asks_tool = tool.user_action and (
+            tool.called_on_rejection or not workflow.patched(QUIET_REJECTION_PATCH)
+        )
+        if not formatter and not asks_tool:
             return REJECTION_MESSAGE
         try:
             out: RejectionTextOutput = await workflow.execute_local_activity(
@@ -452,7 +455,6 @@ class Steps:
             inp,
             result_type=ReadRunOutput,
             start_to_close_timeout=timedelta(seconds=30),
-            heartbeat_timeout=READ_HEARTBEAT,
             retry_policy=READ_RETRY,
         )
         return out

@@ -11,6 +11,9 @@ decides, in this order, by
 3. an approver callback's answer;
 4. two-key auto-approval (the run's preset and the tool both allow it);
 5. otherwise a person: the call waits, with its approver list and deadline.
+
+A call that needs several approvers (four eyes) is approved only by people, each in person:
+rules, callbacks and auto-approval may reject it, never approve it.
 """
 
 from __future__ import annotations
@@ -136,13 +139,21 @@ def settle(
         rec.needs_approval = rec.needs_approval or tool.approval == "always"
         rec.approvers = tool.approvers or cfg.approvers
         plan = plans.get(rec.call_id)
+        # As with the approval itself, the pinned number is a floor a deploy cannot lower.
+        asked = plan.required_approvals if plan is not None else None
+        rec.required_approvals = max(tool.required_approvals, asked or 1)
+        several = rec.required_approvals > 1
         if not rec.needs_approval:
             rec.state = "approved"
         elif book.apply_rule(rec, now):
             pass  # a standing rule decided it (one its maker may make for this call)
-        elif plan is not None and plan.policy is not None:
+        elif (
+            plan is not None
+            and plan.policy is not None
+            and not (several and plan.policy.kind == "approve")
+        ):
             book.decide_by(rec, plan.policy, now)
-        elif cfg.auto_approve and tool.auto_approve:
+        elif cfg.auto_approve and tool.auto_approve and not several:
             book.auto_approve(rec, now)  # both keys on: the run's and the tool's
         else:
             rec.state = "awaiting_approval"

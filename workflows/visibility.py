@@ -139,6 +139,12 @@ def details(
         ]
         if c.deadline is not None:
             lines += [f"Decide before {c.deadline.isoformat()} (then it expires).", ""]
+        if c.required_approvals > 1:
+            so_far = ", ".join(f"`{a.approver}`" for a in c.approvals) or "nobody yet"
+            lines += [
+                f"Needs {c.required_approvals} different approvers; approved so far by {so_far}.",
+                "",
+            ]
         if c.request is not None:
             lines += [c.request.message, ""]
             if c.request.preview:

@@ -37,6 +37,7 @@ from hitl.wire import (
     DecisionKind,
     DecisionRecord,
     DecisionRequest,
+    PendingApproval,
     RunOutput,
     RunStatus,
 )
@@ -178,6 +179,7 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
                 result_type=RunStatus,
             )
             recorded = {r.call_id: r for r in after.decisions}
+            recorded |= {p.call_id: _half_record(p) for p in after.pending if p.approvals}
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         if isinstance(cause, ApplicationError):
@@ -197,4 +199,28 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
         verb = "approved" if verb == "approve" else "rejected"
         call, tool, run = one_line(rec.call_id), one_line(rec.tool_name), one_line(args.run)
         print(f"{verb} {call} ({tool}) on {run} {rest}")
+        if rec.still_needed:
+            so_far = ", ".join(one_line(a.approver) for a in rec.approvals)
+            print(
+                f"  it waits for {rec.still_needed} more approval(s) from someone else "
+                f"(approved so far by {so_far})"
+            )
+        elif len(rec.approvals) > 1 and rec.kind == "approve":
+            print(f"  approved by {', '.join(one_line(a.approver) for a in rec.approvals)}")
     return EXIT_OK
+
+
+def _half_record(p: PendingApproval) -> DecisionRecord:
+    """A call that needs several approvers, as the answer to one of its approvals."""
+    last = p.approvals[-1]
+    return DecisionRecord(
+        call_id=p.call_id,
+        tool_name=p.tool_name,
+        kind="approve",
+        approver=last.approver,
+        reason=last.reason,
+        via=last.via,
+        decided_at=last.approved_at,
+        approvals=list(p.approvals),
+        still_needed=p.required_approvals - len(p.approvals),
+    )

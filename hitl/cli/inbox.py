@@ -137,6 +137,8 @@ def _pending_rows(w: WorkflowExecution, status: RunStatus) -> list[_Row]:
     rows: list[_Row] = []
     for p in status.pending:
         title = p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}"
+        if p.required_approvals > 1:
+            title = f"[{len(p.approvals)}/{p.required_approvals} approved] {title}"
         cells = [
             one_line(status.workflow_id),
             one_line(p.call_id),
@@ -331,6 +333,11 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
         )
         if p.deadline is not None:
             print(f"    decide before {p.deadline.isoformat()} (then it expires)")
+        if p.required_approvals > 1:
+            so_far = ", ".join(one_line(a.approver) for a in p.approvals) or "nobody yet"
+            print(
+                f"    needs {p.required_approvals} different approvers; approved so far by {so_far}"
+            )
         if p.workflow_id and p.workflow_id != st.workflow_id:
             print(f"    in nested run {one_line(p.workflow_id)} (decide it here, on the root run)")
         if req is not None:
@@ -354,6 +361,9 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
         for d in st.decisions:
             who = one_line(d.approver or d.source.replace("_", " "))
             extra = f": {one_line(d.message)}" if d.message else ""
+            others = [one_line(a.approver) for a in d.approvals if a.approver != d.approver]
+            if others:
+                extra += f" (approved before by {', '.join(others)})"
             call = f"{one_line(d.call_id)} {one_line(d.tool_name)}"
             print(f"  {call}: {d.kind} by {who} ({d.source}){extra}")
     if st.refused:

@@ -182,6 +182,9 @@ class CallPlan(WireModel):
     by_policy: bool = False
     """The refusal is a policy's answer (a guardrail), not a mistake of the model: it does not
     count toward `max_consecutive_bad_turns`."""
+    required_approvals: int | None = None
+    """What the tool's `required_approvals` callable asked for these arguments (`None`: the
+    tool has a number, pinned in the graph)."""
 
 
 class PlanToolsOutput(WireModel):

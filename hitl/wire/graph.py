@@ -77,12 +77,19 @@ class ToolSpec(WireModel):
     """The tool's key of two-key auto-approval (the run's preset is the other key)."""
     approvers: list[str] = Field(default_factory=list)
     """Who may decide this tool's calls (empty: anyone; overrides the run's list)."""
+    required_approvals: int = 1
+    """Distinct approvers a call needs (four eyes: 2); the least, when a callable decides."""
+    required_approvals_fn: bool = False
+    """The tool decides per call how many approvers it needs (evaluated in `plan_tools`)."""
     approval_request: bool = False
     """The tool renders its own approval request (title, message, preview)."""
     approver: bool = False
     """The tool has a programmatic approver callback."""
     user_action: bool = False
     """The tool receives the person's action (`UserAction`) when it executes."""
+    called_on_rejection: bool = False
+    """A `UserAction` tool that is also called (not confirmed) when its call is rejected or
+    expires, to word the answer the model sees."""
     input_guardrails: list[str] = Field(default_factory=list)
     """Names of the tool's input guardrails (they run in activities)."""
     timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result"

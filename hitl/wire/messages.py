@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field
 from hitl.wire.base import WireModel
 from hitl.wire.names import DecisionKind, Phase
 from hitl.wire.runs import (
+    Approval,
     ApprovalRequestData,
     DecisionRecord,
     RefusedDecision,
@@ -75,6 +76,10 @@ class PendingApproval(WireModel):
     """Who may decide it (empty: anyone)."""
     deadline: datetime | None = None
     """When it stops waiting (the tool's `approval_timeout`)."""
+    required_approvals: int = 1
+    """Distinct people who must approve it (four eyes: 2); one rejection rejects it."""
+    approvals: list[Approval] = Field(default_factory=list)
+    """Who has approved it so far, while more approvals are needed."""
 
 
 class ChildReport(WireModel):

@@ -152,6 +152,25 @@ class CallRecord(WireModel):
     request: ApprovalRequestData | None = None
     approvers: list[str] = Field(default_factory=list)
     deadline: datetime | None = None
+    required_approvals: int = 1
+    """Distinct people who must approve before the call runs (four eyes: 2)."""
+    approvals: list[Approval] = Field(default_factory=list)
+    """Approvals so far, while more are needed."""
+
+
+class Approval(WireModel):
+    """One person's approval of a call that needs several (four eyes)."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    approver: str
+    reason: str | None = None
+    via: DecisionVia = "update"
+    approved_at: datetime
+
+    def answers(self, d: DecisionInput) -> bool:
+        """Whether approval `d` repeats this one (a retry)."""
+        return (d.approver, d.reason, d.always) == (self.approver, self.reason, False)
 
 
 class DecisionRecord(WireModel):
@@ -169,17 +188,25 @@ class DecisionRecord(WireModel):
     source: DecisionSource = "person"
     via: DecisionVia = "update"
     decided_at: datetime
+    approvals: list[Approval] = Field(default_factory=list)
+    """For a call that needed several approvers: every approval, in order (a rejection lists
+    the approvals it overruled)."""
+    still_needed: int = 0
+    """More than 0 only in the answer to an approval that was not the last one needed: the
+    call still waits for that many more approvers (nothing is recorded as decided yet)."""
 
     def answers(self, kind: DecisionKind, d: DecisionInput) -> bool:
         """Whether this record is the outcome of decision `d` of `kind` (so a repeat is a retry).
 
         A rule, policy or deadline that decided the same way counts; a person's decision only
         when nothing differs (a repeat that adds `always` or changes the message is another
-        decision).
+        decision). One of several approvals counts when it is repeated as it was given.
         """
         if self.kind != kind:
             return False
         if self.source != "person":
+            return True
+        if kind == "approve" and any(a.answers(d) for a in self.approvals):
             return True
         message = d.message if kind == "reject" else None
         return (self.always, self.message, self.approver, self.reason) == (

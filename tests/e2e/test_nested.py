@@ -8,10 +8,7 @@ the real server does not do, and nothing here needs time skipping.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -34,7 +31,6 @@ from tests.helpers import (
     Ledger,
     activity_count,
     history,
-    queue_name,
     record_effect,
     serving,
     wait_for,
@@ -109,6 +105,33 @@ desk = orchestrator("Desk", researcher.as_tool(tool_name="research"))
 gated = orchestrator("Gated", note_taker.as_tool(tool_name="take_notes", needs_approval=True))
 # both levels
 double = orchestrator("Double", researcher.as_tool(tool_name="research", needs_approval=True))
+
+
+@function_tool(needs_approval=True, required_approvals=2)
+def open_vault(ctx: ToolContext[object], url: str) -> str:
+    """Open the vault (two people must approve).
+
+    Args:
+        url: Which vault.
+    """
+    record_effect(ctx, "open_vault")
+    return f"content of {url}"
+
+
+keeper = Agent(
+    name="Keeper",
+    tools=[open_vault],
+    model=ScriptedModel(
+        lambda req: (
+            ModelReply.call("open_vault", {"url": req.last_user_text()})
+            if not req.results_for("open_vault")
+            else ModelReply.say(f"summary: {req.results_for('open_vault')[0].output}")
+        ),
+        "tests.nested.keeper",
+    ),
+)
+# four eyes inside an agent tool
+vault_desk = orchestrator("Vault desk", keeper.as_tool(tool_name="keep"))
 
 
 def child_events(hist: object, kind: int) -> int:
@@ -534,38 +557,32 @@ async def test_always_approve_reaches_a_nested_run_already_running(
     ]
 
 
-async def test_reading_a_run_beats_while_its_query_waits(dev_client: Client) -> None:
-    """`read_run` waits on the other run's worker; it heartbeats meanwhile, so when its own
-    worker dies the attempt is retried after the heartbeat timeout, not the 30 s timeout."""
-    from temporalio.testing import ActivityEnvironment
-
-    from hitl.activities.runs import read_run
-    from hitl.wire import QUERY_REPORT, ReadRunInput
-
-    # A run nobody serves: a query to it waits (the server holds it for a worker).
-    silent = await dev_client.start_workflow(
-        "AgentRun",
-        {"agent": "nobody", "input": "x"},
-        id=queue_name("silent"),
-        task_queue=queue_name(),
-    )
-    beats = 0
-    env = ActivityEnvironment(client=dev_client)
-    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=0.3))
-
-    def on_heartbeat(*_: object) -> None:
-        nonlocal beats
-        beats += 1
-
-    env.on_heartbeat = on_heartbeat
-    reading = asyncio.create_task(
-        env.run(read_run, ReadRunInput(workflow_id=silent.id, query=QUERY_REPORT, call_id="c"))
-    )
-    try:
-        await wait_for(lambda: beats >= 3, timeout=10, what="three heartbeats mid-query")
-        assert not reading.done(), "the query is still waiting"
-    finally:
-        env.cancel()
-        with contextlib.suppress(BaseException):
-            await reading
-        await silent.terminate("test over")
+async def test_four_eyes_inside_an_agent_tool_are_counted_at_the_root(
+    dev_client: Client, cache_size: int, ledger: Ledger
+) -> None:
+    """A nested call that needs two approvers: both approvals go to the root, which shows
+    the first and hands the decision down only when the second different person approved."""
+    client = dev_client
+    async with serving(client, vault_desk, cache=cache_size) as tq:
+        result = await Runner.run(vault_desk, "v1", client=client, task_queue=tq, serve=False)
+        [item] = result.interruptions
+        assert item.required_approvals == 2
+        state = result.to_state()
+        state.approve(item, approver="ann")
+        result = await Runner.run(vault_desk, state, client=client, task_queue=tq, serve=False)
+        [still] = result.interruptions
+        assert (still.call_id, still.approved_by) == (item.call_id, ["ann"])
+        assert ledger.count() == 0
+        root = client.get_workflow_handle(result.workflow_id)
+        with pytest.raises(WorkflowUpdateFailedError) as err:
+            await root.execute_update(
+                "approve", DecisionInput(call_id=item.call_id, approver="ann", reason="again")
+            )
+        assert err.value.cause.type == "AlreadyDecided"  # type: ignore[union-attr]
+        state = result.to_state()
+        state.approve(still, approver="bob")
+        result = await Runner.run(vault_desk, state, client=client, task_queue=tq, serve=False)
+    assert result.final_output == "summary: content of v1"
+    [decision] = result.decisions
+    assert [a.approver for a in decision.approvals] == ["ann", "bob"]
+    assert ledger.count("open_vault") == 1

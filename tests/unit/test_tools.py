@@ -193,3 +193,46 @@ async def test_the_activity_beats_while_a_sync_tool_blocks() -> None:
     env.on_heartbeat = on_heartbeat
     assert await env.run(attempt) is True
     assert beats >= 3
+
+
+def test_required_approvals_is_checked_when_the_tool_is_defined() -> None:
+    def body(amount: int) -> str:
+        """Pay.
+
+        Args:
+            amount: Dollars.
+        """
+        return "paid"
+
+    for bad, says in [
+        (dict(required_approvals=2), "needs needs_approval"),
+        (dict(required_approvals=lambda *a: 2), "needs needs_approval"),
+        (dict(needs_approval=True, required_approvals=0), "from 1 to 10"),
+        (dict(needs_approval=True, required_approvals=11), "from 1 to 10"),
+        (dict(needs_approval=True, required_approvals=True), "an int or a callable"),
+        (dict(needs_approval=True, called_on_rejection=True), "needs a UserAction parameter"),
+    ]:
+        with pytest.raises(UserError, match=says):
+            function_tool(**bad)(body)  # type: ignore[call-overload]
+    spec = function_tool(needs_approval=True, required_approvals=2)(body).spec()
+    assert (spec.required_approvals, spec.required_approvals_fn) == (2, False)
+    spec = function_tool(needs_approval=True, required_approvals=lambda *a: 3)(body).spec()
+    assert (spec.required_approvals, spec.required_approvals_fn) == (1, True)
+
+
+async def test_a_counting_function_must_return_a_sensible_number() -> None:
+    def body(amount: int) -> str:
+        """Pay.
+
+        Args:
+            amount: Dollars.
+        """
+        return "paid"
+
+    ctx = RunContextWrapper(context=None)
+    for answer in (0, 11, "2", None, True):
+        tool = function_tool(needs_approval=True, required_approvals=lambda *a, v=answer: v)(body)
+        with pytest.raises(ValueError, match="must return an int from 1 to 10"):
+            await tool.evaluate_required_approvals(ctx, {"amount": 1}, "c")
+    tool = function_tool(needs_approval=True, required_approvals=lambda c, p, i: p["amount"])(body)
+    assert await tool.evaluate_required_approvals(ctx, {"amount": 3}, "c") == 3

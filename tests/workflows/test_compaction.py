@@ -41,7 +41,7 @@ def refund(ctx: ToolContext[object], order_id: int) -> str:
     return f"refunded {order_id}"
 
 
-@function_tool(needs_approval=True, approval_timeout=2 * 24 * 3600.0)
+@function_tool(needs_approval=True, approval_timeout=2 * 24 * 3600.0, required_approvals=2)
 def wire_money(ctx: ToolContext[object], amount: int) -> str:
     """Wire money.
 
@@ -127,6 +127,13 @@ async def test_a_parked_run_continues_as_new_and_carries_everything(
         before = await handle.query("status", result_type=RunStatus)
         [pending] = before.pending
         assert pending.deadline is not None
+        # One of the wire's two approvals is given before the run continues as new.
+        half = await handle.execute_update(
+            "approve",
+            DecisionInput(call_id=wire_call, approver="cfo"),
+            result_type=DecisionRecord,
+        )
+        assert half.still_needed == 1
         offset_before = await current_offset(client, wid)
         assert offset_before > 0
 
@@ -141,6 +148,7 @@ async def test_a_parked_run_continues_as_new_and_carries_everything(
         assert (carried.call_id, carried.tool_name) == (wire_call, "wire_money")
         assert carried.deadline == pending.deadline, "the deadline is not restarted"
         assert carried.request == pending.request
+        assert [a.approver for a in carried.approvals] == ["cfo"], "the half approval carried"
         assert [(d.call_id, d.source) for d in after.decisions] == [
             (refund_call, "person"),
             (after.decisions[1].call_id, "always_rule"),
@@ -163,7 +171,14 @@ async def test_a_parked_run_continues_as_new_and_carries_everything(
         with pytest.raises(WorkflowUpdateFailedError) as conflict:
             await handle.execute_update("reject", DecisionInput(call_id=refund_call))
         assert conflict.value.cause.type == "AlreadyDecided"  # type: ignore[union-attr]
-        await handle.execute_update("approve", DecisionInput(call_id=wire_call, approver="cfo"))
+        with pytest.raises(WorkflowUpdateFailedError) as twice:
+            await handle.execute_update(
+                "approve", DecisionInput(call_id=wire_call, approver="cfo", reason="again")
+            )
+        assert twice.value.cause.type == "AlreadyDecided"  # type: ignore[union-attr]
+        await handle.execute_update(
+            "approve", DecisionInput(call_id=wire_call, approver="controller")
+        )
         out = await client.get_workflow_handle(wid, result_type=RunOutput).result()
         final = await client.get_workflow_handle(wid).query("status", result_type=RunStatus)
 
