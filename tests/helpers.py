@@ -101,9 +101,10 @@ async def _settle(client: Client, task_queue: str) -> None:
     a run mid-work would freeze the clock for every later test: their `sleep(days=...)` then
     runs in wall time and its RPC times out. So a worker leaves only once its runs are quiet.
     """
-    deadline = time.monotonic() + QUIET_WAIT
-    while True:
-        busy: dict[str, list[str]] = {}
+    busy: dict[str, list[str]] = {}
+
+    async def quiet() -> bool:
+        busy.clear()
         listing = await client.workflow_service.list_open_workflow_executions(
             ListOpenWorkflowExecutionsRequest(namespace=client.namespace, maximum_page_size=1000)
         )
@@ -113,17 +114,16 @@ async def _settle(client: Client, task_queue: str) -> None:
             )
             hist = await handle.fetch_history()
             started = hist.events[0].workflow_execution_started_event_attributes
-            if started.task_queue.name != task_queue:
-                continue
-            if waiting := in_flight(hist):
+            if started.task_queue.name == task_queue and (waiting := in_flight(hist)):
                 busy[run.execution.workflow_id] = waiting
-        if not busy:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"runs on {task_queue} still have work in flight as their worker leaves: {busy}"
-            )
-        await asyncio.sleep(0.05)
+        return not busy
+
+    try:
+        await wait_for(quiet, timeout=QUIET_WAIT, what="quiet runs")
+    except AssertionError:
+        raise AssertionError(
+            f"runs on {task_queue} still have work in flight as their worker leaves: {busy}"
+        ) from None
 
 
 DEFAULT_CACHE = 100
@@ -379,7 +379,6 @@ def temporal_cli(*args: str, address: str, timeout: float = 60) -> subprocess.Co
 
 async def wait_for(predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
     """Wait until `predicate()` (sync or async) is true, checking observable state."""
-    import asyncio
     import inspect
 
     deadline = time.monotonic() + timeout
