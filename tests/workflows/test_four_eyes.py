@@ -249,3 +249,37 @@ async def test_a_standing_rule_never_approves_a_four_eyes_call(
         ("person", "bob", False),
     ]
     assert ledger.count("transfer") == 2
+
+
+async def test_one_request_cannot_be_two_approvers(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    """A `decide` batch that names the call twice (two approvers in one request) is refused, and
+    an approval by signal counts once per person like one by update."""
+    client = ts_env.client
+    async with serving(client, treasury) as tq:
+        result = await Runner.run(treasury, "pay", client=client, task_queue=tq, serve=False)
+        [item] = result.interruptions
+        handle = client.get_workflow_handle(result.workflow_id, result_type=RunOutput)
+        twice = {
+            "decisions": [
+                {"kind": "approve", "call_id": item.call_id, "approver": "ann"},
+                {"kind": "approve", "call_id": item.call_id, "approver": "bob"},
+            ]
+        }
+        with pytest.raises(WorkflowUpdateFailedError) as err:
+            await handle.execute_update("decide", twice)
+        assert refused_type(err) == "InvalidDecision"
+        await handle.signal("approve", {"call_id": item.call_id, "approver": "ann"})
+        await handle.signal("approve", {"call_id": item.call_id, "approver": "ann"})
+
+        # The same approval by update is a retry: its answer shows what the signals recorded
+        # (updates are handled after the signals sent before them).
+        rec = await _approve(handle, item.call_id, "ann")
+        assert [(a.approver, a.via) for a in rec.approvals] == [("ann", "signal")]
+        assert rec.still_needed == 1, "the repeat by signal did not count twice"
+        assert ledger.count() == 0
+        await handle.signal("approve", {"call_id": item.call_id, "approver": "bob"})
+        out = await handle.result()
+    assert [a.via for a in out.decisions[0].approvals] == ["signal", "signal"]
+    assert ledger.count("wire") == 1
