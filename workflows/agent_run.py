@@ -476,7 +476,7 @@ class AgentRun:
 
     @approve.validator
     def _validate_approve(self, *args: Any) -> None:
-        self.decisions.admit("approve", self.decisions.read(args, "approve"))
+        self.decisions.validate("approve", args)
 
     @workflow.update(name=UPDATE_REJECT)
     def reject(self, *args: Any) -> DecisionRecord:
@@ -485,7 +485,7 @@ class AgentRun:
 
     @reject.validator
     def _validate_reject(self, *args: Any) -> None:
-        self.decisions.admit("reject", self.decisions.read(args, "reject"))
+        self.decisions.validate("reject", args)
 
     @workflow.update(name=UPDATE_DECIDE)
     async def decide(self, *args: Any) -> RunStatus:
@@ -498,10 +498,11 @@ class AgentRun:
 
     @decide.validator
     def _validate_decide(self, *args: Any) -> None:
-        req = self.decisions.read_batch(args)
-        if req.wait:
-            self._waiters.check()
-        self.decisions.admit_batch(req)
+        with self.decisions.logged("decide", args):
+            req = self.decisions.read_batch(args)
+            if req.wait:
+                self._waiters.check()
+            self.decisions.admit_batch(req)
 
     @workflow.update(name=UPDATE_WAIT)
     async def wait(self, *args: Any) -> RunStatus:

@@ -14,6 +14,8 @@ ran did not apply.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio import workflow
@@ -113,6 +115,25 @@ class Decisions:
                 )
 
     # ----------------------------------------------------------------- validating
+
+    def validate(self, kind: DecisionKind, args: tuple[Any, ...]) -> None:
+        """The `approve` / `reject` validator: read and admit, logging a refusal."""
+        with self.logged(kind, args):
+            self.admit(kind, self.read(args, kind))
+
+    @contextmanager
+    def logged(self, name: str, args: tuple[Any, ...]) -> Iterator[None]:
+        """Log an update its validator refuses (for the audit).
+
+        A refused update leaves no trace in history; this line in the worker's log is its record.
+        """
+        try:
+            yield
+        except ApplicationError as err:
+            workflow.logger.warning(
+                "refused %s update: %s: %s (sent: %s)", name, err.type, err.message, preview(args)
+            )
+            raise
 
     def _open(self, call_id: str) -> None:
         run = self.run

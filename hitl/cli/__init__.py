@@ -28,6 +28,7 @@ from typing import NoReturn
 
 from temporalio.service import RPCError
 
+from hitl.cli.audit import cmd_audit, parse_span
 from hitl.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -134,6 +135,18 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "reject":
             d.add_argument("--message", help="what the model sees instead of the tool output")
 
+    audit = sub.add_parser(
+        "audit", help="every decision and refused attempt, of one run or across runs"
+    )
+    audit.add_argument("run", nargs="?", help="one run (default: every run within --since)")
+    audit.add_argument("--since", default="7d", help="runs started within this span (7d, 12h)")
+    audit.add_argument("--agent", help="only runs of this agent")
+    audit.add_argument("--csv", action="store_true", help="CSV instead of JSON lines")
+    audit.add_argument("--limit", type=int, default=1000, help="at most this many runs")
+    audit.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for each run's worker"
+    )
+
     watch = sub.add_parser("watch", help="follow a run's events until it finishes")
     watch.add_argument("run")
     watch.add_argument(
@@ -161,6 +174,8 @@ async def _main(args: argparse.Namespace) -> int:
         return await cmd_watch(client, args)
     if args.command == "setup":
         return await cmd_setup(client, args)
+    if args.command == "audit":
+        return await cmd_audit(client, args)
     raise AssertionError(args.command)
 
 
@@ -210,6 +225,11 @@ def _run(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command in ("approve", "reject") and bool(args.call_id) == bool(args.all):
         _usage(parser, f"{args.command} needs a CALL_ID or --all (not both)")
+    if args.command == "audit":
+        try:
+            parse_span(args.since)
+        except ValueError as exc:
+            _usage(parser, f"--since: {exc}")
     try:
         if args.command == "dev":
             return cmd_dev(args)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +14,7 @@ from temporalio.client import Client
 from hitl.wire import RunOutput
 from hitl.worker.devserver import DevServer
 from tests.e2e.test_cli import hitl, start, start_worker
-from tests.helpers import Ledger, queue_name, wait_for
+from tests.helpers import Ledger, WorkerProcess, queue_name, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -22,15 +24,15 @@ def stack(dev_server: DevServer, tmp_path_factory: pytest.TempPathFactory) -> It
     tq = queue_name("gov")
     worker = start_worker(dev_server.address, tq, tmp)
     try:
-        yield dev_server.address, tq, tmp
+        yield dev_server.address, tq, tmp, worker
     finally:
         worker.stop()
 
 
 async def test_two_people_approve_from_the_cli(
-    stack: tuple[str, str, Path], dev_client: Client
+    stack: tuple[str, str, Path, WorkerProcess], dev_client: Client
 ) -> None:
-    address, tq, tmp = stack
+    address, tq, tmp, _ = stack
     wid = f"{tq}-four-eyes"
     start(address, tq, "Treasury", "release 9000", wid)
     [pending] = json.loads(hitl(address, "show", wid, "--json").stdout)["status"]["pending"]
@@ -64,3 +66,58 @@ async def test_two_people_approve_from_the_cli(
     out = await dev_client.get_workflow_handle(wid, result_type=RunOutput).result()
     assert out.final_output == "Released $9000"
     assert Ledger(tmp / "ledger.db").count("release_funds") == 1
+
+
+async def test_audit_lists_decisions_and_refusals_across_runs(
+    stack: tuple[str, str, Path, WorkerProcess], dev_client: Client
+) -> None:
+    address, tq, _, worker = stack
+    paid, stopped = f"{tq}-audit-paid", f"{tq}-audit-stopped"
+    start(address, tq, "Treasury", "release 100", paid)
+    start(address, tq, "Treasury", "release 200", stopped)
+    calls = {}
+    for wid in (paid, stopped):
+        [pending] = json.loads(hitl(address, "show", wid, "--json").stdout)["status"]["pending"]
+        calls[wid] = pending["call_id"]
+    for who in ("ann", "bob"):
+        assert hitl(address, "approve", paid, calls[paid], "--as", who).returncode == 0
+    # Refused: an approver not on the list (an update: no history, a worker log line) and a
+    # signal for an unknown call (kept by the run).
+    outsider = hitl(address, "approve", stopped, calls[stopped], "--as", "mallory")
+    assert outsider.returncode == 1 and "NotAuthorized" in outsider.stderr
+    handle = dev_client.get_workflow_handle(stopped, result_type=RunOutput)
+    await handle.signal("approve", {"call_id": "nope", "approver": "eve"})
+    rejected = hitl(address, "reject", stopped, calls[stopped], "--as", "cy", "--message", "No.")
+    assert rejected.returncode == 0, rejected.stderr
+    await handle.result()
+
+    one = hitl(address, "audit", paid)
+    assert one.returncode == 0, one.stderr
+    [row] = [json.loads(line) for line in one.stdout.splitlines()]
+    assert (row["event"], row["kind"], row["approver"], row["approvals"]) == (
+        "decision",
+        "approve",
+        "bob",
+        ["ann", "bob"],
+    )
+
+    rows: list[dict[str, str]] = []
+
+    async def listed() -> bool:  # runs are listed from visibility (eventually consistent)
+        nonlocal rows
+        across = hitl(address, "audit", "--since", "1h", "--agent", "Treasury", "--csv")
+        assert across.returncode == 0, across.stderr
+        found = csv.DictReader(io.StringIO(across.stdout))
+        rows = [r for r in found if r["run"] in (paid, stopped)]
+        return {r["run"] for r in rows} == {paid, stopped}
+
+    await wait_for(listed, what="both runs in the audit")
+    assert [(r["run"], r["event"], r["kind"], r["approver"] or r["error_type"]) for r in rows] == [
+        (paid, "decision", "approve", "bob"),
+        (stopped, "refused", "approve", "UnknownCall"),
+        (stopped, "decision", "reject", "cy"),
+    ]
+    assert rows[0]["approvals"] == "ann bob"
+    assert any("refused approve update: NotAuthorized" in line for line in worker.output)
+    usage = hitl(address, "audit", "--since", "soon")
+    assert usage.returncode == 2 and "is not a span" in usage.stderr
