@@ -52,6 +52,8 @@ Every item is in history already; a larger transcript is left out of the result 
 query (`snapshot`), which costs a replay of the closed run (tens of milliseconds). Small runs
 keep it inline so `Runner.run` returns without that query."""
 
+MAX_EXTEND_SECONDS = 365 * 24 * 3600.0
+"""How far one `extend` may move a call's deadline (a year)."""
 MAX_REQUIRED_APPROVALS = 10
 """Distinct approvers a tool may require for one call (four eyes is 2)."""
 MAX_REFUSED_KEPT = 50

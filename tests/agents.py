@@ -331,7 +331,12 @@ holding_agent: Agent[None] = Agent(
 # ----------------------------------------------------------------------------- four eyes
 
 
-@function_tool(needs_approval=True, required_approvals=2, approvers=["ann", "bob", "cy"])
+@function_tool(
+    needs_approval=True,
+    required_approvals=2,
+    approvers=["ann", "bob", "cy"],
+    approval_timeout=3600.0,
+)
 def release_funds(ctx: ToolContext[object], amount: int) -> str:
     """Release funds (two people from finance must approve).
 

@@ -16,7 +16,6 @@ around the loop (`hooks`), nested runs (`nested`), what operators see (`visibili
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
@@ -51,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_REJECT,
         UPDATE_APPROVE,
         UPDATE_DECIDE,
+        UPDATE_EXTEND,
         UPDATE_REJECT,
         UPDATE_WAIT,
         WORKFLOW_TYPE,
@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         CarriedState,
         ChildReport,
         DecisionRecord,
+        Extension,
         FromRoot,
         Phase,
         RunContextData,
@@ -363,25 +364,7 @@ class AgentRun:
         """Take one call from its current state to an output."""
         tool = turn.tool_of(agent, rec)
         if rec.state == "awaiting_approval":
-            left = (rec.deadline - workflow.now()).total_seconds() if rec.deadline else None
-            try:
-                if left is not None and left <= 0:
-                    raise TimeoutError
-                # A run about to continue as new starts nothing more: its successor will.
-                await workflow.wait_condition(
-                    lambda: rec.decision is not None and not self.continuing,
-                    timeout=timedelta(seconds=left) if left is not None else None,
-                )
-            except TimeoutError:
-                if self.continuing:
-                    await workflow.wait_condition(lambda: False)
-                if rec.decision is None:
-                    seconds = f"{tool.approval_timeout_seconds or 0:g}s"
-                    message = (
-                        f"Approval for {rec.tool_name} expired after {seconds} without a decision."
-                    )
-                    self.book.expire(rec, workflow.now(), message)
-                    self.events.announce_decisions()
+            await self.decisions.wait(rec, tool)
         decision = rec.decision
         if decision is not None:
             self.trace.close(
@@ -486,6 +469,15 @@ class AgentRun:
     @reject.validator
     def _validate_reject(self, *args: Any) -> None:
         self.decisions.validate("reject", args)
+
+    @workflow.update(name=UPDATE_EXTEND)
+    def extend(self, *args: Any) -> Extension:
+        """Move a pending call's deadline later: `{"call_id": "...", "seconds": 86400}`."""
+        return self.decisions.extend(args)
+
+    @extend.validator
+    def _validate_extend(self, *args: Any) -> None:
+        self.decisions.validate_extend(args)
 
     @workflow.update(name=UPDATE_DECIDE)
     async def decide(self, *args: Any) -> RunStatus:

@@ -14,9 +14,15 @@ at the root.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from hitl.limits import MAX_APPROVER_CHARS, MAX_CALL_ID_CHARS, MAX_TEXT_CHARS, text_problem
+from hitl.limits import (
+    MAX_APPROVER_CHARS,
+    MAX_CALL_ID_CHARS,
+    MAX_EXTEND_SECONDS,
+    MAX_TEXT_CHARS,
+    text_problem,
+)
 from hitl.wire import (
     Approval,
     CallRecord,
@@ -27,6 +33,8 @@ from hitl.wire import (
     DecisionRecord,
     DecisionSource,
     DecisionVia,
+    ExtendInput,
+    Extension,
     PendingApproval,
     PolicyDecision,
     StandingRule,
@@ -54,7 +62,7 @@ def may_decide(approver: str | None, allowed: list[str]) -> bool:
     return not allowed or approver in allowed
 
 
-def _check_approver(d: DecisionInput, tool: str, allowed: list[str]) -> None:
+def _check_approver(d: DecisionInput | ExtendInput, tool: str, allowed: list[str]) -> None:
     # The list stops mistakes, not forgery: Temporal does not authenticate who sends an update,
     # so production puts an approval gateway (holding the write credentials) in front.
     if not may_decide(d.approver, allowed):
@@ -65,7 +73,9 @@ def _check_approver(d: DecisionInput, tool: str, allowed: list[str]) -> None:
         )
 
 
-def _check_deadline(d: DecisionInput, deadline: datetime | None, now: datetime | None) -> None:
+def _check_deadline(
+    d: DecisionInput | ExtendInput, deadline: datetime | None, now: datetime | None
+) -> None:
     # Same-task rule: a decision that reaches the run after the deadline loses to it.
     if deadline is not None and now is not None and now > deadline:
         raise refusal(
@@ -263,6 +273,7 @@ class ApprovalBook:
                 deadline=c.deadline,
                 required_approvals=c.required_approvals,
                 approvals=c.approvals,
+                extensions=c.extensions,
             )
             for c in self.awaiting()
         ]
@@ -335,6 +346,48 @@ class ApprovalBook:
         if kind == "approve" and call.required_approvals > 1:
             return _one_of_several(d, call.tool_name, call.required_approvals, call.approvals)
         return None
+
+    def check_extend(self, d: ExtendInput, now: datetime) -> CallRecord:
+        """Validate moving a pending call's deadline later; the call (read-only)."""
+        problem = (
+            text_problem("call_id", d.call_id, MAX_CALL_ID_CHARS)
+            or text_problem("reason", d.reason, MAX_TEXT_CHARS)
+            or text_problem("approver", d.approver, MAX_APPROVER_CHARS)
+        )
+        if problem is None and not 0 < d.seconds <= MAX_EXTEND_SECONDS:
+            problem = f"seconds must be above 0 and at most {MAX_EXTEND_SECONDS:g}"
+        if problem is not None:
+            raise refusal("InvalidDecision", problem)
+        if SEP in d.call_id:
+            raise refusal(
+                "NotSupported",
+                f"call '{d.call_id}' belongs to a nested run; its deadline cannot be moved",
+            )
+        call = self.calls.get(d.call_id)
+        if call is None or call.state != "awaiting_approval":
+            if d.call_id in self.decisions:
+                raise refusal("AlreadyDecided", f"call '{d.call_id}' is already decided")
+            raise refusal("UnknownCall", f"no pending call '{d.call_id}'")
+        if call.deadline is None:
+            raise refusal("NoDeadline", f"call '{d.call_id}' has no deadline: it waits forever")
+        _check_approver(d, call.tool_name, call.approvers)
+        _check_deadline(d, call.deadline, now)
+        return call
+
+    def extend(self, d: ExtendInput, now: datetime) -> Extension:
+        """Move a pending call's deadline `d.seconds` later (synchronously, after the check)."""
+        call = self.check_extend(d, now)
+        assert call.deadline is not None
+        ext = Extension(
+            approver=d.approver,
+            reason=d.reason,
+            extended_at=now,
+            previous=call.deadline,
+            deadline=call.deadline + timedelta(seconds=d.seconds),
+        )
+        call.deadline = ext.deadline
+        call.extensions.append(ext)
+        return ext
 
     def _nested_target(self, call_id: str) -> tuple[ChildView, str]:
         head, rest = call_id.split(SEP, 1)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio import workflow
@@ -30,13 +31,17 @@ with workflow.unsafe.imports_passed_through():
         MAX_REFUSED_KEPT,
     )
     from hitl.wire import (
+        CallRecord,
         DecideInput,
         DecisionInput,
         DecisionKind,
         DecisionRecord,
         DecisionVia,
+        ExtendInput,
+        Extension,
         RefusedDecision,
         RunContextData,
+        ToolSpec,
     )
     from hitl.workflows.inputs import preview, read_one, refusal
 
@@ -45,6 +50,7 @@ if TYPE_CHECKING:
 
 DECISION_EXAMPLE = '{"call_id": "<call id>", "approver": "you@example.com"}'
 DECIDE_EXAMPLE = '{"decisions": [{"kind": "approve", "call_id": "<call id>"}]}'
+EXTEND_EXAMPLE = '{"call_id": "<call id>", "seconds": 86400, "approver": "you@example.com"}'
 
 
 class Decisions:
@@ -219,6 +225,64 @@ class Decisions:
             self.decide(kind, self.read(args, kind), "signal")
         except ApplicationError as err:
             self.refuse(kind, preview(args), err.type or "InvalidDecision", err.message)
+
+    # ----------------------------------------------------------------- deadlines
+
+    def read_extend(self, args: tuple[Any, ...]) -> ExtendInput:
+        """The payload of an `extend` update."""
+        return read_one(
+            args,
+            ExtendInput,
+            what="an extend request",
+            example=EXTEND_EXAMPLE,
+            max_bytes=MAX_DECISION_BYTES,
+        )
+
+    def validate_extend(self, args: tuple[Any, ...]) -> None:
+        """The `extend` validator (read-only)."""
+        with self.logged("extend", args):
+            d = self.read_extend(args)
+            self._open(d.call_id)
+            self.run.book.check_extend(d, workflow.now())
+
+    def extend(self, args: tuple[Any, ...]) -> Extension:
+        """Move a pending call's deadline later (synchronously)."""
+        d = self.read_extend(args)
+        self._open(d.call_id)
+        ext = self.run.book.extend(d, workflow.now())
+        self.run.events.emit("deadline_extended", call_id=d.call_id, text=ext.deadline.isoformat())
+        return ext
+
+    async def wait(self, rec: CallRecord, tool: ToolSpec) -> None:
+        """Wait for a person's decision on `rec` until its deadline, which `extend` may move.
+
+        A run about to continue as new starts nothing more (its successor will): then it waits
+        here for good, decision or not.
+        """
+        run = self.run
+        while rec.decision is None or run.continuing:
+            deadline = rec.deadline
+            left = (deadline - workflow.now()).total_seconds() if deadline else None
+
+            def settled(until: datetime | None = deadline) -> bool:
+                return (rec.decision is not None and not run.continuing) or rec.deadline != until
+
+            try:
+                if left is not None and left <= 0:
+                    raise TimeoutError
+                await workflow.wait_condition(
+                    settled, timeout=timedelta(seconds=left) if left is not None else None
+                )
+            except TimeoutError:
+                if run.continuing:
+                    await workflow.wait_condition(lambda: False)
+                if rec.decision is None and rec.deadline == deadline:
+                    seconds = f"{tool.approval_timeout_seconds or 0:g}s"
+                    message = (
+                        f"Approval for {rec.tool_name} expired after {seconds} without a decision."
+                    )
+                    run.book.expire(rec, workflow.now(), message)
+                    run.events.announce_decisions()
 
     # ----------------------------------------------------------------- refusals
 

@@ -38,7 +38,7 @@ from hitl.cli.common import (
     _code,
     one_line,
 )
-from hitl.cli.deciding import cmd_decide
+from hitl.cli.deciding import cmd_decide, cmd_extend
 from hitl.cli.inbox import cmd_pending, cmd_show
 from hitl.cli.running import cmd_run, cmd_watch, format_event
 from hitl.cli.stack import cmd_codec_server, cmd_dev, cmd_setup
@@ -135,6 +135,16 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "reject":
             d.add_argument("--message", help="what the model sees instead of the tool output")
 
+    extend = sub.add_parser("extend", help="move a pending call's approval deadline later")
+    extend.add_argument("run")
+    extend.add_argument("call_id")
+    extend.add_argument("span", help="how much later: 2d, 12h, 30m, 45s")
+    extend.add_argument("--as", dest="as_", metavar="NAME", help="who (default: OS user)")
+    extend.add_argument("--reason")
+    extend.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for a worker to take it"
+    )
+
     audit = sub.add_parser(
         "audit", help="every decision and refused attempt, of one run or across runs"
     )
@@ -176,6 +186,8 @@ async def _main(args: argparse.Namespace) -> int:
         return await cmd_setup(client, args)
     if args.command == "audit":
         return await cmd_audit(client, args)
+    if args.command == "extend":
+        return await cmd_extend(client, args)
     raise AssertionError(args.command)
 
 
@@ -225,11 +237,11 @@ def _run(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command in ("approve", "reject") and bool(args.call_id) == bool(args.all):
         _usage(parser, f"{args.command} needs a CALL_ID or --all (not both)")
-    if args.command == "audit":
+    if args.command in ("audit", "extend"):
         try:
-            parse_span(args.since)
+            parse_span(args.since if args.command == "audit" else args.span)
         except ValueError as exc:
-            _usage(parser, f"--since: {exc}")
+            _usage(parser, str(exc))
     try:
         if args.command == "dev":
             return cmd_dev(args)

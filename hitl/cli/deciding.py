@@ -32,11 +32,14 @@ from hitl.cli.common import (
 from hitl.starting import decision_update_id
 from hitl.wire import (
     UPDATE_DECIDE,
+    UPDATE_EXTEND,
     DecideInput,
     DecisionInput,
     DecisionKind,
     DecisionRecord,
     DecisionRequest,
+    ExtendInput,
+    Extension,
     PendingApproval,
     RunOutput,
     RunStatus,
@@ -224,3 +227,39 @@ def _half_record(p: PendingApproval) -> DecisionRecord:
         approvals=list(p.approvals),
         still_needed=p.required_approvals - len(p.approvals),
     )
+
+
+async def cmd_extend(client: Client, args: argparse.Namespace) -> int:
+    """Move a pending call's approval deadline later; prints the new deadline."""
+    from hitl.cli.audit import parse_span
+
+    handle = await _handle(client, args.run)
+    approver = args.as_ or os.environ.get("HITL_APPROVER") or getpass.getuser()
+    payload = ExtendInput(
+        call_id=args.call_id,
+        seconds=parse_span(args.span).total_seconds(),
+        approver=approver,
+        reason=args.reason,
+    )
+    try:
+        ext: Extension = await handle.execute_update(
+            UPDATE_EXTEND,
+            payload,
+            rpc_timeout=timedelta(seconds=args.timeout),
+            result_type=Extension,
+        )
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError):
+            raise Refused(f"refused: {cause.message} ({cause.type})") from None
+        raise Refused(f"refused: {cause}") from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise Refused(await _no_worker_message(client, handle)) from None
+    except RPCError as exc:
+        raise Refused(f"cannot extend on run {args.run}: {exc.message} ({_code(exc)})") from None
+    call, run = one_line(args.call_id), one_line(args.run)
+    print(
+        f"extended {call} on {run} by {one_line(approver)}: it now waits until "
+        f"{ext.deadline.isoformat()} (was {ext.previous.isoformat()})"
+    )
+    return EXIT_OK

@@ -333,6 +333,9 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
         )
         if p.deadline is not None:
             print(f"    decide before {p.deadline.isoformat()} (then it expires)")
+        for e in p.extensions:
+            who = one_line(e.approver or "someone")
+            print(f"    deadline moved from {e.previous.isoformat()} by {who}")
         if p.required_approvals > 1:
             so_far = ", ".join(one_line(a.approver) for a in p.approvals) or "nobody yet"
             print(

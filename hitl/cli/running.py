@@ -121,6 +121,8 @@ def format_event(event: RunEvent) -> str:
     if kind == "approval_decided":
         who_decided = L(event.data.get("approver") or event.data.get("source"))
         return f"{head} {L(text)} {tool} [{call}] by {who_decided}"
+    if kind == "deadline_extended":
+        return f"{head} deadline of [{call}] moved to {L(text)}"
     if kind == "handoff":
         return f"{head} handoff {L(event.data.get('from'))} -> {L(event.data.get('to'))}"
     if kind == "paused":

@@ -13,6 +13,7 @@ from hitl.wire.runs import (
     Approval,
     ApprovalRequestData,
     DecisionRecord,
+    Extension,
     RefusedDecision,
     RunContextData,
     RunErrorInfo,
@@ -34,6 +35,21 @@ class DecisionInput(WireModel):
     call_id: str
     always: bool = False
     message: str | None = None
+    approver: str | None = None
+    reason: str | None = None
+
+
+class ExtendInput(WireModel):
+    """Payload of the `extend` update: move a pending call's deadline `seconds` later.
+
+    `temporal workflow update execute --workflow-id W --name extend
+    --input '{"call_id": "call_123", "seconds": 172800, "approver": "you"}'`
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str
+    seconds: float
     approver: str | None = None
     reason: str | None = None
 
@@ -80,6 +96,8 @@ class PendingApproval(WireModel):
     """Distinct people who must approve it (four eyes: 2); one rejection rejects it."""
     approvals: list[Approval] = Field(default_factory=list)
     """Who has approved it so far, while more approvals are needed."""
+    extensions: list[Extension] = Field(default_factory=list)
+    """Who moved its deadline, and when."""
 
 
 class ChildReport(WireModel):
@@ -136,6 +154,7 @@ RunEventType = Literal[
     "tool_called",
     "approval_requested",
     "approval_decided",
+    "deadline_extended",
     "tool_started",
     "tool_finished",
     "handoff",

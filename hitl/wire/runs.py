@@ -156,6 +156,20 @@ class CallRecord(WireModel):
     """Distinct people who must approve before the call runs (four eyes: 2)."""
     approvals: list[Approval] = Field(default_factory=list)
     """Approvals so far, while more are needed."""
+    extensions: list[Extension] = Field(default_factory=list)
+    """Who moved the call's deadline, when, and from when to when."""
+
+
+class Extension(WireModel):
+    """A person moved a pending call's approval deadline later (`extend`)."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    approver: str | None = None
+    reason: str | None = None
+    extended_at: datetime
+    previous: datetime
+    deadline: datetime
 
 
 class Approval(WireModel):

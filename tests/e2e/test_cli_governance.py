@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,29 @@ async def test_audit_lists_decisions_and_refusals_across_runs(
     assert any("refused approve update: NotAuthorized" in line for line in worker.output)
     usage = hitl(address, "audit", "--since", "soon")
     assert usage.returncode == 2 and "is not a span" in usage.stderr
+
+
+async def test_a_deadline_is_extended_from_the_cli(
+    stack: tuple[str, str, Path, WorkerProcess], dev_client: Client
+) -> None:
+    address, tq, _, _ = stack
+    wid = f"{tq}-extend"
+    start(address, tq, "Treasury", "release 300", wid)
+    [pending] = json.loads(hitl(address, "show", wid, "--json").stdout)["status"]["pending"]
+    call, first = pending["call_id"], datetime.fromisoformat(pending["deadline"])
+
+    moved = hitl(address, "extend", wid, call, "2d", "--as", "ann", "--reason", "invoice due")
+    assert moved.returncode == 0, moved.stderr
+    later = first + timedelta(days=2)
+    assert moved.stdout.strip() == (
+        f"extended {call} on {wid} by ann: it now waits until {later.isoformat()} "
+        f"(was {first.isoformat()})"
+    )
+    shown = hitl(address, "show", wid).stdout
+    assert f"decide before {later.isoformat()}" in shown
+    assert f"deadline moved from {first.isoformat()} by ann" in shown
+
+    outsider = hitl(address, "extend", wid, call, "1h", "--as", "mallory")
+    assert outsider.returncode == 1 and "NotAuthorized" in outsider.stderr
+    assert hitl(address, "extend", wid, call, "soon").returncode == 2
+    await dev_client.get_workflow_handle(wid).terminate("test over")
