@@ -133,7 +133,6 @@ class FunctionTool:
             required_approvals=(
                 self.required_approvals if isinstance(self.required_approvals, int) else 1
             ),
-            required_approvals_fn=callable(self.required_approvals),
             called_on_rejection=self.called_on_rejection,
         )
 

@@ -108,29 +108,11 @@ def _one_of_several(
     if given is None:
         return None
     if given.answers(d):
-        return partial_record(d.call_id, tool, approvals, required)
+        return DecisionRecord.partial(d.call_id, tool, approvals, required)
     raise refusal(
         "AlreadyDecided",
         f"{d.approver} already approved call '{d.call_id}'; it needs "
         f"{required - len(approvals)} more approval(s) from someone else",
-    )
-
-
-def partial_record(
-    call_id: str, tool: str, approvals: list[Approval], required: int
-) -> DecisionRecord:
-    """The answer to an approval that was not the last one needed (nothing is decided yet)."""
-    last = approvals[-1]
-    return DecisionRecord(
-        call_id=call_id,
-        tool_name=tool,
-        kind="approve",
-        approver=last.approver,
-        reason=last.reason,
-        via=last.via,
-        decided_at=last.approved_at,
-        approvals=list(approvals),
-        still_needed=required - len(approvals),
     )
 
 
@@ -409,30 +391,29 @@ class ApprovalBook:
         existing = self.check(kind, d, now)
         if existing is not None:
             return existing
-        if SEP in d.call_id:
+        call = None if SEP in d.call_id else self.calls[d.call_id]
+        if call is None:  # a nested run's call, decided here (`check` found it)
             view, rest = self._nested_target(d.call_id)
-            pending = next(p for p in view.pending() if p.call_id == rest)
-            approvals = self._count(
-                kind, d, now, via, view.approvals.setdefault(rest, []), pending.required_approvals
+            target: CallRecord | PendingApproval = next(
+                p for p in view.pending() if p.call_id == rest
             )
-            if kind == "approve" and 0 < len(approvals) < pending.required_approvals:
-                return partial_record(
-                    d.call_id, pending.tool_name, approvals, pending.required_approvals
-                )
-            rec = self._new_record(d.call_id, pending.tool_name, kind, d, now, source, via)
-            rec.approvals = approvals
+            given = view.approvals.setdefault(rest, [])
+        else:
+            target, given = call, call.approvals
+        required = target.required_approvals
+        if kind == "approve" and required > 1:
+            assert d.approver  # `check` refuses nameless approvals of such calls
+            given.append(Approval(approver=d.approver, reason=d.reason, via=via, approved_at=now))
+            if len(given) < required:
+                return DecisionRecord.partial(d.call_id, target.tool_name, given, required)
+        rec = self._new_record(d.call_id, target.tool_name, kind, d, now, source, via)
+        rec.approvals = list(given)
+        if call is None:
             self._store(rec)
             self._mail(view, rest, rec)
-            agent_id = pending.agent_id
         else:
-            call = self.calls[d.call_id]
-            approvals = self._count(kind, d, now, via, call.approvals, call.required_approvals)
-            if kind == "approve" and 0 < len(approvals) < call.required_approvals:
-                return partial_record(d.call_id, call.tool_name, approvals, call.required_approvals)
-            rec = self._new_record(d.call_id, call.tool_name, kind, d, now, source, via)
-            rec.approvals = approvals
             self._apply(call, rec)
-            agent_id = call.agent_id
+        agent_id = target.agent_id
         if d.always:
             self.add_rule(
                 StandingRule(
@@ -445,22 +426,6 @@ class ApprovalBook:
                 now,
             )
         return rec
-
-    @staticmethod
-    def _count(
-        kind: DecisionKind,
-        d: DecisionInput,
-        now: datetime,
-        via: DecisionVia,
-        approvals: list[Approval],
-        required: int,
-    ) -> list[Approval]:
-        """Add an approval to a call's list (kept only for calls that need several)."""
-        if kind == "approve" and required > 1 and d.approver:
-            approvals.append(
-                Approval(approver=d.approver, reason=d.reason, via=via, approved_at=now)
-            )
-        return list(approvals)
 
     def _mail(self, view: ChildView, rest: str, rec: DecisionRecord) -> None:
         view.decided[rest] = rec.model_copy(update={"call_id": rest})

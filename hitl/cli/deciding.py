@@ -40,7 +40,6 @@ from hitl.wire import (
     DecisionRequest,
     ExtendInput,
     Extension,
-    PendingApproval,
     RunOutput,
     RunStatus,
 )
@@ -182,7 +181,13 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
                 result_type=RunStatus,
             )
             recorded = {r.call_id: r for r in after.decisions}
-            recorded |= {p.call_id: _half_record(p) for p in after.pending if p.approvals}
+            recorded |= {
+                p.call_id: DecisionRecord.partial(
+                    p.call_id, p.tool_name, p.approvals, p.required_approvals
+                )
+                for p in after.pending
+                if p.approvals
+            }
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         if isinstance(cause, ApplicationError):
@@ -211,22 +216,6 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
         elif len(rec.approvals) > 1 and rec.kind == "approve":
             print(f"  approved by {', '.join(one_line(a.approver) for a in rec.approvals)}")
     return EXIT_OK
-
-
-def _half_record(p: PendingApproval) -> DecisionRecord:
-    """A call that needs several approvers, as the answer to one of its approvals."""
-    last = p.approvals[-1]
-    return DecisionRecord(
-        call_id=p.call_id,
-        tool_name=p.tool_name,
-        kind="approve",
-        approver=last.approver,
-        reason=last.reason,
-        via=last.via,
-        decided_at=last.approved_at,
-        approvals=list(p.approvals),
-        still_needed=p.required_approvals - len(p.approvals),
-    )
 
 
 async def cmd_extend(client: Client, args: argparse.Namespace) -> int:

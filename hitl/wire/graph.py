@@ -79,8 +79,6 @@ class ToolSpec(WireModel):
     """Who may decide this tool's calls (empty: anyone; overrides the run's list)."""
     required_approvals: int = 1
     """Distinct approvers a call needs (four eyes: 2); the least, when a callable decides."""
-    required_approvals_fn: bool = False
-    """The tool decides per call how many approvers it needs (evaluated in `plan_tools`)."""
     approval_request: bool = False
     """The tool renders its own approval request (title, message, preview)."""
     approver: bool = False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from pydantic import Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
@@ -208,6 +208,22 @@ class DecisionRecord(WireModel):
     still_needed: int = 0
     """More than 0 only in the answer to an approval that was not the last one needed: the
     call still waits for that many more approvers (nothing is recorded as decided yet)."""
+
+    @classmethod
+    def partial(cls, call_id: str, tool: str, approvals: list[Approval], required: int) -> Self:
+        """The answer to an approval that was not the last one needed (nothing is decided)."""
+        last = approvals[-1]
+        return cls(
+            call_id=call_id,
+            tool_name=tool,
+            kind="approve",
+            approver=last.approver,
+            reason=last.reason,
+            via=last.via,
+            decided_at=last.approved_at,
+            approvals=list(approvals),
+            still_needed=required - len(approvals),
+        )
 
     def answers(self, kind: DecisionKind, d: DecisionInput) -> bool:
         """Whether this record is the outcome of decision `d` of `kind` (so a repeat is a retry).
