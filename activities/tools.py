@@ -293,7 +293,7 @@ class ToolActivities:
         """
         tool = self.registry.tool(inp.root_agent, inp.agent_id, inp.tool_name)
         try:
-            if tool is not None and tool.receives_user_action and tool.called_on_rejection:
+            if tool is not None and tool.called_on_rejection:  # it takes a UserAction
                 expired = inp.decision is not None and inp.decision.source == "deadline"
                 action = UserAction(primary_confirmed=False, secondary_confirmed=not expired)
                 ctx = self._tool_context(inp.root_agent, inp.agent_id, inp, 1)

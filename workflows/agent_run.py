@@ -275,9 +275,10 @@ class AgentRun:
             turns=s.turn,
             run_id=workflow.info().run_id,
         )
-        if encoded_size(out) > TRANSCRIPT_INLINE_BYTES:
-            out.input_items, out.new_items, out.transcript_omitted = [], [], True
         size = encoded_size(out)
+        if size > TRANSCRIPT_INLINE_BYTES:
+            out.input_items, out.new_items, out.transcript_omitted = [], [], True
+            size = encoded_size(out)
         if size > MAX_RESULT_BYTES:  # completing with it would fail every workflow task
             raise RunFailure(
                 "RunTooLarge",

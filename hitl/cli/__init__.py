@@ -28,7 +28,7 @@ from typing import NoReturn
 
 from temporalio.service import RPCError
 
-from hitl.cli.audit import cmd_audit, parse_span
+from hitl.cli.audit import cmd_audit
 from hitl.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -37,6 +37,7 @@ from hitl.cli.common import (
     SafeStream,
     _code,
     one_line,
+    parse_span,
 )
 from hitl.cli.deciding import cmd_decide, cmd_extend
 from hitl.cli.inbox import cmd_pending, cmd_show

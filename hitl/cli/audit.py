@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import re
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,6 +25,7 @@ from hitl.cli.common import (
     _handle,
     _literal,
     _query,
+    parse_span,
 )
 from hitl.wire import QUERY_STATUS, SA_AGENT, WORKFLOW_TYPE, RunOutput, RunStatus
 
@@ -46,17 +46,6 @@ COLUMNS = [
     "error_type",
 ]
 """The fields of a row, in the CSV's column order."""
-
-_SPAN = re.compile(r"^(\d+)([smhd])$")
-_UNIT = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-def parse_span(text: str) -> timedelta:
-    """`7d`, `12h`, `30m`, `45s` as a timedelta (`ValueError` otherwise)."""
-    match = _SPAN.match(text.strip())
-    if not match:
-        raise ValueError(f"{text!r} is not a span like 7d, 12h, 30m or 45s")
-    return timedelta(**{_UNIT[match.group(2)]: int(match.group(1))})
 
 
 def rows_of(status: RunStatus) -> list[dict[str, Any]]:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import getpass
 import json
+import os
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,8 +16,10 @@ from temporalio.client import (
     Client,
     WorkflowHandle,
     WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
 )
 from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.wire import (
@@ -27,6 +33,30 @@ from hitl.wire import (
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+_SPAN = re.compile(r"^(\d+)([smhd])$")
+_UNIT = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_span(text: str) -> timedelta:
+    """`7d`, `12h`, `30m`, `45s` as a timedelta (`ValueError` otherwise)."""
+    match = _SPAN.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a span like 7d, 12h, 30m or 45s")
+    return timedelta(**{_UNIT[match.group(2)]: int(match.group(1))})
+
+
+def approver_name(args: argparse.Namespace) -> str:
+    """Who decides: `--as`, else `HITL_APPROVER`, else the OS user."""
+    return args.as_ or os.environ.get("HITL_APPROVER") or getpass.getuser()
+
+
+def refused_update(exc: WorkflowUpdateFailedError) -> Refused:
+    """A run's refusal of an update, as one line with its type."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        return Refused(f"refused: {cause.message} ({cause.type})")
+    return Refused(f"refused: {cause}")
 
 
 class Refused(Exception):

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
-import os
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -17,7 +15,6 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.cli.common import (
@@ -27,7 +24,10 @@ from hitl.cli.common import (
     _code,
     _handle,
     _status,
+    approver_name,
     one_line,
+    parse_span,
+    refused_update,
 )
 from hitl.starting import decision_update_id
 from hitl.wire import (
@@ -128,7 +128,7 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
     a call decided earlier in another way is reported as refused (AlreadyDecided, exit 1).
     """
     handle = await _handle(client, args.run)
-    approver = args.as_ or os.environ.get("HITL_APPROVER") or getpass.getuser()
+    approver = approver_name(args)
     if args.all:
         try:
             status = await _status(client, handle, args.timeout)
@@ -189,10 +189,7 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
                 if p.approvals
             }
     except WorkflowUpdateFailedError as exc:
-        cause = exc.cause
-        if isinstance(cause, ApplicationError):
-            raise Refused(f"refused: {cause.message} ({cause.type})") from None
-        raise Refused(f"refused: {cause}") from None
+        raise refused_update(exc) from None
     except WorkflowUpdateRPCTimeoutOrCancelledError:
         raise Refused(await _no_worker_message(client, handle)) from None
     except RPCError as exc:
@@ -220,10 +217,8 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
 
 async def cmd_extend(client: Client, args: argparse.Namespace) -> int:
     """Move a pending call's approval deadline later; prints the new deadline."""
-    from hitl.cli.audit import parse_span
-
     handle = await _handle(client, args.run)
-    approver = args.as_ or os.environ.get("HITL_APPROVER") or getpass.getuser()
+    approver = approver_name(args)
     payload = ExtendInput(
         call_id=args.call_id,
         seconds=parse_span(args.span).total_seconds(),
@@ -238,10 +233,7 @@ async def cmd_extend(client: Client, args: argparse.Namespace) -> int:
             result_type=Extension,
         )
     except WorkflowUpdateFailedError as exc:
-        cause = exc.cause
-        if isinstance(cause, ApplicationError):
-            raise Refused(f"refused: {cause.message} ({cause.type})") from None
-        raise Refused(f"refused: {cause}") from None
+        raise refused_update(exc) from None
     except WorkflowUpdateRPCTimeoutOrCancelledError:
         raise Refused(await _no_worker_message(client, handle)) from None
     except RPCError as exc:

@@ -13,11 +13,10 @@ import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
 
 from hitl import Runner
-from hitl.client import data_converter
 from hitl.wire import RunStatus
-from tests.conftest import BIN
+from tests.conftest import time_skipping_server
 from tests.e2e.test_nested import desk
-from tests.helpers import TIME_SKIPPING, Ledger, serving
+from tests.helpers import Ledger, serving
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -25,16 +24,8 @@ async def ts_env() -> AsyncIterator[WorkflowEnvironment]:
     """A time-skipping server of its own (not the session's): with child workflows the Java
     test server sometimes keeps its clock held after the runs closed (seen under CPU load),
     and a held clock would stall every later test's `sleep`."""
-    env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=str(BIN / "temporal-test-server"),
-        data_converter=data_converter(),
-    )
-    TIME_SKIPPING.add(id(env.client))
-    try:
+    async with time_skipping_server() as env:
         yield env
-    finally:
-        TIME_SKIPPING.discard(id(env.client))
-        await env.shutdown()
 
 
 async def test_a_nested_approval_waits_for_days(
