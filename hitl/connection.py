@@ -127,7 +127,8 @@ class RunnerConnection:
         *,
         update_id: str | None = None,
         start: Callable[[], WithStartWorkflowOperation[Any, Any]] | None = None,
-    ) -> RunStatus:
+        result_type: type[Any] = RunStatus,
+    ) -> Any:
         """Send an update and wait for its result, serving in-process if no worker accepts it."""
         uid = update_id or f"{name}-{uuid.uuid4().hex}"
         handle: WorkflowHandle[Any, Any] = self.client.get_workflow_handle(workflow_id)
@@ -142,7 +143,7 @@ class RunnerConnection:
                         start_workflow_operation=op,
                         id=uid,
                         wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                        result_type=RunStatus,
+                        result_type=result_type,
                         rpc_timeout=grace,
                     )
                 else:
@@ -151,7 +152,7 @@ class RunnerConnection:
                         arg,
                         id=uid,
                         wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                        result_type=RunStatus,
+                        result_type=result_type,
                         rpc_timeout=grace,
                     )
             except WorkflowUpdateRPCTimeoutOrCancelledError:
@@ -186,7 +187,7 @@ class RunnerConnection:
                     with contextlib.suppress(BaseException):
                         await op.workflow_handle()
                 raise
-            result: RunStatus = await uh.result()
+            result = await uh.result()
             if name == UPDATE_DECIDE and isinstance(arg, DecideInput) and not arg.wait:
                 return await self.poll_settled(workflow_id)
             return result

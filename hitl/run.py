@@ -48,9 +48,12 @@ from hitl.stream import current_offset, events_until_settled
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
     QUERY_SNAPSHOT,
+    UPDATE_APPROVE,
     UPDATE_DECIDE,
     UPDATE_WAIT,
     DecideInput,
+    DecisionInput,
+    DecisionRecord,
     DecisionRequest,
     RunContextData,
     RunEvent,
@@ -251,15 +254,30 @@ async def _send_decisions(
     decisions: list[DecisionRequest],
     context: RunContextData | None = None,
 ) -> RunStatus:
-    """Send the decisions (and a new context, if any); return once the run settles again."""
+    """Send the decisions (and a new context, if any); return once the run settles again.
+
+    Edited approvals go first, each as its own `approve` update (the run plans the edited call
+    before it answers); the rest go together in one `decide`.
+    """
+    for d in [d for d in decisions if d.arguments is not None]:
+        await conn.update(
+            workflow_id,
+            UPDATE_APPROVE,
+            DecisionInput.model_validate(d.model_dump(exclude={"kind"})),
+            update_id=decision_update_id(workflow_id, UPDATE_APPROVE, [d]),
+            result_type=DecisionRecord,
+        )
+    decisions = [d for d in decisions if d.arguments is None]
     if not decisions and context is None:
-        return await conn.update(workflow_id, UPDATE_WAIT, WaitInput())
-    return await conn.update(
+        waited: RunStatus = await conn.update(workflow_id, UPDATE_WAIT, WaitInput())
+        return waited
+    settled: RunStatus = await conn.update(
         workflow_id,
         UPDATE_DECIDE,
         DecideInput(decisions=decisions, wait=True, context=context),
         update_id=decision_update_id(workflow_id, UPDATE_DECIDE, decisions, context),
     )
+    return settled
 
 
 def _state_context(state: RunState) -> RunContextData | None:

@@ -116,3 +116,131 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
         description.append(line)
     desc_text = "\n".join(description).split("\x00")[0].strip()
     return desc_text, params
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+
+def schema_problem(value: Any, schema: dict[str, Any], *, where: str = "arguments") -> str | None:
+    """Why `value` does not fit the JSON schema `schema`, or `None`.
+
+    Pure and deterministic (a run checks a person's edited arguments with it before accepting
+    them). It covers what tool schemas generated from signatures use: `type`, `properties`,
+    `required`, `additionalProperties`, `enum`, `const`, `items`, `anyOf`/`oneOf`, `$ref` to
+    `$defs`, bounds on numbers, strings and arrays. The tool's own validation runs again before
+    it executes, so a schema feature not covered here is still enforced there.
+    """
+    return _problem(value, schema, schema, where, 0)
+
+
+def _problem(value: Any, node: Any, root: dict[str, Any], where: str, depth: int) -> str | None:
+    if depth > 32 or not isinstance(node, dict):
+        return None
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part) if isinstance(target, dict) else None
+        return _problem(value, target, root, where, depth + 1)
+    for key in ("anyOf", "oneOf"):
+        options = node.get(key)
+        if (
+            isinstance(options, list)
+            and options
+            and all(_problem(value, o, root, where, depth + 1) for o in options)
+        ):
+            return f"{where} matches none of the allowed forms"
+    for sub in node.get("allOf") or []:
+        problem = _problem(value, sub, root, where, depth + 1)
+        if problem:
+            return problem
+    if "const" in node and value != node["const"]:
+        return f"{where} must be {node['const']!r}"
+    if "enum" in node and value not in node["enum"]:
+        return f"{where} must be one of {', '.join(repr(v) for v in node['enum'][:10])}"
+    kinds = node.get("type")
+    if kinds is not None:
+        names = kinds if isinstance(kinds, list) else [kinds]
+        if not any(_is(value, k) for k in names):
+            return f"{where} must be {' or '.join(str(k) for k in names)}"
+    if isinstance(value, dict):
+        return _object_problem(value, node, root, where, depth)
+    if isinstance(value, list):
+        return _array_problem(value, node, root, where, depth)
+    if isinstance(value, str):
+        if len(value) < node.get("minLength", 0):
+            return f"{where} must have at least {node['minLength']} characters"
+        if "maxLength" in node and len(value) > node["maxLength"]:
+            return f"{where} must have at most {node['maxLength']} characters"
+        pattern = node.get("pattern")
+        if isinstance(pattern, str) and len(pattern) < 500 and not re.search(pattern, value):
+            return f"{where} must match {pattern}"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _number_problem(value, node, where)
+    return None
+
+
+def _is(value: Any, kind: Any) -> bool:
+    types = _JSON_TYPES.get(kind) if isinstance(kind, str) else None
+    if types is None:
+        return True
+    if isinstance(value, bool) and kind not in ("boolean",):
+        return False
+    if kind == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, types)
+
+
+def _object_problem(
+    value: dict[str, Any], node: dict[str, Any], root: dict[str, Any], where: str, depth: int
+) -> str | None:
+    props = node.get("properties") or {}
+    for name in node.get("required") or []:
+        if name not in value:
+            return f"{where}.{name} is required"
+    extra = node.get("additionalProperties", True)
+    for name, item in value.items():
+        if name in props:
+            problem = _problem(item, props[name], root, f"{where}.{name}", depth + 1)
+        elif extra is False:
+            problem = f"{where}.{name} is not a parameter of this tool"
+        else:
+            problem = _problem(item, extra, root, f"{where}.{name}", depth + 1)
+        if problem:
+            return problem
+    return None
+
+
+def _array_problem(
+    value: list[Any], node: dict[str, Any], root: dict[str, Any], where: str, depth: int
+) -> str | None:
+    if len(value) < node.get("minItems", 0):
+        return f"{where} must have at least {node['minItems']} items"
+    if "maxItems" in node and len(value) > node["maxItems"]:
+        return f"{where} must have at most {node['maxItems']} items"
+    items = node.get("items")
+    for i, item in enumerate(value):
+        problem = _problem(item, items, root, f"{where}[{i}]", depth + 1)
+        if problem:
+            return problem
+    return None
+
+
+def _number_problem(value: float, node: dict[str, Any], where: str) -> str | None:
+    if "minimum" in node and value < node["minimum"]:
+        return f"{where} must be at least {node['minimum']}"
+    if "maximum" in node and value > node["maximum"]:
+        return f"{where} must be at most {node['maximum']}"
+    if "exclusiveMinimum" in node and value <= node["exclusiveMinimum"]:
+        return f"{where} must be above {node['exclusiveMinimum']}"
+    if "exclusiveMaximum" in node and value >= node["exclusiveMaximum"]:
+        return f"{where} must be below {node['exclusiveMaximum']}"
+    return None

@@ -213,6 +213,7 @@ def decision_update_id(
             update,
             [
                 [d.call_id, d.kind, d.approver, d.always, d.message, d.reason]
+                + ([d.arguments] if d.arguments is not None else [])
                 for d in sorted(decisions, key=lambda d: d.call_id)
             ],
             context.model_dump(mode="json") if context else None,

@@ -170,15 +170,24 @@ class RunState:
         *,
         approver: str | None = None,
         reason: str | None = None,
+        arguments: dict[str, Any] | None = None,
     ) -> None:
-        """Approve a pending call; with `always_approve`, every later call of that tool too."""
+        """Approve a pending call; with `always_approve`, every later call of that tool too.
+
+        `arguments` replace the model's (edit, then approve): the run checks them against the
+        tool's schema and evaluates the approval requirement on them again; the model is told
+        the call ran with edited arguments. Not with `always_approve`.
+        """
         it = self._item(item)
+        if arguments is not None and always_approve:
+            raise UserError("an edited approval decides one call: drop always_approve")
         self.decisions[it.call_id] = DecisionRequest(
             kind="approve",
             call_id=it.call_id,
             always=always_approve,
             approver=approver,
             reason=reason,
+            arguments=arguments,
         )
 
     def reject(

@@ -77,6 +77,15 @@ class FunctionTool:
         required_approvals: Distinct people who must approve a call (four eyes: 2), or
             `(ctx, params, call_id) -> int` deciding per call. Only people approve such a
             call; one rejection rejects it.
+        allow_edits: Whether a person may approve a call with edited arguments.
+        signed_decisions: Decisions on this tool's calls must be signed by a key in the
+            worker's approver directory.
+        remind_after: Seconds a call waits before people are reminded (a notification).
+        escalate_after: Seconds a call waits before `escalate_to` may decide it too.
+        escalate_to: Approvers or groups (`group:<name>`) added when a call escalates.
+        retry_safe: `False` for a tool whose effect must not be repeated blindly: it runs one
+            attempt, and an attempt that dies (worker crash, timeout) parks the call as
+            *uncertain* until a person says whether the effect happened.
         called_on_rejection: A tool that takes a `UserAction` is also called when its call is
             rejected or expires (with `primary_confirmed=False`), and what it returns is what
             the model sees. Off by default: a rejected call runs no tool code.
@@ -100,6 +109,12 @@ class FunctionTool:
     approvers: list[str] = field(default_factory=list)
     required_approvals: int | RequiredApprovalsFunction = 1
     called_on_rejection: bool = False
+    allow_edits: bool = True
+    signed_decisions: bool = False
+    remind_after: float | None = None
+    escalate_after: float | None = None
+    escalate_to: list[str] = field(default_factory=list)
+    retry_safe: bool = True
     _args_model: type[BaseModel] | None = field(default=None, repr=False)
     _takes_context: bool = field(default=False, repr=False)
     _user_action_param: str | None = field(default=None, repr=False)
@@ -134,6 +149,12 @@ class FunctionTool:
                 self.required_approvals if isinstance(self.required_approvals, int) else 1
             ),
             called_on_rejection=self.called_on_rejection,
+            allow_edits=self.allow_edits,
+            signed_decisions=self.signed_decisions,
+            remind_after_seconds=self.remind_after,
+            escalate_after_seconds=self.escalate_after,
+            escalate_to=list(self.escalate_to),
+            retry_safe=self.retry_safe,
         )
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
@@ -290,6 +311,12 @@ def function_tool(
     approvers: list[str] | None = None,
     required_approvals: int | RequiredApprovalsFunction = 1,
     called_on_rejection: bool = False,
+    allow_edits: bool = True,
+    signed_decisions: bool = False,
+    remind_after: float | None = None,
+    escalate_after: float | None = None,
+    escalate_to: list[str] | None = None,
+    retry_safe: bool = True,
 ) -> Callable[[ToolFunction], FunctionTool]: ...
 
 
@@ -313,6 +340,12 @@ def function_tool(
     approvers: list[str] | None = None,
     required_approvals: int | RequiredApprovalsFunction = 1,
     called_on_rejection: bool = False,
+    allow_edits: bool = True,
+    signed_decisions: bool = False,
+    remind_after: float | None = None,
+    escalate_after: float | None = None,
+    escalate_to: list[str] | None = None,
+    retry_safe: bool = True,
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
     """Turn a function into a tool; its JSON schema comes from the signature and docstring.
 
@@ -349,6 +382,18 @@ def function_tool(
         called_on_rejection: For a tool that takes a `UserAction`: also call it (with
             `primary_confirmed=False`) when its call is rejected or expires, so it can word
             the answer the model sees. Default: rejected calls run no tool code.
+        allow_edits: Let a person approve a call with edited arguments (checked against the
+            schema; the approval requirement is evaluated on them again).
+        signed_decisions: Accept only decisions signed with a key of the worker's approver
+            directory (`HITL_APPROVERS`), whose owner is the decision's approver.
+        remind_after: Seconds after which a waiting call is reminded (a `reminder`
+            notification).
+        escalate_after: Seconds after which a waiting call escalates: `escalate_to` (approvers
+            or `group:<name>`) may decide it too, and people are notified.
+        escalate_to: Who is added to the approvers when a call escalates.
+        retry_safe: `False`: the tool runs a single attempt, and an attempt that dies midway
+            (worker crash, timeout) parks the call as *uncertain*: a person says whether the
+            effect happened (with its result), to run it again, or to give up.
 
     A parameter annotated `UserAction` receives the person's action at execution (and is not
     shown to the model); the tool must act only when `action.primary_confirmed` is true.
@@ -391,6 +436,12 @@ def function_tool(
             approvers=list(approvers or []),
             required_approvals=required_approvals,
             called_on_rejection=called_on_rejection,
+            allow_edits=allow_edits,
+            signed_decisions=signed_decisions,
+            remind_after=remind_after,
+            escalate_after=escalate_after,
+            escalate_to=list(escalate_to or []),
+            retry_safe=retry_safe,
             _args_model=model,
             _takes_context=takes_context,
             _user_action_param=user_action,

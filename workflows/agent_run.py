@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         WaitInput,
     )
     from hitl.workflows import hooks, nested, tracing, turn, visibility
+    from hitl.workflows.approvers import edit_note
     from hitl.workflows.book import ApprovalBook
     from hitl.workflows.decisions import Decisions
     from hitl.workflows.events import Events
@@ -398,7 +399,8 @@ class AgentRun:
                     output = tracing.sensitive(self, out.output)
                     if output is not None:
                         span.set_attribute("hitl.tool.output", output)
-        rec.output, rec.is_error, rec.state = out.output, out.is_error, "done"
+        note = edit_note(rec) if rec.original_arguments is not None else ""
+        rec.output, rec.is_error, rec.state = note + out.output, out.is_error, "done"
 
     # ================================================================= continue-as-new
 
@@ -454,9 +456,9 @@ class AgentRun:
     # ================================================================= decisions
 
     @workflow.update(name=UPDATE_APPROVE)
-    def approve(self, *args: Any) -> DecisionRecord:
+    async def approve(self, *args: Any) -> DecisionRecord:
         """Approve one pending call: `{"call_id": "...", "approver": "you", "always": false}`."""
-        return self.decisions.decide("approve", self.decisions.read(args, "approve"), "update")
+        return await self.decisions.approve(args)
 
     @approve.validator
     def _validate_approve(self, *args: Any) -> None:

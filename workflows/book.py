@@ -39,6 +39,7 @@ from hitl.wire import (
     PolicyDecision,
     StandingRule,
 )
+from hitl.workflows.approvers import check_approver, may_decide
 from hitl.workflows.inputs import refusal
 
 SEP = "/"
@@ -55,22 +56,6 @@ def decision_problem(d: DecisionInput) -> str | None:
         or text_problem("reason", d.reason, MAX_TEXT_CHARS)
         or text_problem("approver", d.approver, MAX_APPROVER_CHARS)
     )
-
-
-def may_decide(approver: str | None, allowed: list[str]) -> bool:
-    """Whether `approver` may decide a call whose approver list is `allowed` (empty: anyone)."""
-    return not allowed or approver in allowed
-
-
-def _check_approver(d: DecisionInput | ExtendInput, tool: str, allowed: list[str]) -> None:
-    # The list stops mistakes, not forgery: Temporal does not authenticate who sends an update,
-    # so production puts an approval gateway (holding the write credentials) in front.
-    if not may_decide(d.approver, allowed):
-        who = f"approver '{d.approver}'" if d.approver else "a decision without an approver"
-        raise refusal(
-            "NotAuthorized",
-            f"{who} may not decide {tool} calls (allowed: {', '.join(allowed)})",
-        )
 
 
 def _check_deadline(
@@ -307,7 +292,7 @@ class ApprovalBook:
         if SEP in d.call_id:
             view, rest = self._nested_target(d.call_id)
             pending = next(p for p in view.pending() if p.call_id == rest)
-            _check_approver(d, pending.tool_name, pending.approvers)
+            check_approver(d, pending.tool_name, pending.approvers, self.s.directory)
             _check_deadline(d, pending.deadline, now)
             if kind == "approve" and pending.required_approvals > 1:
                 return _one_of_several(
@@ -323,7 +308,7 @@ class ApprovalBook:
             raise refusal(
                 "NotPending", f"call '{d.call_id}' is not awaiting approval (it is {call.state})"
             )
-        _check_approver(d, call.tool_name, call.approvers)
+        check_approver(d, call.tool_name, call.approvers, self.s.directory)
         _check_deadline(d, call.deadline, now)
         if kind == "approve" and call.required_approvals > 1:
             return _one_of_several(d, call.tool_name, call.required_approvals, call.approvals)
@@ -352,7 +337,7 @@ class ApprovalBook:
             raise refusal("UnknownCall", f"no pending call '{d.call_id}'")
         if call.deadline is None:
             raise refusal("NoDeadline", f"call '{d.call_id}' has no deadline: it waits forever")
-        _check_approver(d, call.tool_name, call.approvers)
+        check_approver(d, call.tool_name, call.approvers, self.s.directory)
         _check_deadline(d, call.deadline, now)
         return call
 
@@ -386,8 +371,12 @@ class ApprovalBook:
         now: datetime,
         source: DecisionSource = "person",
         via: DecisionVia = "update",
+        verified: bool = False,
     ) -> DecisionRecord:
-        """Apply a decision that `check` accepted (synchronously; call before any `await`)."""
+        """Apply a decision that `check` accepted (synchronously; call before any `await`).
+
+        `verified`: the caller checked the decision's signature against the run's directory.
+        """
         existing = self.check(kind, d, now)
         if existing is not None:
             return existing
@@ -403,11 +392,24 @@ class ApprovalBook:
         required = target.required_approvals
         if kind == "approve" and required > 1:
             assert d.approver  # `check` refuses nameless approvals of such calls
-            given.append(Approval(approver=d.approver, reason=d.reason, via=via, approved_at=now))
+            edited = call.arguments if call is not None and d.arguments is not None else None
+            given.append(
+                Approval(
+                    approver=d.approver,
+                    reason=d.reason,
+                    via=via,
+                    approved_at=now,
+                    arguments=edited,
+                    verified=verified,
+                )
+            )
             if len(given) < required:
                 return DecisionRecord.partial(d.call_id, target.tool_name, given, required)
         rec = self._new_record(d.call_id, target.tool_name, kind, d, now, source, via)
         rec.approvals = list(given)
+        rec.verified, rec.key_id = verified, d.key_id if verified else None
+        if call is not None and call.original_arguments is not None and kind == "approve":
+            rec.arguments, rec.original_arguments = call.arguments, call.original_arguments
         if call is None:
             self._store(rec)
             self._mail(view, rest, rec)
@@ -443,7 +445,7 @@ class ApprovalBook:
             if rule.kind == "approve" and call.required_approvals > 1:
                 continue  # several people must approve it, each one in person
             if rule.covers(call.agent_id, call.tool_name) and may_decide(
-                rule.approver, call.approvers
+                rule.approver, call.approvers, self.s.directory
             ):
                 return rule
         return None
@@ -454,7 +456,8 @@ class ApprovalBook:
             tool
             for tool, allowed in approvers.items()
             if any(
-                r.covers(agent_id, tool) and may_decide(r.approver, allowed) for r in self.s.rules
+                r.covers(agent_id, tool) and may_decide(r.approver, allowed, self.s.directory)
+                for r in self.s.rules
             )
         )
 

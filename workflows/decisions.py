@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_REFUSED_KEPT,
     )
     from hitl.wire import (
+        AgentSpec,
         CallRecord,
         DecideInput,
         DecisionInput,
@@ -43,7 +44,10 @@ with workflow.unsafe.imports_passed_through():
         RunContextData,
         ToolSpec,
     )
+    from hitl.workflows.approvers import apply_edit, check_edit
+    from hitl.workflows.book import SEP
     from hitl.workflows.inputs import preview, read_one, refusal
+    from hitl.workflows.steps import RunFailure
 
 if TYPE_CHECKING:
     from hitl.workflows.agent_run import AgentRun
@@ -88,6 +92,11 @@ class Decisions:
             )
         kinds: dict[str, str] = {}
         for d in req.decisions:
+            if d.arguments is not None:
+                raise refusal(
+                    "InvalidDecision",
+                    f"call '{d.call_id}': edited arguments go with the approve update, alone",
+                )
             if kinds.setdefault(d.call_id, d.kind) != d.kind:
                 raise refusal(
                     "InvalidDecision", f"call '{d.call_id}' is both approved and rejected"
@@ -163,10 +172,13 @@ class Decisions:
         """
         self._open(d.call_id)
         try:
-            self.run.book.check(kind, d, workflow.now())
+            known = self.run.book.check(kind, d, workflow.now())
         except ApplicationError as err:
             if err.type != "DeadlinePassed" or self._late_recorded(d.call_id):
                 raise
+            return
+        if known is None and d.arguments is not None:
+            self._edit_target(kind, d)
 
     def admit_batch(self, req: DecideInput) -> None:
         """Validate every decision of a `decide` request."""
@@ -222,9 +234,75 @@ class Decisions:
     def by_signal(self, kind: DecisionKind, args: tuple[Any, ...]) -> None:
         """A decision sent as a signal: it cannot return an error, so a refusal is recorded."""
         try:
-            self.decide(kind, self.read(args, kind), "signal")
+            d = self.read(args, kind)
+            if d.arguments is not None:
+                raise refusal(
+                    "InvalidDecision", "edited arguments need the approve update (not a signal)"
+                )
+            self.decide(kind, d, "signal")
         except ApplicationError as err:
             self.refuse(kind, preview(args), err.type or "InvalidDecision", err.message)
+
+    # ----------------------------------------------------------------- edits
+
+    async def approve(self, args: tuple[Any, ...]) -> DecisionRecord:
+        """The `approve` update: with `arguments`, edit the call first, then approve it."""
+        d = self.read(args, "approve")
+        if d.arguments is None:
+            return self.decide("approve", d, "update")
+        return await self._edit_then_approve(d)
+
+    def _edit_target(
+        self, kind: DecisionKind, d: DecisionInput
+    ) -> tuple[CallRecord, AgentSpec, ToolSpec, str]:
+        """The call an edit is for, its agent and tool, and the edited arguments' JSON text."""
+        run = self.run
+        if SEP in d.call_id:
+            raise refusal(
+                "EditsNotAllowed",
+                f"call '{d.call_id}' belongs to a nested run; its arguments cannot be edited",
+            )
+        call = run.book.calls[d.call_id]  # `check` found it pending
+        assert run.s.graph is not None
+        agent = run.s.graph.agents[call.agent_id]
+        tool = agent.tool(call.tool_name)
+        assert tool is not None
+        text = check_edit(kind, d, tool, run.inp.run_config.max_tool_argument_bytes)
+        return call, agent, tool, text
+
+    async def _edit_then_approve(self, d: DecisionInput) -> DecisionRecord:
+        """Edit, then approve: the tool's own checks and approval requirement see the edit.
+
+        The tool plans the edited call (argument validation, `needs_approval`,
+        `required_approvals`, the approval request) in an activity; the edit is taken only if
+        the call is still pending as it was when that ends. An edit that now needs more
+        approvers than this one leaves the call waiting for them.
+        """
+        run = self.run
+        self._open(d.call_id)
+        if run.book.check("approve", d, workflow.now()) is not None:
+            return self.decide("approve", d, "update")  # a retry: answered as recorded
+        call, agent, tool, text = self._edit_target("approve", d)
+        probe = call.model_copy(update={"arguments": text})
+        try:
+            plan = (await run.steps.plan(agent, [probe], [tool.name], busy=False)).plans[0]
+        except RunFailure as failed:  # the tool's planning code failed: the edit is not taken
+            raise refusal("EditRefused", f"planning the edited call failed: {failed}") from None
+        self._open(d.call_id)
+        if run.book.check("approve", d, workflow.now()) is not None:
+            return self.decide("approve", d, "update")
+        call, agent, tool, text = self._edit_target("approve", d)
+        refused = plan.refusal or (plan.tripwire.message if plan.tripwire else None)
+        if refused is not None:
+            raise refusal("EditRefused", f"{tool.name} refuses the edited arguments: {refused}")
+        needs = plan.needs_approval or tool.approval == "always"
+        asked = plan.required_approvals or 1
+        call.required_approvals = max(tool.required_approvals, asked) if needs else 1
+        if plan.request is not None:
+            call.request = plan.request
+        apply_edit(call, d, text, workflow.now())
+        run.events.emit("arguments_edited", call_id=d.call_id, tool=call.tool_name, text=text)
+        return self.decide("approve", d, "update")
 
     # ----------------------------------------------------------------- deadlines
 

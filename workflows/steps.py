@@ -301,7 +301,12 @@ class Steps:
     # ----------------------------------------------------------------- tools
 
     async def plan(
-        self, agent: AgentSpec, recs: list[CallRecord], skip_policy: list[str]
+        self,
+        agent: AgentSpec,
+        recs: list[CallRecord],
+        skip_policy: list[str],
+        *,
+        busy: bool = True,
     ) -> PlanToolsOutput:
         """Evaluate predicates, render approval requests, consult approver callbacks."""
         cfg = self.inp.run_config
@@ -322,6 +327,7 @@ class Steps:
             ),
             PlanToolsOutput,
             "planning tool calls",
+            busy=busy,
         )
 
     async def execute_tool(self, agent: AgentSpec, rec: CallRecord, tool: ToolSpec) -> ToolOutput:

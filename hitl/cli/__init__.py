@@ -6,6 +6,7 @@
     hitl pending [--agent A] [--json] [--runs] every pending approval, across all runs
     hitl show RUN [--json]                     a run: status, transcript, pending requests
     hitl approve RUN [CALL_ID | --all] [--always] [--as NAME] [--reason TEXT]
+                 [--set NAME=VALUE ... | --args-file FILE]
     hitl reject RUN [CALL_ID | --all] [--always] [--message TEXT] [--as NAME]
     hitl watch RUN [--from-offset N]           follow a run until it finishes
     hitl codec-server [--port 8081]            decrypt payloads for the temporal CLI and UI
@@ -135,6 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
         )
         if name == "reject":
             d.add_argument("--message", help="what the model sees instead of the tool output")
+        else:
+            d.add_argument(
+                "--set",
+                action="append",
+                metavar="NAME=VALUE",
+                help="edit an argument before approving (VALUE is JSON, else text); repeatable",
+            )
+            d.add_argument(
+                "--args-file", metavar="FILE", help="approve with these arguments (a JSON object)"
+            )
 
     extend = sub.add_parser("extend", help="move a pending call's approval deadline later")
     extend.add_argument("run")
@@ -238,6 +249,8 @@ def _run(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command in ("approve", "reject") and bool(args.call_id) == bool(args.all):
         _usage(parser, f"{args.command} needs a CALL_ID or --all (not both)")
+    if args.command == "approve" and (args.set or args.args_file) and args.all:
+        _usage(parser, "--set and --args-file edit one call: name its CALL_ID, not --all")
     if args.command in ("audit", "extend"):
         try:
             parse_span(args.since if args.command == "audit" else args.span)

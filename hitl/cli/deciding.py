@@ -6,6 +6,7 @@ import argparse
 import json
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import (
@@ -121,6 +122,59 @@ async def _finished_run_decisions(
     raise Refused(f"run {handle.id} has finished ({state}); it takes no more decisions")
 
 
+async def _current_arguments(
+    client: Client, handle: WorkflowHandle[Any, Any], args: argparse.Namespace
+) -> dict[str, Any] | None:
+    """The pending call's arguments, which `--set` edits (not needed with `--args-file`)."""
+    if args.args_file:
+        return None
+    try:
+        status = await _status(client, handle, args.timeout)
+    except Refused as exc:
+        raise Refused(
+            f"{exc}; --set edits the call's arguments, so it needs a worker to read "
+            "them (or give them all with --args-file)"
+        ) from None
+    pending = next((p for p in status.pending if p.call_id == args.call_id), None)
+    if pending is None:
+        raise Refused(f"call '{args.call_id}' is not pending on run {args.run} (UnknownCall)")
+    loaded = json.loads(pending.arguments or "{}")
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def edited_arguments(
+    args: argparse.Namespace, current: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The arguments `--args-file` and `--set NAME=VALUE` give (`None`: no edit).
+
+    A VALUE that parses as JSON is taken as JSON (`amount=100` is a number, `note='"100"'` a
+    string); anything else is text. `--set` applies on top of `--args-file`, else on top of
+    the call's `current` arguments.
+    """
+    sets: list[str] = getattr(args, "set", None) or []
+    path: str | None = getattr(args, "args_file", None)
+    if not sets and not path:
+        return None
+    arguments: dict[str, Any] = dict(current or {})
+    if path:
+        try:
+            loaded = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise Refused(f"cannot read --args-file {path}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise Refused(f"--args-file {path} must hold a JSON object")
+        arguments = loaded
+    for item in sets:
+        name, eq, raw = item.partition("=")
+        if not eq or not name:
+            raise Refused(f"--set takes NAME=VALUE, not {item!r}")
+        try:
+            arguments[name] = json.loads(raw)
+        except ValueError:
+            arguments[name] = raw
+    return arguments
+
+
 async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKind) -> int:
     """Approve or reject one call, or all pending calls of a run.
 
@@ -143,6 +197,9 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
     else:
         call_ids = [args.call_id]
     message = getattr(args, "message", None)
+    edited = None
+    if kind == "approve" and (getattr(args, "set", None) or getattr(args, "args_file", None)):
+        edited = edited_arguments(args, await _current_arguments(client, handle, args))
     decisions = [
         DecisionRequest(
             kind=kind,
@@ -151,6 +208,7 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
             message=message,
             approver=approver,
             reason=args.reason,
+            arguments=edited,
         )
         for c in call_ids
     ]
@@ -167,6 +225,7 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
                 message=d.message,
                 approver=d.approver,
                 reason=d.reason,
+                arguments=d.arguments,
             )
             rec: DecisionRecord = await handle.execute_update(
                 kind, payload, id=uid, rpc_timeout=timeout, result_type=DecisionRecord
@@ -212,6 +271,8 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
             )
         elif len(rec.approvals) > 1 and rec.kind == "approve":
             print(f"  approved by {', '.join(one_line(a.approver) for a in rec.approvals)}")
+        if rec.arguments is not None:
+            print(f"  it runs with the edited arguments {one_line(rec.arguments)}")
     return EXIT_OK
 
 

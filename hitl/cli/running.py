@@ -123,6 +123,16 @@ def format_event(event: RunEvent) -> str:
         return f"{head} {L(text)} {tool} [{call}] by {who_decided}"
     if kind == "deadline_extended":
         return f"{head} deadline of [{call}] moved to {L(text)}"
+    if kind == "arguments_edited":
+        return f"{head} arguments of {tool} [{call}] edited to {_short(text, 80)}"
+    if kind == "approval_reminder":
+        return f"{head} REMINDER {tool} [{call}] still waits for a decision"
+    if kind == "approval_escalated":
+        return f"{head} ESCALATED {tool} [{call}]: now also {L(text)}"
+    if kind == "call_uncertain":
+        return f"{head} UNCERTAIN {tool} [{call}]: {L(text)}"
+    if kind == "call_resolved":
+        return f"{head} resolved {tool} [{call}]: {L(text)}"
     if kind == "handoff":
         return f"{head} handoff {L(event.data.get('from'))} -> {L(event.data.get('to'))}"
     if kind == "paused":

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from datetime import datetime
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from hitl.wire.base import WireModel
-from hitl.wire.graph import AgentGraph, ModelSettings, ModelSpec, RunConfigSpec
+from hitl.wire.graph import (
+    AgentGraph,
+    ApproverDirectory,
+    ModelSettings,
+    ModelSpec,
+    RunConfigSpec,
+)
 from hitl.wire.runs import (
     ApprovalRequestData,
     DecisionRecord,
@@ -280,6 +287,8 @@ class ResolvedRun(WireModel):
     """The custom search attributes are registered, so the run keeps them current."""
     tracing: bool = False
     """The worker traces with OpenTelemetry (the run records its own spans)."""
+    directory: ApproverDirectory | None = None
+    """The worker's approver directory (groups, public keys), pinned into the run."""
 
 
 class HandleRunErrorInput(WireModel):
@@ -300,3 +309,45 @@ class HandleRunErrorOutput(WireModel):
     handled: bool = False
     final_output: Any = None
     include_in_history: bool = True
+
+
+NotifyEvent = Literal["waiting", "reminder", "escalated", "decided", "expired", "uncertain"]
+"""When a run tells people about a call: it starts waiting, is reminded, escalates, is decided,
+expires, or became uncertain (its tool may or may not have had its effect)."""
+
+
+class NotifyInput(WireModel):
+    """Input of `notify`: one event about one call, for the worker's notifiers.
+
+    Never carries the call's arguments (they may be personal data): only what a person needs to
+    find the call and decide it.
+    """
+
+    _sparse: ClassVar[bool] = False  # webhook bodies are read by other programs: complete
+
+    event: NotifyEvent
+    workflow_id: str
+    run_id: str
+    call_id: str
+    tool_name: str
+    agent_name: str
+    title: str | None = None
+    approvers: list[str] = Field(default_factory=list)
+    deadline: datetime | None = None
+    at: datetime
+    decision: DecisionRecord | None = None
+
+
+class NotifierResult(WireModel):
+    """How one notifier fared."""
+
+    notifier: str
+    delivered: bool
+    attempts: int = 1
+    error: str | None = None
+
+
+class NotifyOutput(WireModel):
+    """Output of `notify`: it never fails; each notifier's result is here (and in the log)."""
+
+    results: list[NotifierResult] = Field(default_factory=list)

@@ -92,6 +92,18 @@ class ToolSpec(WireModel):
     """Names of the tool's input guardrails (they run in activities)."""
     timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result"
     """On timeout: tell the model, or fail the run with `ToolTimeoutError`."""
+    allow_edits: bool = True
+    """A person may approve a call with edited arguments."""
+    signed_decisions: bool = False
+    """Decisions on this tool's calls must be signed (see `hitl.signing`)."""
+    remind_after_seconds: float | None = None
+    """Seconds a call waits before a `reminder` notification (`None`: the run's setting)."""
+    escalate_after_seconds: float | None = None
+    """Seconds a call waits before it escalates (`None`: the run's setting)."""
+    escalate_to: list[str] = Field(default_factory=list)
+    """Approvers or `group:<name>`s added to a call's approvers when it escalates."""
+    retry_safe: bool = True
+    """`False`: one attempt; an attempt that dies midway makes the call uncertain."""
 
 
 class HandoffSpec(WireModel):
@@ -141,6 +153,26 @@ class AgentGraph(WireModel):
     fingerprint: str
 
 
+class ApproverEntry(WireModel):
+    """One approver of the worker's approver directory."""
+
+    groups: list[str] = Field(default_factory=list)
+    """Groups (roles) the approver belongs to; a tool's approver list names them `group:<name>`."""
+    keys: dict[str, str] = Field(default_factory=dict)
+    """Key id -> the approver's Ed25519 public key (raw 32 bytes, base64)."""
+
+
+class ApproverDirectory(WireModel):
+    """Who the worker knows as approvers: their groups and public keys.
+
+    Configured on the worker (`HITL_APPROVERS`: a JSON file), never taken from a payload, and
+    pinned into a run when it starts, like its agent graph: a parked run checks decisions
+    against the directory it started with.
+    """
+
+    approvers: dict[str, ApproverEntry] = Field(default_factory=dict)
+
+
 class RunConfigSpec(WireModel):
     """Per-run options. Callables travel as import references (`module:qualname`)."""
 
@@ -165,6 +197,14 @@ class RunConfigSpec(WireModel):
     """Import reference of a programmatic approver consulted for every call needing approval."""
     approvers: list[str] = Field(default_factory=list)
     """Who may decide this run's calls (empty: anyone), unless a tool names its own."""
+    signed_decisions: bool = False
+    """Every decision of this run must be signed (see `hitl.signing`)."""
+    remind_after_seconds: float | None = None
+    """Default for tools without their own: seconds before a waiting call is reminded."""
+    escalate_after_seconds: float | None = None
+    """Default for tools without their own: seconds before a waiting call escalates."""
+    escalate_to: list[str] = Field(default_factory=list)
+    """Default for tools without their own: who is added when a call escalates."""
     stream_text_deltas: bool = False
     """Models that can stream publish text deltas as `model_text_delta` events (costs a
     signal per batch of deltas; `Runner.run_streamed` turns it on)."""

@@ -37,6 +37,15 @@ class DecisionInput(WireModel):
     message: str | None = None
     approver: str | None = None
     reason: str | None = None
+    arguments: dict[str, Any] | None = None
+    """Approve with these arguments instead of the model's (edit, then approve): checked
+    against the tool's schema, and the call's approval requirement is evaluated on them."""
+    key_id: str | None = None
+    """Signed decisions: the approver's key (as the worker's approver directory names it)."""
+    signature: str | None = None
+    """Signed decisions: base64 Ed25519 signature over `hitl.signing.decision_message(...)`."""
+    expires_at: datetime | None = None
+    """Signed decisions: the signature is not accepted after this time (the run's clock)."""
 
 
 class ExtendInput(WireModel):
@@ -155,6 +164,11 @@ RunEventType = Literal[
     "approval_requested",
     "approval_decided",
     "deadline_extended",
+    "arguments_edited",
+    "approval_reminder",
+    "approval_escalated",
+    "call_uncertain",
+    "call_resolved",
     "tool_started",
     "tool_finished",
     "handoff",

@@ -24,6 +24,8 @@ ACT_RUN_GUARDRAILS = "run_guardrails"
 ACT_FILTER_HANDOFF = "filter_handoff"
 ACT_LOAD_SESSION = "load_session"
 ACT_SAVE_SESSION = "save_session"
+ACT_NOTIFY = "notify"
+"""Tells the worker's notifiers (webhooks, callbacks) about a call; never fails a run."""
 ACT_READ_RUN = "read_run"
 """Reads another run of the same graph by query (a nested run's report, or its parent's mail)."""
 

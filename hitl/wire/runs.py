@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
@@ -9,7 +10,7 @@ from pydantic import Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from hitl.wire.base import WireModel
-from hitl.wire.graph import AgentGraph, RunConfigSpec
+from hitl.wire.graph import AgentGraph, ApproverDirectory, RunConfigSpec
 from hitl.wire.names import DecisionKind, DecisionSource, DecisionVia
 
 if TYPE_CHECKING:
@@ -142,7 +143,15 @@ class CallRecord(WireModel):
     arguments: str
     turn: int
     state: Literal[
-        "planning", "awaiting_approval", "approved", "running", "done", "rejected", "refused"
+        "planning",
+        "awaiting_approval",
+        "approved",
+        "running",
+        "done",
+        "rejected",
+        "refused",
+        "expired",
+        "uncertain",
     ] = "planning"
     needs_approval: bool = False
     requested_at: datetime | None = None
@@ -157,7 +166,55 @@ class CallRecord(WireModel):
     approvals: list[Approval] = Field(default_factory=list)
     """Approvals so far, while more are needed."""
     extensions: list[Extension] = Field(default_factory=list)
+    original_arguments: str | None = None
+    """The model's arguments, when a person edited them (`arguments` are what runs)."""
+    edits: list[ArgumentEdit] = Field(default_factory=list)
+    """Who edited the arguments, when, from what to what."""
+    reminded_at: datetime | None = None
+    escalated_at: datetime | None = None
+    uncertain: UncertainCall | None = None
+    """The tool's attempt died midway: a person says what happened (`resolve`)."""
     """Who moved the call's deadline, when, and from when to when."""
+
+
+def canonical_arguments(arguments: dict[str, Any]) -> str:
+    """Edited arguments as the JSON text a tool receives (compact, keys in the given order)."""
+    return json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+
+
+class ArgumentEdit(WireModel):
+    """A person's replacement of a pending call's arguments (edit, then approve)."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    approver: str | None = None
+    edited_at: datetime
+    before: str
+    after: str
+
+
+class UncertainCall(WireModel):
+    """A call whose tool may or may not have had its effect; a person resolves it."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    since: datetime
+    error: str
+    attempts: int = 1
+    resolution: Resolution | None = None
+
+
+class Resolution(WireModel):
+    """How a person resolved an uncertain call."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    outcome: Literal["happened", "retry", "give_up"]
+    output: str | None = None
+    message: str | None = None
+    approver: str | None = None
+    reason: str | None = None
+    resolved_at: datetime
 
 
 class Extension(WireModel):
@@ -181,9 +238,15 @@ class Approval(WireModel):
     reason: str | None = None
     via: DecisionVia = "update"
     approved_at: datetime
+    arguments: str | None = None
+    """The arguments this approver edited the call to (`None`: approved them as they were)."""
+    verified: bool = False
+    """Signed with a key the worker's approver directory gives `approver`."""
 
     def answers(self, d: DecisionInput) -> bool:
         """Whether approval `d` repeats this one (a retry)."""
+        if d.arguments is not None and canonical_arguments(d.arguments) != self.arguments:
+            return False
         return (d.approver, d.reason, d.always) == (self.approver, self.reason, False)
 
 
@@ -208,6 +271,17 @@ class DecisionRecord(WireModel):
     still_needed: int = 0
     """More than 0 only in the answer to an approval that was not the last one needed: the
     call still waits for that many more approvers (nothing is recorded as decided yet)."""
+    arguments: str | None = None
+    """An approval with edited arguments: what ran (JSON), instead of the model's."""
+    original_arguments: str | None = None
+    """An approval with edited arguments: the model's arguments."""
+    expired: bool = False
+    """The call's deadline passed without a decision (`source` is `deadline`): its own outcome,
+    not a person's rejection."""
+    verified: bool = False
+    """The decision was signed with a key the worker's approver directory gives `approver`."""
+    key_id: str | None = None
+    """The key a verified decision was signed with."""
 
     @classmethod
     def partial(cls, call_id: str, tool: str, approvals: list[Approval], required: int) -> Self:
@@ -238,6 +312,8 @@ class DecisionRecord(WireModel):
             return True
         if kind == "approve" and any(a.answers(d) for a in self.approvals):
             return True
+        if d.arguments is not None and self.arguments != canonical_arguments(d.arguments):
+            return False
         message = d.message if kind == "reject" else None
         return (self.always, self.message, self.approver, self.reason) == (
             d.always,
@@ -302,6 +378,10 @@ class CarriedState(WireModel):
     """The run's event stream, carried so subscribers lose nothing across continue-as-new."""
     seen_from_root: int = 0
     """A nested run: the last `FromRoot.seq` it applied."""
+    directory: ApproverDirectory | None = None
+    """The worker's approver directory (groups, keys) when the run started: pinned."""
+    notify: bool = False
+    """The worker that started the run has notifiers: tell them about waits and decisions."""
     calls: list[CallRecord] = Field(default_factory=list)
     """The calls of the turn in progress (see the class docstring)."""
     open_turn: TurnInfo | None = None

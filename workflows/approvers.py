@@ -1,0 +1,112 @@
+"""Who may decide a call, and whether a person's edit of its arguments can be taken.
+
+Pure and deterministic, like the approval book that uses it: the approver directory (groups and
+keys, configured on the worker) is pinned into the run when it starts, so a replay reads the
+same directory the run first read.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from hitl.schema import schema_problem
+from hitl.wire import (
+    ApproverDirectory,
+    ArgumentEdit,
+    CallRecord,
+    DecisionInput,
+    DecisionKind,
+    ExtendInput,
+    ToolSpec,
+    canonical_arguments,
+)
+from hitl.workflows.inputs import refusal
+
+GROUP = "group:"
+"""An approver list entry naming a group of the directory: `group:finance`."""
+
+
+def may_decide(
+    approver: str | None, allowed: list[str], directory: ApproverDirectory | None = None
+) -> bool:
+    """Whether `approver` may decide a call whose approver list is `allowed` (empty: anyone).
+
+    An entry is an approver's name or `group:<name>`, which the worker's directory fills.
+    """
+    if not allowed:
+        return True
+    if approver is None:
+        return False
+    if approver in allowed:
+        return True
+    entry = directory.approvers.get(approver) if directory is not None else None
+    return entry is not None and any(
+        a.startswith(GROUP) and a[len(GROUP) :] in entry.groups for a in allowed
+    )
+
+
+def check_approver(
+    d: DecisionInput | ExtendInput,
+    tool: str,
+    allowed: list[str],
+    directory: ApproverDirectory | None,
+) -> None:
+    """Refuse (`NotAuthorized`) a decision by someone not on the call's approver list."""
+    # The list stops mistakes, not forgery, unless decisions are signed: Temporal does not
+    # authenticate who sends an update (see docs/security.md).
+    if not may_decide(d.approver, allowed, directory):
+        who = f"approver '{d.approver}'" if d.approver else "a decision without an approver"
+        raise refusal(
+            "NotAuthorized",
+            f"{who} may not decide {tool} calls (allowed: {', '.join(allowed)})",
+        )
+
+
+def check_edit(kind: DecisionKind, d: DecisionInput, tool: ToolSpec, max_bytes: int) -> str:
+    """The edited arguments as the JSON text the tool will get, once they pass every check.
+
+    Refused: an edit with a rejection, on a tool that forbids edits, larger than the run's
+    argument limit, or not fitting the tool's schema.
+    """
+    assert d.arguments is not None
+    if kind != "approve":
+        raise refusal("InvalidDecision", "only an approval can carry edited arguments")
+    if not tool.allow_edits:
+        raise refusal(
+            "EditsNotAllowed", f"{tool.name} calls cannot be edited; approve or reject them"
+        )
+    if tool.kind != "function":
+        raise refusal("EditsNotAllowed", f"{tool.name} is an agent tool; its input is not edited")
+    text = canonical_arguments(d.arguments)
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise refusal(
+            "InvalidDecision", f"the edited arguments are {size} bytes; the limit is {max_bytes}"
+        )
+    problem = schema_problem(d.arguments, tool.params_json_schema)
+    if problem is not None:
+        raise refusal("InvalidDecision", f"the edited arguments do not fit {tool.name}: {problem}")
+    return text
+
+
+def apply_edit(call: CallRecord, d: DecisionInput, text: str, now: datetime) -> None:
+    """Replace a pending call's arguments with a person's (keeping the model's)."""
+    if text == call.arguments:
+        return
+    if call.original_arguments is None:
+        call.original_arguments = call.arguments
+    call.edits.append(
+        ArgumentEdit(approver=d.approver, edited_at=now, before=call.arguments, after=text)
+    )
+    call.arguments = text
+    call.approvals = []  # approvals given so far were for other arguments
+
+
+def edit_note(call: CallRecord) -> str:
+    """What the model reads before the output of a call a person edited."""
+    last = call.edits[-1] if call.edits else None
+    who = f"{last.approver}" if last is not None and last.approver else "a person"
+    return (
+        f"[Before approving, {who} edited the arguments of this call; the tool ran with "
+        f"{call.arguments}]\n"
+    )
