@@ -17,12 +17,42 @@ from hitl.run_config import RunErrorHandlerInput, RunErrorHandlerResult
 from hitl.wire import (
     ACT_HANDLE_RUN_ERROR,
     ACT_RESOLVE_AGENT,
+    AgentGraph,
+    ApproverDirectory,
     HandleRunErrorInput,
     HandleRunErrorOutput,
     ModelSpec,
     ResolveAgentInput,
     ResolvedRun,
+    RunConfigSpec,
 )
+
+
+def check_approver_setup(
+    graph: AgentGraph, cfg: RunConfigSpec, directory: ApproverDirectory | None
+) -> None:
+    """Fail a run at start when its approvals could never be given on this worker.
+
+    Signed decisions need the worker's approver directory; an approver list naming a group
+    needs someone in that group.
+    """
+    groups = {g for e in (directory.approvers.values() if directory else []) for g in e.groups}
+    keys = directory is not None and any(e.keys for e in directory.approvers.values())
+    for agent in graph.agents.values():
+        for tool in agent.tools:
+            signed = (tool.signed_decisions or cfg.signed_decisions) and tool.approval != "never"
+            if signed and not keys:
+                raise UserError(
+                    f"{tool.name} calls need signed decisions, and this worker has no "
+                    "approver keys (set HITL_APPROVERS to the approver directory file)"
+                )
+            names = [*(tool.approvers or cfg.approvers), *(tool.escalate_to or cfg.escalate_to)]
+            for name in names:
+                if name.startswith("group:") and name[6:] not in groups:
+                    raise UserError(
+                        f"{tool.name}'s approvers name {name[:100]!r}, a group nobody belongs "
+                        "to in this worker's approver directory (HITL_APPROVERS)"
+                    )
 
 
 class AgentActivities:
@@ -33,6 +63,9 @@ class AgentActivities:
         search_attributes: Whether the namespace has our search attributes; `None` checks
             (again at most once a minute, so `hitl setup` takes effect without a restart). The
             answer is recorded per run, so the workflow stays deterministic.
+        tracing: The worker traces with OpenTelemetry.
+        directory: The approver directory (groups, public keys) pinned into each run.
+        notify: The worker has notifiers: runs start `notify` activities.
     """
 
     RECHECK_SECONDS = 60.0
@@ -42,10 +75,14 @@ class AgentActivities:
         registry: AgentRegistry,
         search_attributes: bool | None = None,
         tracing: bool = False,
+        directory: ApproverDirectory | None = None,
+        notify: bool = False,
     ) -> None:
         self.registry = registry
         self.search_attributes = search_attributes
         self.tracing = tracing
+        self.directory = directory
+        self.notify = notify
         self._checked: tuple[float, bool] | None = None
 
     async def _search_attributes_ready(self) -> bool:
@@ -105,12 +142,15 @@ class AgentActivities:
                         }
                     }
                 )
+            check_approver_setup(graph, cfg, self.directory)
         except UserError as exc:
             raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
         return ResolvedRun(
             graph=graph,
             search_attributes=await self._search_attributes_ready(),
             tracing=self.tracing,
+            directory=self.directory,
+            notify=self.notify,
         )
 
     @activity.defn(name=ACT_HANDLE_RUN_ERROR)

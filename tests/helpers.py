@@ -138,12 +138,16 @@ async def serving(
     cache: int | None = None,
     task_queue: str | None = None,
     allow: list[Any] | None = None,
+    **worker_kw: Any,
 ) -> AsyncIterator[str]:
-    """Run a worker for `agents` on a private task queue; yields the queue name."""
+    """Run a worker for `agents` on a private task queue; yields the queue name.
+
+    `worker_kw` goes to `build_worker` (an approver `directory`, `notifiers`).
+    """
     tq = task_queue or queue_name()
     size = DEFAULT_CACHE if cache is None else cache
     options = WorkerOptions(task_queue=tq, max_cached_workflows=size, graceful_shutdown=0)
-    worker = build_worker(client, agents, options, allow=allow or [])
+    worker = build_worker(client, agents, options, allow=allow or [], **worker_kw)
     async with worker:
         yield tq
         if id(client) in TIME_SKIPPING:

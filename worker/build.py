@@ -25,7 +25,8 @@ from hitl.activities.tools import ToolActivities
 from hitl.admin import search_attributes_ready
 from hitl.agent import Agent
 from hitl.registry import AgentRegistry
-from hitl.wire import DEFAULT_TASK_QUEUE
+from hitl.signing import directory_from_env
+from hitl.wire import DEFAULT_TASK_QUEUE, ApproverDirectory
 from hitl.workflows.agent_run import AgentRun
 from hitl.workflows.session import AgentSession
 
@@ -34,13 +35,17 @@ log = logging.getLogger(__name__)
 # Modules the workflow sandbox shares with the worker instead of re-importing per run: the
 # whole `hitl` package (its workflow code is deterministic and keeps no module state; the
 # per-run forced-replay tests check that), and pydantic (saves ~13 ms CPU per run). The sandbox
-# would otherwise import `hitl/__init__` (the client API) again for every run.
+# would otherwise import `hitl/__init__` (the client API) again for every run. `cryptography`
+# must be shared too (see below).
 PASSTHROUGH = (
     "hitl",
     "pydantic",
     "pydantic_core",
     "annotated_types",
     "typing_inspection",
+    # Signed decisions are verified in workflow code; the Rust extension imports its exception
+    # classes lazily, and a second copy imported inside the sandbox aborts the process.
+    "cryptography",
 )
 
 
@@ -131,6 +136,7 @@ def build_worker(
     *,
     identity: str | None = None,
     allow: Iterable[Any] = (),
+    directory: ApproverDirectory | None = None,
 ) -> Worker:
     """A worker for `agents` on `options.task_queue` (not started: use `async with` or `run()`).
 
@@ -139,6 +145,9 @@ def build_worker(
 
     `allow` lists what runs may name besides the agents' own code (see `hitl.refs`): functions
     and guardrails a `RunConfig` names, context types, `Model`s, or whole `RunConfig`s.
+
+    `directory` is the approver directory (groups and public keys, see `hitl.signing`) that
+    runs started here pin; `None` reads the file `HITL_APPROVERS` names, if set.
     """
     opts = options or WorkerOptions()
     if not opts.activities_only:
@@ -153,7 +162,10 @@ def build_worker(
     sessions = SessionActivities()
     hooks = HookActivities(registry)
     agent_acts = AgentActivities(
-        registry, search_attributes=opts.search_attributes, tracing=traces(client)
+        registry,
+        search_attributes=opts.search_attributes,
+        tracing=traces(client),
+        directory=directory if directory is not None else directory_from_env(),
     )
     kwargs: dict[str, Any] = {}
     if identity:

@@ -86,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
         refusal,
         start_problem,
     )
+    from hitl.workflows.notices import Notices
     from hitl.workflows.steps import RunFailure, Steps, output_text
 
 DEFAULT_MAX_TURNS = 10
@@ -127,6 +128,7 @@ class AgentRun:
         self.book = ApprovalBook(self.s)
         self.steps = Steps(inp, self.s)
         self.decisions = Decisions(self)
+        self.notices = Notices(self)
         self._waiters = Waiters(MAX_WAITING_UPDATES)
         self.events = Events(
             self,
@@ -197,6 +199,7 @@ class AgentRun:
         if s.graph is None:
             resolved = await self.steps.resolve()
             s.graph, s.search_attributes = resolved.graph, resolved.search_attributes
+            s.directory, s.notify = resolved.directory, resolved.notify
             s.current_agent, s.tracing = resolved.graph.root, resolved.tracing
         self.trace = tracing.start(self)
         if inp.carried is None:
@@ -379,7 +382,7 @@ class AgentRun:
             )
             if decision.kind == "reject":
                 rec.output = decision.message or await self.steps.rejection_text(agent, rec, tool)
-                rec.state = "rejected"
+                rec.state = "expired" if decision.expired else "rejected"
                 return
         rec.state = "running"
         self.events.emit("tool_started", call_id=rec.call_id, tool=rec.tool_name)

@@ -205,14 +205,22 @@ class ApprovalBook:
                 out.append(p.model_copy(update={"call_id": f"{view.call_id}{SEP}{p.call_id}"}))
         return out
 
+    def uncertain(self) -> list[CallRecord]:
+        """This run's own calls whose effect a person must settle (see `UncertainCall`)."""
+        return [c for c in self.calls.values() if c.state == "uncertain"]
+
     def has_pending(self) -> bool:
         """True when any call of this run or a nested run waits for a person."""
-        return bool(self.awaiting()) or any(v.pending() for v in self.children.values())
+        return (
+            bool(self.awaiting())
+            or bool(self.uncertain())
+            or any(v.pending() for v in self.children.values())
+        )
 
     def active(self) -> bool:
         """True while some call can progress without a person."""
         for c in self.calls.values():
-            if c.output is not None or c.state == "awaiting_approval":
+            if c.output is not None or c.state in ("awaiting_approval", "uncertain"):
                 continue
             view = self.children.get(c.call_id)
             if view is not None and c.state == "running" and view.waiting_for_person():
@@ -241,8 +249,14 @@ class ApprovalBook:
                 required_approvals=c.required_approvals,
                 approvals=c.approvals,
                 extensions=c.extensions,
+                kind="uncertain" if c.state == "uncertain" else "approval",
+                uncertain=c.uncertain,
+                reminded_at=c.reminded_at,
+                escalated_at=c.escalated_at,
+                original_arguments=c.original_arguments,
             )
-            for c in self.awaiting()
+            for c in self.calls.values()
+            if c.state in ("awaiting_approval", "uncertain")
         ]
         return own + self.nested_pending()
 
@@ -258,6 +272,19 @@ class ApprovalBook:
                 for p in view.report.pending:
                     if p.call_id == rest:
                         return p.agent_name
+        return None
+
+    def target(self, call_id: str) -> tuple[str, str] | None:
+        """The agent id and tool name of a pending call (nested ones too), if known."""
+        call = self.calls.get(call_id)
+        if call is not None:
+            return call.agent_id, call.tool_name
+        if SEP in call_id:
+            head, rest = call_id.split(SEP, 1)
+            view = self.children.get(head)
+            for p in view.pending() if view is not None else []:
+                if p.call_id == rest:
+                    return p.agent_id, p.tool_name
         return None
 
     # ----------------------------------------------------------------- decisions
@@ -568,7 +595,11 @@ class ApprovalBook:
         return rec
 
     def expire(self, call: CallRecord, now: datetime, message: str) -> DecisionRecord:
-        """Reject a call whose approval deadline passed (recorded as `deadline`)."""
+        """Close a call whose approval deadline passed: its own outcome, `expired`.
+
+        Recorded as a rejection by the deadline (`source` `deadline`, `expired`), so it runs
+        nothing; the model sees `message`.
+        """
         rec = DecisionRecord(
             call_id=call.call_id,
             tool_name=call.tool_name,
@@ -577,8 +608,11 @@ class ApprovalBook:
             source="deadline",
             via="workflow",
             decided_at=now,
+            expired=True,
+            approvals=list(call.approvals),
         )
         self._apply(call, rec)
+        call.state = "expired"
         return rec
 
     def _rule_record(self, call: CallRecord, rule: StandingRule, now: datetime) -> DecisionRecord:

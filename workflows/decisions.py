@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from hitl.wire import (
         AgentSpec,
+        ApproverDirectory,
         CallRecord,
         DecideInput,
         DecisionInput,
@@ -44,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         RunContextData,
         ToolSpec,
     )
+    from hitl.signing import SignatureError, verify_decision
     from hitl.workflows.approvers import apply_edit, check_edit
     from hitl.workflows.book import SEP
     from hitl.workflows.inputs import preview, read_one, refusal
@@ -177,8 +179,48 @@ class Decisions:
             if err.type != "DeadlinePassed" or self._late_recorded(d.call_id):
                 raise
             return
-        if known is None and d.arguments is not None:
-            self._edit_target(kind, d)
+        if known is None:
+            self.verified(kind, d)
+            if d.arguments is not None:
+                self._edit_target(kind, d)
+
+    def verified(self, kind: DecisionKind, d: DecisionInput) -> bool:
+        """Check the signature a decision carries, or must carry; whether it was verified.
+
+        A signature is checked against the approver directory pinned into the run at its start
+        (keys configured on the worker, never from a payload): its key must belong to the
+        decision's approver, and it must cover this run, call, kind, approver, message and
+        arguments and not have expired by the run's clock. Tools with `signed_decisions` (or
+        a run with `RunConfig(signed_decisions=True)`) take no unsigned decision.
+        """
+        run = self.run
+        if d.signature is None and d.key_id is None:
+            if run.inp.run_config.signed_decisions or self._needs_signature(d.call_id):
+                raise refusal(
+                    "Unsigned",
+                    f"call '{d.call_id}' takes only signed decisions (hitl keys new; then "
+                    "decide with HITL_SIGNING_KEY set)",
+                )
+            return False
+        try:
+            verify_decision(
+                run.s.directory or ApproverDirectory(),
+                d,
+                kind=kind,
+                workflow_id=workflow.info().workflow_id,
+                now=workflow.now(),
+            )
+        except SignatureError as err:
+            raise refusal(err.type, err.message) from None
+        return True
+
+    def _needs_signature(self, call_id: str) -> bool:
+        target = self.run.book.target(call_id)
+        graph = self.run.s.graph
+        if target is None or graph is None or target[0] not in graph.agents:
+            return False
+        tool = graph.agents[target[0]].tool(target[1])
+        return tool is not None and tool.signed_decisions
 
     def admit_batch(self, req: DecideInput) -> None:
         """Validate every decision of a `decide` request."""
@@ -192,7 +234,11 @@ class Decisions:
         run = self.run
         self._open(d.call_id)
         try:
-            rec = run.book.record(kind, d, now=workflow.now(), via=via)
+            known = run.book.check(kind, d, workflow.now())
+            if known is not None:
+                return known
+            verified = self.verified(kind, d)
+            rec = run.book.record(kind, d, now=workflow.now(), via=via, verified=verified)
         except ApplicationError as err:
             if err.type == "DeadlinePassed" and via == "update":
                 self._refuse_late(kind, d, err)
@@ -208,7 +254,8 @@ class Decisions:
         for d in req.decisions:
             self._open(d.call_id)
             try:
-                run.book.check(d.kind, d, now)
+                if run.book.check(d.kind, d, now) is None:
+                    self.verified(d.kind, d)
             except ApplicationError as err:
                 if err.type != "DeadlinePassed":
                     raise
@@ -332,15 +379,31 @@ class Decisions:
         return ext
 
     async def wait(self, rec: CallRecord, tool: ToolSpec) -> None:
-        """Wait for a person's decision on `rec` until its deadline, which `extend` may move.
+        """Wait for a person's decision on `rec`: remind, escalate, and expire it on time.
 
-        A run about to continue as new starts nothing more (its successor will): then it waits
-        here for good, decision or not.
+        The deadline is `extend`-able; a reminder and an escalation happen once each, after
+        `remind_after` / `escalate_after` from the request (the tool's, else the run's). A run
+        about to continue as new starts nothing more (its successor will): then it waits here
+        for good, decision or not.
         """
         run = self.run
+        cfg = run.inp.run_config
+        if not rec.announced:
+            rec.announced = True
+            run.notices.tell("waiting", rec)
+        remind = tool.remind_after_seconds or cfg.remind_after_seconds
+        escalate = tool.escalate_after_seconds or cfg.escalate_after_seconds
         while rec.decision is None or run.continuing:
             deadline = rec.deadline
-            left = (deadline - workflow.now()).total_seconds() if deadline else None
+            steps: list[tuple[datetime, str]] = []
+            if deadline is not None:
+                steps.append((deadline, "expire"))
+            if rec.requested_at is not None and remind and rec.reminded_at is None:
+                steps.append((rec.requested_at + timedelta(seconds=remind), "remind"))
+            if rec.requested_at is not None and escalate and rec.escalated_at is None:
+                steps.append((rec.requested_at + timedelta(seconds=escalate), "escalate"))
+            when, step = min(steps) if steps else (None, "")
+            left = (when - workflow.now()).total_seconds() if when is not None else None
 
             def settled(until: datetime | None = deadline) -> bool:
                 return (rec.decision is not None and not run.continuing) or rec.deadline != until
@@ -354,13 +417,39 @@ class Decisions:
             except TimeoutError:
                 if run.continuing:
                     await workflow.wait_condition(lambda: False)
-                if rec.decision is None and rec.deadline == deadline:
+                if rec.decision is not None or rec.deadline != deadline:
+                    continue
+                if step == "remind":
+                    self._remind(rec)
+                elif step == "escalate":
+                    self._escalate(rec, tool.escalate_to or cfg.escalate_to)
+                else:
                     seconds = f"{tool.approval_timeout_seconds or 0:g}s"
                     message = (
                         f"Approval for {rec.tool_name} expired after {seconds} without a decision."
                     )
                     run.book.expire(rec, workflow.now(), message)
                     run.events.announce_decisions()
+        decision = rec.decision
+        if decision is not None and decision.still_needed == 0:
+            run.notices.tell("expired" if decision.expired else "decided", rec)
+
+    def _remind(self, rec: CallRecord) -> None:
+        rec.reminded_at = workflow.now()
+        self.run.events.emit("approval_reminder", call_id=rec.call_id, tool=rec.tool_name)
+        self.run.notices.tell("reminder", rec)
+
+    def _escalate(self, rec: CallRecord, to: list[str]) -> None:
+        rec.escalated_at = workflow.now()
+        if rec.approvers:  # an empty list lets anyone decide already
+            rec.approvers = [*rec.approvers, *(a for a in to if a not in rec.approvers)]
+        self.run.events.emit(
+            "approval_escalated",
+            call_id=rec.call_id,
+            tool=rec.tool_name,
+            text=", ".join(to) or "(no one added)",
+        )
+        self.run.notices.tell("escalated", rec)
 
     # ----------------------------------------------------------------- refusals
 

@@ -30,6 +30,8 @@ from hitl.cli.common import (
     parse_span,
     refused_update,
 )
+from hitl.errors import UserError
+from hitl.signing import sign_input, signing_key_from_env
 from hitl.starting import decision_update_id
 from hitl.wire import (
     UPDATE_DECIDE,
@@ -122,6 +124,14 @@ async def _finished_run_decisions(
     raise Refused(f"run {handle.id} has finished ({state}); it takes no more decisions")
 
 
+def signing_key() -> tuple[str, Any] | None:
+    """The key `HITL_SIGNING_KEY` names (decisions are then signed), or `None`."""
+    try:
+        return signing_key_from_env()
+    except UserError as exc:
+        raise Refused(str(exc)) from None
+
+
 async def _current_arguments(
     client: Client, handle: WorkflowHandle[Any, Any], args: argparse.Namespace
 ) -> dict[str, Any] | None:
@@ -212,6 +222,13 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
         )
         for c in call_ids
     ]
+    signing = signing_key()
+    if signing is not None:
+        key_id, key = signing
+        decisions = [
+            sign_input(d, kind=kind, workflow_id=args.run, key_id=key_id, key=key)
+            for d in decisions
+        ]
     update = kind if len(decisions) == 1 else UPDATE_DECIDE
     uid = decision_update_id(args.run, update, decisions)
     timeout = timedelta(seconds=args.timeout)
@@ -226,6 +243,9 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
                 approver=d.approver,
                 reason=d.reason,
                 arguments=d.arguments,
+                key_id=d.key_id,
+                signature=d.signature,
+                expires_at=d.expires_at,
             )
             rec: DecisionRecord = await handle.execute_update(
                 kind, payload, id=uid, rpc_timeout=timeout, result_type=DecisionRecord

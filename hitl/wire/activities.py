@@ -289,6 +289,8 @@ class ResolvedRun(WireModel):
     """The worker traces with OpenTelemetry (the run records its own spans)."""
     directory: ApproverDirectory | None = None
     """The worker's approver directory (groups, public keys), pinned into the run."""
+    notify: bool = False
+    """The worker has notifiers: the run starts `notify` activities for its waits."""
 
 
 class HandleRunErrorInput(WireModel):

@@ -19,6 +19,7 @@ from hitl.wire.runs import (
     RunErrorInfo,
     RunItem,
     StandingRule,
+    UncertainCall,
     Usage,
 )
 
@@ -107,6 +108,14 @@ class PendingApproval(WireModel):
     """Who has approved it so far, while more approvals are needed."""
     extensions: list[Extension] = Field(default_factory=list)
     """Who moved its deadline, and when."""
+    kind: Literal["approval", "uncertain"] = "approval"
+    """`uncertain`: its tool's attempt died midway; a person says what happened (`resolve`)."""
+    uncertain: UncertainCall | None = None
+    """For an uncertain call: since when, and the error its attempt ended with."""
+    reminded_at: datetime | None = None
+    escalated_at: datetime | None = None
+    original_arguments: str | None = None
+    """The model's arguments, when a person edited them (the approval is still to come)."""
 
 
 class ChildReport(WireModel):

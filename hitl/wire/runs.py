@@ -171,7 +171,11 @@ class CallRecord(WireModel):
     edits: list[ArgumentEdit] = Field(default_factory=list)
     """Who edited the arguments, when, from what to what."""
     reminded_at: datetime | None = None
+    """When people were reminded of the call (`remind_after`)."""
     escalated_at: datetime | None = None
+    """When the call escalated (`escalate_after`): `escalate_to` joined its approvers."""
+    announced: bool = False
+    """People were told the call waits (the `waiting` notification)."""
     uncertain: UncertainCall | None = None
     """The tool's attempt died midway: a person says what happened (`resolve`)."""
     """Who moved the call's deadline, when, and from when to when."""

@@ -1,0 +1,69 @@
+"""Telling people about waiting calls: the `notify` activity, started and never awaited.
+
+A run started by a worker with notifiers (webhooks, callbacks; `hitl.notify`) starts one `notify`
+activity when a call starts waiting, is reminded, escalates, is decided, expires or becomes
+uncertain. The run never waits for it and nothing it does can fail the run: the activity itself
+never raises, and this side drops whatever happens to it. Notifications carry no arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from hitl.wire import ACT_NOTIFY, CallRecord, NotifyEvent, NotifyInput, NotifyOutput
+
+if TYPE_CHECKING:
+    from hitl.workflows.agent_run import AgentRun
+
+NOTIFY_TIMEOUT = timedelta(seconds=120)
+"""Webhooks retry inside the activity (their own timeouts and backoff); this bounds the whole."""
+
+
+class Notices:
+    """Start `notify` activities for one run's calls."""
+
+    def __init__(self, run: AgentRun) -> None:
+        self.run = run
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def tell(self, event: NotifyEvent, rec: CallRecord) -> None:
+        """Notify the worker's notifiers of `event` about `rec` (if the run has any)."""
+        run = self.run
+        if not run.s.notify or run.inp.parent is not None:
+            return  # nested calls are told about by the root, which shows them
+        info = workflow.info()
+        inp = NotifyInput(
+            event=event,
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            call_id=rec.call_id,
+            tool_name=rec.tool_name,
+            agent_name=rec.agent_name,
+            title=rec.request.title if rec.request is not None else None,
+            approvers=list(rec.approvers),
+            deadline=rec.deadline,
+            at=workflow.now(),
+            decision=rec.decision,
+        )
+        task = asyncio.create_task(self._send(inp))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, inp: NotifyInput) -> None:
+        try:
+            await workflow.execute_activity(
+                ACT_NOTIFY,
+                inp,
+                result_type=NotifyOutput,
+                start_to_close_timeout=NOTIFY_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=1),
+                summary=f"notify {inp.event} {inp.tool_name}",
+            )
+        except Exception:
+            workflow.logger.warning("notify %s for %s did not complete", inp.event, inp.call_id)
