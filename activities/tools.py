@@ -18,7 +18,7 @@ from hitl.activities.heartbeat import heartbeat_timeout, heartbeating
 from hitl.agent import Agent
 from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied, UserAction
 from hitl.context import RunContextWrapper, ToolContext
-from hitl.errors import UserError
+from hitl.errors import EffectUnknown, UserError
 from hitl.guardrails import ToolGuardrailFunctionOutput, ToolInputGuardrailData
 from hitl.limits import MAX_CONTEXT_BYTES
 from hitl.registry import AgentRegistry
@@ -254,6 +254,12 @@ class ToolActivities:
             except ToolArgumentsError as exc:
                 raise ApplicationError(
                     str(exc), type="ToolArgumentsInvalid", non_retryable=True
+                ) from None
+            except EffectUnknown as exc:
+                raise ApplicationError(
+                    str(exc) or "the tool cannot tell whether its effect happened",
+                    type=EffectUnknown.type_name,
+                    non_retryable=True,
                 ) from None
         after = _context_snapshot(ctx.context, inp.context)
         changed = (

@@ -24,6 +24,7 @@ from hitl.errors import (
     AlreadyDecidedError,
     DeadlinePassedError,
     DecisionError,
+    EffectUnknown,
     GuardrailTripwireTriggered,
     InputGuardrailTripwireTriggered,
     InvalidDecisionError,
@@ -56,6 +57,7 @@ from hitl.guardrails import (
     tool_input_guardrail,
 )
 from hitl.model import Model, ModelReply, ModelRequest, OpenAIModel, ScriptedModel
+from hitl.notify import CallbackNotifier, Notifier, WebhookNotifier, verify_webhook
 from hitl.refs import allow
 from hitl.result import RunResult
 from hitl.run import Runner, RunResultStreaming
@@ -150,6 +152,11 @@ __all__ = [
     "UnknownCallError",
     "Usage",
     "UserAction",
+    "CallbackNotifier",
+    "EffectUnknown",
+    "Notifier",
+    "WebhookNotifier",
+    "verify_webhook",
     "UserError",
     "WORKFLOW_TYPE",
     "allow",

@@ -21,6 +21,16 @@ class AgentsException(Exception):
         self.details = details or {}
 
 
+class EffectUnknown(AgentsException):
+    """Raise from a tool that cannot tell whether its effect happened (a timeout mid-request).
+
+    The call becomes *uncertain*: the run parks and a person says whether it happened, to run
+    it again, or to give up. Nothing retries it blindly.
+    """
+
+    type_name = "ToolEffectUnknown"
+
+
 class UserError(AgentsException):
     """The code using `hitl` is misconfigured (unknown agent, unimportable callable, ...)."""
 
@@ -182,6 +192,7 @@ _BY_TYPE: dict[str, type[AgentsException]] = {
     cls.type_name: cls
     for cls in (
         AgentsException,
+        EffectUnknown,
         UserError,
         MaxTurnsExceeded,
         ModelBehaviorError,

@@ -19,11 +19,13 @@ import hitl.workflows
 from hitl.activities.agents import AgentActivities
 from hitl.activities.hooks import HookActivities
 from hitl.activities.model import ModelActivities
+from hitl.activities.notify import NotifyActivities
 from hitl.activities.runs import read_run
 from hitl.activities.sessions import SessionActivities
 from hitl.activities.tools import ToolActivities
 from hitl.admin import search_attributes_ready
 from hitl.agent import Agent
+from hitl.notify import notifiers_from_env
 from hitl.registry import AgentRegistry
 from hitl.signing import directory_from_env
 from hitl.wire import DEFAULT_TASK_QUEUE, ApproverDirectory
@@ -137,6 +139,7 @@ def build_worker(
     identity: str | None = None,
     allow: Iterable[Any] = (),
     directory: ApproverDirectory | None = None,
+    notifiers: Iterable[Any] | None = None,
 ) -> Worker:
     """A worker for `agents` on `options.task_queue` (not started: use `async with` or `run()`).
 
@@ -147,7 +150,9 @@ def build_worker(
     and guardrails a `RunConfig` names, context types, `Model`s, or whole `RunConfig`s.
 
     `directory` is the approver directory (groups and public keys, see `hitl.signing`) that
-    runs started here pin; `None` reads the file `HITL_APPROVERS` names, if set.
+    runs started here pin; `None` reads the file `HITL_APPROVERS` names, if set. `notifiers`
+    (`hitl.notify`) hear about waiting, reminded, escalated, decided, expired and uncertain
+    calls; `None` reads `HITL_WEBHOOK_URL`.
     """
     opts = options or WorkerOptions()
     if not opts.activities_only:
@@ -161,11 +166,13 @@ def build_worker(
     tools = ToolActivities(registry)
     sessions = SessionActivities()
     hooks = HookActivities(registry)
+    notes = NotifyActivities(notifiers_from_env() if notifiers is None else list(notifiers))
     agent_acts = AgentActivities(
         registry,
         search_attributes=opts.search_attributes,
         tracing=traces(client),
         directory=directory if directory is not None else directory_from_env(),
+        notify=bool(notes.notifiers),
     )
     kwargs: dict[str, Any] = {}
     if identity:
@@ -186,6 +193,7 @@ def build_worker(
             hooks.run_guardrails,
             hooks.filter_handoff,
             read_run,
+            notes.notify,
         ],
         workflow_runner=workflow_runner(),
         max_cached_workflows=opts.max_cached_workflows,

@@ -52,17 +52,17 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_DECIDE,
         UPDATE_EXTEND,
         UPDATE_REJECT,
+        UPDATE_RESOLVE,
         UPDATE_WAIT,
         WORKFLOW_TYPE,
         AgentSpec,
         CallRecord,
-        CarriedState,
         ChildReport,
         DecisionRecord,
         Extension,
         FromRoot,
         Phase,
-        RunContextData,
+        Resolution,
         RunErrorInfo,
         RunInput,
         RunOutput,
@@ -73,7 +73,7 @@ with workflow.unsafe.imports_passed_through():
         TurnInfo,
         WaitInput,
     )
-    from hitl.workflows import hooks, nested, tracing, turn, visibility
+    from hitl.workflows import hooks, nested, tracing, turn, uncertain, visibility
     from hitl.workflows.approvers import edit_note
     from hitl.workflows.book import ApprovalBook
     from hitl.workflows.decisions import Decisions
@@ -81,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
     from hitl.workflows.inputs import (
         Waiters,
         encoded_size,
+        initial_state,
         query_text,
         read_one,
         refusal,
@@ -124,7 +125,7 @@ class AgentRun:
             self._bad_input = err.message
             inp = RunInput(agent="")
         self.inp = inp
-        self.s = _initial_state(inp)
+        self.s = initial_state(inp)
         self.book = ApprovalBook(self.s)
         self.steps = Steps(inp, self.s)
         self.decisions = Decisions(self)
@@ -216,6 +217,7 @@ class AgentRun:
     async def _finish_handlers(self) -> None:
         # Stream subscribers long-poll with updates; release them so the run can close.
         self.events.stream.detach_pollers()
+        await self.notices.drain()
         await workflow.wait_condition(workflow.all_handlers_finished)
 
     async def _loop(self) -> RunOutput:
@@ -384,8 +386,9 @@ class AgentRun:
                 rec.output = decision.message or await self.steps.rejection_text(agent, rec, tool)
                 rec.state = "expired" if decision.expired else "rejected"
                 return
-        rec.state = "running"
-        self.events.emit("tool_started", call_id=rec.call_id, tool=rec.tool_name)
+        if rec.state != "uncertain":  # (an uncertain call carried over waits on)
+            rec.state = "running"
+            self.events.emit("tool_started", call_id=rec.call_id, tool=rec.tool_name)
         if tool.kind == "agent":
             out = await nested.run_child(self, agent, rec, tool)
         else:
@@ -396,7 +399,7 @@ class AgentRun:
                 "hitl.tool.arguments": tracing.sensitive(self, rec.arguments),
             }
             with self.trace.span("hitl.tool_call", **attrs) as span:
-                out = await self.steps.execute_tool(agent, rec, tool)
+                out = await uncertain.run_tool(self, agent, rec, tool)
                 if span is not None:
                     span.set_attribute("hitl.tool.is_error", out.is_error)
                     output = tracing.sensitive(self, out.output)
@@ -475,6 +478,16 @@ class AgentRun:
     @reject.validator
     def _validate_reject(self, *args: Any) -> None:
         self.decisions.validate("reject", args)
+
+    @workflow.update(name=UPDATE_RESOLVE)
+    def resolve(self, *args: Any) -> Resolution:
+        """Settle an uncertain call: `{"call_id": "...", "outcome": "happened", "output": ""}`."""
+        return uncertain.resolve(self, args)
+
+    @resolve.validator
+    def _validate_resolve(self, *args: Any) -> None:
+        with self.decisions.logged("resolve", args):
+            uncertain.check(self, uncertain.read(args))
 
     @workflow.update(name=UPDATE_EXTEND)
     def extend(self, *args: Any) -> Extension:
@@ -669,28 +682,3 @@ class AgentRun:
     def announce_request(self, call_id: str, tool: str, request: Any) -> None:
         """An `approval_requested` event, once per call (for nested runs' calls)."""
         self.events.announce_request(call_id, tool, request)
-
-
-def _initial_state(inp: RunInput) -> CarriedState:
-    """A continuation's carried state, or a fresh one (with a nested run's inheritance)."""
-    if inp.carried is not None:
-        inp.carried.turns_here = 0
-        return inp.carried
-    state = CarriedState(
-        context=RunContextData(
-            value=inp.context,
-            type=inp.run_config.context_type,
-            deserializer=inp.run_config.context_deserializer,
-        )
-        if inp.context is not None
-        else None
-    )
-    if inp.graph is not None:
-        # A nested run: the root's pinned graph and standing rules, no search attributes (its
-        # approvals are listed and decided on the root run).
-        state.graph = inp.graph
-        state.current_agent = inp.start_agent or inp.graph.root
-        state.rules = list(inp.rules)
-        state.always_rules = dict(inp.always_rules)
-        state.tracing = bool(inp.parent and inp.parent.tracing)
-    return state

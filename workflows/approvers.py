@@ -17,6 +17,7 @@ from hitl.wire import (
     DecisionInput,
     DecisionKind,
     ExtendInput,
+    ResolveInput,
     ToolSpec,
     canonical_arguments,
 )
@@ -46,7 +47,7 @@ def may_decide(
 
 
 def check_approver(
-    d: DecisionInput | ExtendInput,
+    d: DecisionInput | ExtendInput | ResolveInput,
     tool: str,
     allowed: list[str],
     directory: ApproverDirectory | None,

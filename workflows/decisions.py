@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_DECISIONS_PER_UPDATE,
         MAX_REFUSED_KEPT,
     )
+    from hitl.signing import SignatureError, verify_decision
     from hitl.wire import (
         AgentSpec,
         ApproverDirectory,
@@ -45,7 +46,6 @@ with workflow.unsafe.imports_passed_through():
         RunContextData,
         ToolSpec,
     )
-    from hitl.signing import SignatureError, verify_decision
     from hitl.workflows.approvers import apply_edit, check_edit
     from hitl.workflows.book import SEP
     from hitl.workflows.inputs import preview, read_one, refusal

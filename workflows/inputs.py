@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 from hitl.codec import UNDECRYPTABLE
 from hitl.limits import MAX_CONTEXT_BYTES, MAX_NAME_CHARS, run_config_problems
 from hitl.storage import UNRETRIEVABLE
+from hitl.wire import CarriedState, RunContextData, RunInput
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -246,3 +247,28 @@ def query_text(args: tuple[Any, ...]) -> str:
     except ValueError:
         return ""
     return text if isinstance(text, str) else ""
+
+
+def initial_state(inp: RunInput) -> CarriedState:
+    """A continuation's carried state, or a fresh one (with a nested run's inheritance)."""
+    if inp.carried is not None:
+        inp.carried.turns_here = 0
+        return inp.carried
+    state = CarriedState(
+        context=RunContextData(
+            value=inp.context,
+            type=inp.run_config.context_type,
+            deserializer=inp.run_config.context_deserializer,
+        )
+        if inp.context is not None
+        else None
+    )
+    if inp.graph is not None:
+        # A nested run: the root's pinned graph and standing rules, no search attributes (its
+        # approvals are listed and decided on the root run).
+        state.graph = inp.graph
+        state.current_agent = inp.start_agent or inp.graph.root
+        state.rules = list(inp.rules)
+        state.always_rules = dict(inp.always_rules)
+        state.tracing = bool(inp.parent and inp.parent.tracing)
+    return state

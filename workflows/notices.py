@@ -49,11 +49,23 @@ class Notices:
             approvers=list(rec.approvers),
             deadline=rec.deadline,
             at=workflow.now(),
-            decision=rec.decision,
+            decision=(
+                rec.decision.model_copy(update={"arguments": None, "original_arguments": None})
+                if rec.decision is not None
+                else None
+            ),
         )
         task = asyncio.create_task(self._send(inp))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Before the run closes: let notifications in flight end (a closed run loses them)."""
+        if self._tasks:
+            try:
+                await workflow.wait_condition(lambda: not self._tasks, timeout=NOTIFY_TIMEOUT)
+            except TimeoutError:
+                workflow.logger.warning("closing with %d notifications in flight", len(self._tasks))
 
     async def _send(self, inp: NotifyInput) -> None:
         try:

@@ -104,6 +104,10 @@ LOCAL_TIMEOUT = timedelta(seconds=30)
 ACTIVITY_FAILURES = (ActivityError, ApplicationError, TemporalTimeoutError)
 
 
+class Uncertain(Exception):
+    """A tool's attempt ended without saying whether its effect happened."""
+
+
 class RunFailure(Exception):
     """Ends the run as failed with a typed reason (after its handlers finish)."""
 
@@ -357,7 +361,9 @@ class Steps:
                     else None
                 ),
                 retry_policy=RetryPolicy(
-                    maximum_attempts=tool.max_attempts,
+                    # A tool that is not safe to retry gets one attempt: a second one is a
+                    # person's call (see `Uncertain`).
+                    maximum_attempts=tool.max_attempts if tool.retry_safe else 1,
                     non_retryable_error_types=TOOL_NON_RETRYABLE,
                 ),
                 summary=rec.tool_name,
@@ -365,6 +371,11 @@ class Steps:
             )
         except ActivityError as err:
             cause: BaseException | None = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == "ToolEffectUnknown":
+                raise Uncertain(cause.message) from None
+            if isinstance(cause, TemporalTimeoutError) and not tool.retry_safe:
+                kind = cause.type.name.lower() if cause.type else "timeout"
+                raise Uncertain(f"the attempt ended without an answer ({kind})") from None
             if isinstance(cause, ApplicationError) and cause.type == (
                 "ToolInputGuardrailTripwireTriggered"
             ):

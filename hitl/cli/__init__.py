@@ -8,6 +8,9 @@
     hitl approve RUN [CALL_ID | --all] [--always] [--as NAME] [--reason TEXT]
                  [--set NAME=VALUE ... | --args-file FILE]
     hitl reject RUN [CALL_ID | --all] [--always] [--message TEXT] [--as NAME]
+    hitl extend RUN CALL_ID 2d [--as NAME] [--reason TEXT]
+    hitl resolve RUN CALL_ID happened|retry|give-up [--output TEXT | --message TEXT]
+    hitl keys new --approver NAME [--groups a,b]   a key pair for signed decisions
     hitl watch RUN [--from-offset N]           follow a run until it finishes
     hitl codec-server [--port 8081]            decrypt payloads for the temporal CLI and UI
 
@@ -40,8 +43,9 @@ from hitl.cli.common import (
     one_line,
     parse_span,
 )
-from hitl.cli.deciding import cmd_decide, cmd_extend
+from hitl.cli.deciding import cmd_decide, cmd_extend, cmd_resolve
 from hitl.cli.inbox import cmd_pending, cmd_show
+from hitl.cli.keys import cmd_keys
 from hitl.cli.running import cmd_run, cmd_watch, format_event
 from hitl.cli.stack import cmd_codec_server, cmd_dev, cmd_setup
 from hitl.client import connect
@@ -147,6 +151,27 @@ def build_parser() -> argparse.ArgumentParser:
                 "--args-file", metavar="FILE", help="approve with these arguments (a JSON object)"
             )
 
+    resolve = sub.add_parser("resolve", help="settle an uncertain call (its attempt died)")
+    resolve.add_argument("run")
+    resolve.add_argument("call_id")
+    resolve.add_argument("outcome", choices=["happened", "retry", "give-up"])
+    resolve.add_argument("--output", help="happened: the result the model reads")
+    resolve.add_argument("--message", help="give-up: the error the model reads")
+    resolve.add_argument("--as", dest="as_", metavar="NAME", help="who (default: OS user)")
+    resolve.add_argument("--reason")
+    resolve.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for a worker to take it"
+    )
+
+    keys = sub.add_parser("keys", help="key pairs for signed decisions")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    new_key = keys_sub.add_parser("new", help="create an approver's key pair")
+    new_key.add_argument("--approver", required=True)
+    new_key.add_argument("--groups", default="", help="comma-separated groups")
+    new_key.add_argument("--out", help="private key file (default: ./<approver>.key)")
+    show_key = keys_sub.add_parser("show", help="print a private key file's key id and public key")
+    show_key.add_argument("file")
+
     extend = sub.add_parser("extend", help="move a pending call's approval deadline later")
     extend.add_argument("run")
     extend.add_argument("call_id")
@@ -198,6 +223,8 @@ async def _main(args: argparse.Namespace) -> int:
         return await cmd_setup(client, args)
     if args.command == "audit":
         return await cmd_audit(client, args)
+    if args.command == "resolve":
+        return await cmd_resolve(client, args)
     if args.command == "extend":
         return await cmd_extend(client, args)
     raise AssertionError(args.command)
@@ -261,6 +288,8 @@ def _run(argv: Sequence[str] | None) -> int:
             return cmd_dev(args)
         if args.command == "codec-server":
             return cmd_codec_server(args)
+        if args.command == "keys":
+            return cmd_keys(args)
         return asyncio.run(_main(args))
     except Refused as exc:
         print(f"hitl: {one_line(exc)}", file=sys.stderr)

@@ -36,6 +36,7 @@ from hitl.starting import decision_update_id
 from hitl.wire import (
     UPDATE_DECIDE,
     UPDATE_EXTEND,
+    UPDATE_RESOLVE,
     DecideInput,
     DecisionInput,
     DecisionKind,
@@ -43,6 +44,8 @@ from hitl.wire import (
     DecisionRequest,
     ExtendInput,
     Extension,
+    Resolution,
+    ResolveInput,
     RunOutput,
     RunStatus,
 )
@@ -324,4 +327,37 @@ async def cmd_extend(client: Client, args: argparse.Namespace) -> int:
         f"extended {call} on {run} by {one_line(approver)}: it now waits until "
         f"{ext.deadline.isoformat()} (was {ext.previous.isoformat()})"
     )
+    return EXIT_OK
+
+
+async def cmd_resolve(client: Client, args: argparse.Namespace) -> int:
+    """Settle an uncertain call: it happened, run it again, or give up."""
+    handle = await _handle(client, args.run)
+    payload = ResolveInput(
+        call_id=args.call_id,
+        outcome=args.outcome.replace("-", "_"),
+        output=args.output,
+        message=args.message,
+        approver=approver_name(args),
+        reason=args.reason,
+    )
+    try:
+        res: Resolution = await handle.execute_update(
+            UPDATE_RESOLVE,
+            payload,
+            rpc_timeout=timedelta(seconds=args.timeout),
+            result_type=Resolution,
+        )
+    except WorkflowUpdateFailedError as exc:
+        raise refused_update(exc) from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise Refused(await _no_worker_message(client, handle)) from None
+    except RPCError as exc:
+        raise Refused(f"cannot resolve on run {args.run}: {exc.message} ({_code(exc)})") from None
+    what = {
+        "happened": "it happened; the model reads the result given",
+        "retry": "the tool runs again, with the same idempotency key",
+        "give_up": "given up; the model reads an error",
+    }[res.outcome]
+    print(f"resolved {one_line(args.call_id)} on {one_line(args.run)}: {what}")
     return EXIT_OK

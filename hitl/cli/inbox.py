@@ -331,6 +331,18 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
             f"    call {one_line(p.call_id)}, path {where}, "
             f"waiting since {p.requested_at} ({_ago(p.requested_at)})"
         )
+        if p.kind == "uncertain" and p.uncertain is not None:
+            print(
+                f"    UNCERTAIN: its attempt died ({one_line(p.uncertain.error)}); did it happen?"
+            )
+            run, call = one_line(st.workflow_id), one_line(p.call_id)
+            print(f"    hitl resolve {run} {call} happened|retry|give-up")
+        if p.original_arguments is not None:
+            print(f"    arguments edited from {one_line(p.original_arguments)}")
+        if p.escalated_at is not None:
+            print(f"    escalated at {p.escalated_at.isoformat()}: {', '.join(p.approvers)}")
+        elif p.reminded_at is not None:
+            print(f"    reminded at {p.reminded_at.isoformat()}")
         if p.deadline is not None:
             print(f"    decide before {p.deadline.isoformat()} (then it expires)")
         for e in p.extensions:

@@ -49,6 +49,27 @@ class DecisionInput(WireModel):
     """Signed decisions: the signature is not accepted after this time (the run's clock)."""
 
 
+class ResolveInput(WireModel):
+    """Payload of the `resolve` update: what happened to an uncertain call's effect.
+
+    `happened` (with the tool's `output`, as the model should read it), `retry` (run the tool
+    again, with the same idempotency key), or `give_up` (the model reads `message` as the
+    tool's error).
+
+    `temporal workflow update execute --workflow-id W --name resolve
+    --input '{"call_id": "call_123", "outcome": "happened", "output": "refund R-7 issued"}'`
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str
+    outcome: Literal["happened", "retry", "give_up"]
+    output: str | None = None
+    message: str | None = None
+    approver: str | None = None
+    reason: str | None = None
+
+
 class ExtendInput(WireModel):
     """Payload of the `extend` update: move a pending call's deadline `seconds` later.
 

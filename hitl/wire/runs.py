@@ -178,6 +178,8 @@ class CallRecord(WireModel):
     """People were told the call waits (the `waiting` notification)."""
     uncertain: UncertainCall | None = None
     """The tool's attempt died midway: a person says what happened (`resolve`)."""
+    resolutions: list[Resolution] = Field(default_factory=list)
+    """Every resolution of the call's uncertain attempts, in order."""
     """Who moved the call's deadline, when, and from when to when."""
 
 
