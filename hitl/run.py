@@ -243,7 +243,9 @@ async def _resume(conn: RunnerConnection, state: RunState, approver: str | None)
 
 def _decisions(state: RunState, approver: str | None) -> list[DecisionRequest]:
     return [
-        d if d.approver else d.model_copy(update={"approver": approver or default_approver()})
+        d.model_copy(
+            update={"approver": d.approver or approver or default_approver(), "client": "runner"}
+        )
         for d in state.decisions.values()
     ]
 

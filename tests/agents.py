@@ -362,3 +362,43 @@ treasury_agent: Agent[None] = Agent(
     tools=[release_funds],
     model=ScriptedModel(treasury_script, "tests.treasury"),
 )
+
+# ----------------------------------------------------------------------------- uncertain calls
+
+
+@function_tool(needs_approval=True, heartbeat_timeout=2.0, retry_safe=False)
+async def payout(ctx: ToolContext[object], supplier: str, amount: int) -> str:
+    """Pay a supplier (tests kill the worker after the money moved, before the answer).
+
+    Args:
+        supplier: Who is paid.
+        amount: Dollars.
+    """
+    path = os.environ.get("HITL_TEST_LEDGER")
+    ledger = Ledger(Path(path)) if path else None
+    key = ctx.idempotency_key
+    started = ledger.attempt(key, "payout", ctx.attempt) if ledger else 0
+    if ledger:
+        ledger.effect(key, "payout", json.dumps({"supplier": supplier, "amount": amount}))
+    linger = float(os.environ.get("HITL_TEST_TOOL_SECONDS", "0"))
+    if linger and ledger and len(ledger.attempts("payout")) == 1:
+        await asyncio.sleep(linger)  # the first attempt never answers: its worker is killed
+    if ledger:
+        ledger.finish(started, "done")
+    return f"paid {supplier} ${amount}"
+
+
+def payout_script(req: ModelRequest) -> ModelReply:
+    """Pay the supplier in the message, then report the tool's output."""
+    results = req.results_for("payout")
+    if results:
+        return ModelReply.say(results[0].output or "")
+    return ModelReply.call("payout", {"supplier": req.last_user_text(), "amount": 4200})
+
+
+payout_agent = Agent(
+    name="Payout desk",
+    instructions="Pay the supplier named.",
+    tools=[payout],
+    model=ScriptedModel(payout_script, "tests.payout"),
+)

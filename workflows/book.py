@@ -541,6 +541,7 @@ class ApprovalBook:
             source=source,
             via=via,
             decided_at=now,
+            client=d.client[:40] if d.client else None,
         )
 
     def apply_forwarded(self, rec: DecisionRecord) -> str | None:

@@ -27,7 +27,14 @@ from hitl.cli.common import (
     _query,
     parse_span,
 )
-from hitl.wire import QUERY_STATUS, SA_AGENT, WORKFLOW_TYPE, RunOutput, RunStatus
+from hitl.wire import (
+    QUERY_STATUS,
+    SA_AGENT,
+    WORKFLOW_TYPE,
+    DecisionRecord,
+    RunOutput,
+    RunStatus,
+)
 
 COLUMNS = [
     "run",
@@ -44,8 +51,22 @@ COLUMNS = [
     "message",
     "approvals",
     "error_type",
+    "through",
+    "verified",
+    "expired",
+    "arguments",
+    "original_arguments",
 ]
 """The fields of a row, in the CSV's column order."""
+
+
+def through(d: DecisionRecord) -> str:
+    """What a decision came through: a rule, policy, auto-approval or deadline, or a client."""
+    if d.source != "person":
+        return d.source
+    if d.via == "signal":
+        return "signal"
+    return d.client or "temporal CLI/UI or API"
 
 
 def rows_of(status: RunStatus) -> list[dict[str, Any]]:
@@ -66,6 +87,11 @@ def rows_of(status: RunStatus) -> list[dict[str, Any]]:
             "message": d.message,
             "approvals": [a.approver for a in d.approvals],
             "error_type": None,
+            "through": through(d),
+            "verified": d.verified,
+            "expired": d.expired,
+            "arguments": d.arguments,
+            "original_arguments": d.original_arguments,
         }
         for d in status.decisions
     ]
@@ -85,6 +111,11 @@ def rows_of(status: RunStatus) -> list[dict[str, Any]]:
             "message": r.message,
             "approvals": [],
             "error_type": r.error_type,
+            "through": r.via,
+            "verified": False,
+            "expired": False,
+            "arguments": None,
+            "original_arguments": None,
         }
         for r in status.refused
     ]

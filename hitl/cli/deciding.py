@@ -222,6 +222,7 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
             approver=approver,
             reason=args.reason,
             arguments=edited,
+            client="hitl",
         )
         for c in call_ids
     ]
@@ -249,6 +250,7 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
                 key_id=d.key_id,
                 signature=d.signature,
                 expires_at=d.expires_at,
+                client=d.client,
             )
             rec: DecisionRecord = await handle.execute_update(
                 kind, payload, id=uid, rpc_timeout=timeout, result_type=DecisionRecord

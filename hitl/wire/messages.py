@@ -47,6 +47,9 @@ class DecisionInput(WireModel):
     """Signed decisions: base64 Ed25519 signature over `hitl.signing.decision_message(...)`."""
     expires_at: datetime | None = None
     """Signed decisions: the signature is not accepted after this time (the run's clock)."""
+    client: str | None = None
+    """What sent it, as the sender says (`hitl`, `runner`; unset: the `temporal` CLI, the UI
+    or another API client). For the audit: the signature, not this, proves who decided."""
 
 
 class ResolveInput(WireModel):

@@ -288,6 +288,8 @@ class DecisionRecord(WireModel):
     """The decision was signed with a key the worker's approver directory gives `approver`."""
     key_id: str | None = None
     """The key a verified decision was signed with."""
+    client: str | None = None
+    """What sent the decision, as the sender said (`hitl`, `runner`; unset: another client)."""
 
     @classmethod
     def partial(cls, call_id: str, tool: str, approvals: list[Approval], required: int) -> Self:

@@ -98,7 +98,7 @@ def test_expire_records_a_deadline_rejection() -> None:
     c = call("c1")
     book.begin_turn([c])
     rec = book.expire(c, NOW, "expired")
-    assert (rec.kind, rec.source, c.state) == ("reject", "deadline", "rejected")
+    assert (rec.kind, rec.source, rec.expired, c.state) == ("reject", "deadline", True, "expired")
     assert [p.call_id for p in book.pending()] == []
 
 
