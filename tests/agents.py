@@ -402,3 +402,35 @@ payout_agent = Agent(
     tools=[payout],
     model=ScriptedModel(payout_script, "tests.payout"),
 )
+
+# ----------------------------------------------------------------------------- signed decisions
+
+
+@function_tool(needs_approval=True, signed_decisions=True, approvers=["group:finance"])
+def pay_supplier(ctx: ToolContext[object], supplier: str, amount: int) -> str:
+    """Pay a supplier (only decisions signed by someone in finance count).
+
+    Args:
+        supplier: Who is paid.
+        amount: Dollars.
+    """
+    record(ctx, "pay_supplier")
+    return f"Paid {supplier} ${amount}"
+
+
+def signed_script(req: ModelRequest) -> ModelReply:
+    """Pay the amount in the message to ACME, then report the tool's output."""
+    results = req.results_for("pay_supplier")
+    if results:
+        return ModelReply.say(results[0].output or "")
+    amount = re.search(r"\d+", req.last_user_text())
+    args = {"supplier": "ACME", "amount": int(amount.group()) if amount else 0}
+    return ModelReply.call("pay_supplier", args)
+
+
+signed_treasury: Agent[None] = Agent(
+    name="Signed treasury",
+    instructions="Pay suppliers when asked; finance signs every decision.",
+    tools=[pay_supplier],
+    model=ScriptedModel(signed_script, "tests.signed_treasury"),
+)

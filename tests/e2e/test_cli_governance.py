@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -148,3 +151,73 @@ async def test_a_deadline_is_extended_from_the_cli(
     assert outsider.returncode == 1 and "NotAuthorized" in outsider.stderr
     assert hitl(address, "extend", wid, call, "soon").returncode == 2
     await dev_client.get_workflow_handle(wid).terminate("test over")
+
+
+def hitl_signed(key: Path, address: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `hitl` CLI with `HITL_SIGNING_KEY` set: it signs its decisions."""
+    return subprocess.run(
+        [sys.executable, "-m", "hitl.cli", "--address", address, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HITL_SIGNING_KEY": str(key)},
+    )
+
+
+async def test_signed_decisions_from_the_cli(
+    dev_server: DevServer, dev_client: Client, tmp_path: Path
+) -> None:
+    """`hitl keys new`, the worker's directory, an unsigned approval refused, a signed edit
+    taken, and the audit saying who (verified) and through what."""
+    address = dev_server.address
+    made = hitl(
+        address,
+        "keys",
+        "new",
+        "--approver",
+        "ann",
+        "--groups",
+        "finance",
+        "--out",
+        str(tmp_path / "ann.key"),
+    )
+    assert made.returncode == 0, made.stderr
+    entry = json.loads(made.stdout[: made.stdout.rindex("}") + 1])
+    (tmp_path / "approvers.json").write_text(json.dumps(entry))
+    tq = queue_name("signed")
+    env = {
+        "HITL_APPROVERS": str(tmp_path / "approvers.json"),
+        "HITL_TEST_LEDGER": str(tmp_path / "ledger.db"),
+    }
+    worker = WorkerProcess(address, tq, agents="tests.agents:signed_treasury", env=env).start()
+    try:
+        wid = f"{tq}-pay"
+        start(address, tq, "Signed treasury", "pay 500", wid)
+        [pending] = json.loads(hitl(address, "show", wid, "--json").stdout)["status"]["pending"]
+        call = pending["call_id"]
+        unsigned = hitl(address, "approve", wid, call, "--as", "ann")
+        assert unsigned.returncode == 1 and "(Unsigned)" in unsigned.stderr, unsigned.stderr
+        signed = hitl_signed(
+            tmp_path / "ann.key",
+            address,
+            "approve",
+            wid,
+            call,
+            "--as",
+            "ann",
+            "--set",
+            "amount=400",
+            "--reason",
+            "invoice says 400",
+        )
+        assert signed.returncode == 0, signed.stderr
+        assert 'it runs with the edited arguments {"supplier":"ACME","amount":400}' in signed.stdout
+        out = await dev_client.get_workflow_handle(wid, result_type=RunOutput).result()
+        audit = hitl(address, "audit", wid)
+    finally:
+        worker.stop()
+    assert "Paid ACME $400" in out.final_output
+    assert Ledger(tmp_path / "ledger.db").count("pay_supplier") == 1
+    [row] = [json.loads(line) for line in audit.stdout.splitlines()]
+    assert (row["approver"], row["verified"], row["through"]) == ("ann", True, "hitl")
+    assert json.loads(row["original_arguments"])["amount"] == 500

@@ -18,7 +18,15 @@ from tests.helpers import history, tool_activity_count
 from tests.hostile import raw
 from tests.hostile.conftest import Desk
 
-UPDATES = ["approve", "reject", "decide", "extend", "wait", "__temporal_workflow_stream_poll"]
+UPDATES = [
+    "approve",
+    "reject",
+    "decide",
+    "extend",
+    "resolve",
+    "wait",
+    "__temporal_workflow_stream_poll",
+]
 SIGNALS = [
     "approve",
     "reject",
@@ -37,7 +45,7 @@ QUERIES = [
 ]
 # Our own refusal types: a refusal is typed and one line, never "Failed decoding arguments".
 TYPED = {"InvalidDecision", "InvalidMessage", "UnknownCall", "TooManyWaiters"}
-DECISIONS = {"approve", "reject", "decide", "extend"}
+DECISIONS = {"approve", "reject", "decide", "extend", "resolve"}
 
 
 @pytest.mark.parametrize("name", UPDATES)

@@ -12,7 +12,14 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel, ToolContext, function_tool
-from hitl.wire import DecisionInput, DecisionRecord, RunOutput, RunStatus
+from hitl.wire import (
+    DecideInput,
+    DecisionInput,
+    DecisionRecord,
+    DecisionRequest,
+    RunOutput,
+    RunStatus,
+)
 from tests.helpers import Ledger, record_effect, serving, tool_activity_count
 from tests.workflows.test_invariants import refused_type
 
@@ -186,6 +193,21 @@ async def test_edits_that_cannot_be_taken_are_refused_and_change_nothing(
                 ),
             )
         assert refused_type(err) == "InvalidDecision", "a rejection carries no edit"
+        with pytest.raises(WorkflowUpdateFailedError) as err:
+            await handle.execute_update(
+                "decide",
+                DecideInput(
+                    decisions=[
+                        DecisionRequest(
+                            kind="approve",
+                            call_id=call_id,
+                            approver="ann",
+                            arguments={"order": 9, "amount": 5, "note": None},
+                        )
+                    ]
+                ),
+            )
+        assert refused_type(err) == "InvalidDecision", "no edits inside a batch"
         await handle.signal(
             "approve",
             DecisionInput(
