@@ -9,7 +9,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from hitl.activities.context import rebuild_context
-from hitl.admin import search_attributes_ready
+from hitl.admin import search_attributes_readiness
 from hitl.errors import UserError
 from hitl.model import model_spec_for
 from hitl.registry import AgentRegistry
@@ -83,17 +83,18 @@ class AgentActivities:
         self.tracing = tracing
         self.directory = directory
         self.notify = notify
-        self._checked: tuple[float, bool] | None = None
+        self._checked: tuple[float, tuple[bool, bool]] | None = None
 
-    async def _search_attributes_ready(self) -> bool:
+    async def _search_attributes_ready(self) -> tuple[bool, bool]:
+        """Whether runs keep the core search attributes, and `HitlOutcomes`."""
         if self.search_attributes is not None:
-            return self.search_attributes
+            return self.search_attributes, self.search_attributes
         now = time.monotonic()
         if self._checked is None or now - self._checked[0] > self.RECHECK_SECONDS:
             try:
-                ready = await search_attributes_ready(activity.client())
+                ready = await search_attributes_readiness(activity.client())
             except Exception:
-                ready = False
+                ready = (False, False)
             self._checked = (now, ready)
         return self._checked[1]
 
@@ -145,9 +146,11 @@ class AgentActivities:
             check_approver_setup(graph, cfg, self.directory)
         except UserError as exc:
             raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+        core, outcomes = await self._search_attributes_ready()
         return ResolvedRun(
             graph=graph,
-            search_attributes=await self._search_attributes_ready(),
+            search_attributes=core,
+            outcomes_attribute=outcomes,
             tracing=self.tracing,
             directory=self.directory,
             notify=self.notify,

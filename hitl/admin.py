@@ -13,7 +13,7 @@ from temporalio.api.workflowservice.v1 import GetSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from hitl.wire import SEARCH_ATTRIBUTES
+from hitl.wire import CORE_SEARCH_ATTRIBUTES, SA_OUTCOMES, SEARCH_ATTRIBUTES
 
 log = logging.getLogger("hitl")
 
@@ -56,20 +56,28 @@ async def missing_search_attributes(client: Client) -> list[str] | None:
 
 
 async def search_attributes_ready(client: Client) -> bool:
-    """True when runs may upsert our search attributes (registered with the right types).
+    """True when runs may upsert our core search attributes (registered with the right types).
 
     Upserting an unregistered attribute would fail every workflow task of a run, so workers
     check once at start and runs skip the attributes when they are missing.
     """
+    return (await search_attributes_readiness(client))[0]
+
+
+async def search_attributes_readiness(client: Client) -> tuple[bool, bool]:
+    """Whether the core search attributes, and `HitlOutcomes`, may be upserted."""
     missing = await missing_search_attributes(client)
     if missing:
         log.warning(
             "search attributes %s are not registered in namespace %r: runs will not be "
-            "listable by status. Register them with `hitl setup`.",
+            "listable by them. Register them with `hitl setup`.",
             ", ".join(missing),
             client.namespace,
         )
-    return missing == []
+    if missing is None:
+        return False, False
+    core = not set(missing) & set(CORE_SEARCH_ATTRIBUTES)
+    return core, core and SA_OUTCOMES not in missing
 
 
 async def register_search_attributes(client: Client) -> list[str]:

@@ -201,6 +201,7 @@ class AgentRun:
             resolved = await self.steps.resolve()
             s.graph, s.search_attributes = resolved.graph, resolved.search_attributes
             s.directory, s.notify = resolved.directory, resolved.notify
+            s.outcomes_attribute = resolved.search_attributes and resolved.outcomes_attribute
             s.current_agent, s.tracing = resolved.graph.root, resolved.tracing
         self.trace = tracing.start(self)
         if inp.carried is None:
@@ -615,8 +616,9 @@ class AgentRun:
             return visibility.Visible("cancelled")
         pending = self.book.pending()
         phase = self.phase()
+        outcomes = visibility.outcomes(self.book) if self.s.outcomes_attribute else ()
         return visibility.Visible.of(
-            "awaiting_approval" if pending and phase == "running" else phase, pending
+            "awaiting_approval" if pending and phase == "running" else phase, pending, outcomes
         )
 
     async def _keep_published(self) -> None:
@@ -641,7 +643,9 @@ class AgentRun:
             pending=self.book.pending(self.path()),
             root_workflow_id=link.root_workflow_id if link else None,
         )
-        visibility.publish(visible, self.inp.agent, details, self.s.search_attributes)
+        visibility.publish(
+            visible, self.inp.agent, details, self.s.search_attributes, self.s.outcomes_attribute
+        )
 
     # ================================================================= helpers
 

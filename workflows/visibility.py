@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from hitl.wire import (
         SA_AGENT,
         SA_DEADLINE,
+        SA_OUTCOMES,
         SA_PENDING_SINCE,
         SA_PENDING_TOOLS,
         SA_STATUS,
@@ -34,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
 
 if TYPE_CHECKING:
     from hitl.workflows.agent_run import AgentRun
+    from hitl.workflows.book import ApprovalBook
 
 SETTLED_PENDING_KEPT = 50
 SETTLED_OUTPUT_BYTES = 16 * 1024
@@ -44,6 +46,7 @@ PENDING_TOOLS_KEY = SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS)
 AGENT_KEY = SearchAttributeKey.for_keyword(SA_AGENT)
 PENDING_SINCE_KEY = SearchAttributeKey.for_datetime(SA_PENDING_SINCE)
 DEADLINE_KEY = SearchAttributeKey.for_datetime(SA_DEADLINE)
+OUTCOMES_KEY = SearchAttributeKey.for_keyword_list(SA_OUTCOMES)
 OUR_KEYS = (STATUS_KEY, PENDING_TOOLS_KEY, AGENT_KEY, PENDING_SINCE_KEY, DEADLINE_KEY)
 
 
@@ -54,16 +57,32 @@ class Visible(NamedTuple):
     tools: tuple[str, ...] = ()
     since: datetime | None = None
     deadline: datetime | None = None
+    outcomes: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, status: str, pending: Sequence[PendingApproval]) -> Visible:
+    def of(
+        cls, status: str, pending: Sequence[PendingApproval], outcomes: tuple[str, ...] = ()
+    ) -> Visible:
         """The visible state for a run in `status` with these pending calls."""
         return cls(
             status,
             tuple(sorted({p.tool_name for p in pending})),
             min((p.requested_at for p in pending if p.requested_at), default=None),
             min((p.deadline for p in pending if p.deadline), default=None),
+            outcomes,
         )
+
+
+def outcomes(book: ApprovalBook) -> tuple[str, ...]:
+    """What the run's calls came to so far (`HitlOutcomes`), sorted."""
+    seen = set()
+    for d in book.all_decisions():
+        seen.add("expired" if d.expired else "approved" if d.kind == "approve" else "rejected")
+        if d.arguments is not None:
+            seen.add("edited")
+    if any(c.uncertain is not None for c in book.calls.values()):
+        seen.add("uncertain")
+    return tuple(sorted(seen))
 
 
 STARTED = Visible("running")
@@ -80,14 +99,18 @@ def spoofed() -> bool:
     if info.continued_run_id is not None:
         return False
     sa = info.typed_search_attributes
-    return any(sa.get(key) is not None for key in OUR_KEYS)
+    return any(sa.get(key) is not None for key in (*OUR_KEYS, OUTCOMES_KEY))
 
 
-def publish(visible: Visible, agent: str, details: str, search_attributes: bool) -> None:
+def publish(
+    visible: Visible, agent: str, details: str, search_attributes: bool, outcomes: bool = False
+) -> None:
     """Write what operators see (search attributes when registered, the UI's details)."""
     if search_attributes:
+        extra = [OUTCOMES_KEY.value_set(list(visible.outcomes))] if outcomes else []
         workflow.upsert_search_attributes(
             [
+                *extra,
                 STATUS_KEY.value_set(visible.status),
                 PENDING_TOOLS_KEY.value_set(list(visible.tools)),
                 AGENT_KEY.value_set(agent),

@@ -58,5 +58,6 @@ register HitlPendingTools KeywordList
 register HitlAgent Keyword
 register HitlPendingSince Datetime
 register HitlDeadline Datetime
+register HitlOutcomes KeywordList
 
 echo "namespace $TEMPORAL_NAMESPACE is ready for hitl"

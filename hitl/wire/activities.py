@@ -291,6 +291,8 @@ class ResolvedRun(WireModel):
     """The worker's approver directory (groups, public keys), pinned into the run."""
     notify: bool = False
     """The worker has notifiers: the run starts `notify` activities for its waits."""
+    outcomes_attribute: bool = False
+    """`HitlOutcomes` is registered too, so the run keeps it current."""
 
 
 class HandleRunErrorInput(WireModel):

@@ -100,10 +100,17 @@ SA_AGENT = "HitlAgent"
 SA_PENDING_SINCE = "HitlPendingSince"
 SA_DEADLINE = "HitlDeadline"
 """The earliest approval deadline among the pending calls (unset: none has one)."""
+SA_OUTCOMES = "HitlOutcomes"
+"""What the run's calls came to so far: `approved`, `rejected`, `expired`, `edited`,
+`uncertain` (e.g. `HitlOutcomes = 'expired'` lists runs with an expired call)."""
+CORE_SEARCH_ATTRIBUTES = (SA_STATUS, SA_PENDING_TOOLS, SA_AGENT, SA_PENDING_SINCE, SA_DEADLINE)
+"""Without these a run keeps no search attributes; `HitlOutcomes`, added later, is optional: a
+namespace without it (registered before it existed) keeps the others."""
 SEARCH_ATTRIBUTES = {
     SA_STATUS: "Keyword",
     SA_PENDING_TOOLS: "KeywordList",
     SA_AGENT: "Keyword",
     SA_PENDING_SINCE: "Datetime",
     SA_DEADLINE: "Datetime",
+    SA_OUTCOMES: "KeywordList",
 }

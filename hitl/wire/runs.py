@@ -390,6 +390,8 @@ class CarriedState(WireModel):
     """The worker's approver directory (groups, keys) when the run started: pinned."""
     notify: bool = False
     """The worker that started the run has notifiers: tell them about waits and decisions."""
+    outcomes_attribute: bool = False
+    """The run keeps `HitlOutcomes` (registered when it started; older runs never do)."""
     calls: list[CallRecord] = Field(default_factory=list)
     """The calls of the turn in progress (see the class docstring)."""
     open_turn: TurnInfo | None = None

@@ -6,8 +6,10 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from hitl import Runner
+from hitl.wire import RunOutput
 from tests.agents import support_agent
 from tests.helpers import Ledger, serving, wait_for
+from tests.hostile.agents import deadline_desk
 
 
 async def test_a_cancelled_paused_run_leaves_the_approval_inbox(
@@ -45,3 +47,26 @@ async def test_a_cancelled_paused_run_leaves_the_approval_inbox(
 
 async def _eq(value: object, expected: object) -> bool:
     return await value == expected  # type: ignore[misc]
+
+
+async def test_outcomes_are_searchable_an_expired_call_apart_from_a_rejected_one(
+    dev_client: Client, ledger: Ledger
+) -> None:
+    """`HitlOutcomes` lists what a run's calls came to: `expired` is its own outcome."""
+    client = dev_client
+    async with serving(client, deadline_desk) as tq:
+        expired = await Runner.run(deadline_desk, "go", client=client, task_queue=tq, serve=False)
+        approved = await Runner.run(deadline_desk, "go", client=client, task_queue=tq, serve=False)
+        state = approved.to_state()
+        state.approve(state.get_interruptions()[0], approver="ops")
+        await Runner.run(deadline_desk, state, client=client, task_queue=tq, serve=False)
+        out = await client.get_workflow_handle(expired.workflow_id, result_type=RunOutput).result()
+
+        async def listed(outcome: str) -> set[str]:
+            query = f"HitlOutcomes = '{outcome}' AND TaskQueue = '{tq}'"
+            return {w.id async for w in client.list_workflows(query)}
+
+        await wait_for(lambda: _eq(listed("expired"), {expired.workflow_id}), what="expired")
+        await wait_for(lambda: _eq(listed("approved"), {approved.workflow_id}), what="approved")
+        assert await listed("rejected") == set(), "an expiry is not a rejection"
+    assert out.decisions[0].expired and ledger.count("wire_soon") == 1
