@@ -29,6 +29,7 @@ from hitl.worker.build import (
     build_worker,
     check_cluster,
 )
+from hitl.worker.refusals import log_refusals
 
 __all__ = ["check_namespace", "main", "parse_args"]
 
@@ -145,6 +146,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="shown in history (env HITL_WORKER_IDENTITY; default pid@host)",
     )
     p.add_argument(
+        "--audit-log",
+        default=env("HITL_AUDIT_LOG"),
+        metavar="FILE",
+        help="append updates the runs refused to this JSON-lines file, for `hitl audit "
+        "--worker-log` (env HITL_AUDIT_LOG)",
+    )
+    p.add_argument(
         "--log-level",
         default=env("HITL_LOG_LEVEL", "INFO"),
         help="env HITL_LOG_LEVEL; now %(default)s",
@@ -165,6 +173,8 @@ async def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.audit_log:
+        log_refusals(args.audit_log)
     try:
         agents = [a for ref in args.agents for a in load_agents(ref)]
         registry = AgentRegistry(agents, allow=[load_object(ref) for ref in args.allow])

@@ -147,8 +147,21 @@ class Decisions:
         try:
             yield
         except ApplicationError as err:
+            sent = preview(args)
+            refusal = {
+                "at": workflow.now().isoformat(),
+                "update": name,
+                "error_type": err.type,
+                "message": err.message,
+                "sent": sent,
+            }
             workflow.logger.warning(
-                "refused %s update: %s: %s (sent: %s)", name, err.type, err.message, preview(args)
+                "refused %s update: %s: %s (sent: %s)",
+                name,
+                err.type,
+                err.message,
+                sent,
+                extra={"hitl_refusal": refusal},
             )
             raise
 

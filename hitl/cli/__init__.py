@@ -191,6 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--csv", action="store_true", help="CSV instead of JSON lines")
     audit.add_argument("--limit", type=int, default=1000, help="at most this many runs")
     audit.add_argument(
+        "--worker-log",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a worker's refused-updates file (python -m hitl.worker --audit-log); repeatable",
+    )
+    audit.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait for each run's worker"
     )
 

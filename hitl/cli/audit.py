@@ -12,6 +12,7 @@ import csv
 import json
 import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
@@ -122,6 +123,57 @@ def rows_of(status: RunStatus) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: str(row["at"]))
 
 
+def worker_log_rows(path: str, agents: dict[str, str | None]) -> list[dict[str, Any]]:
+    """Rows for the updates a validator refused, from a worker's `--audit-log` file.
+
+    Only those of the runs in `agents` (run -> agent) are kept.
+    """
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise Refused(f"cannot read --worker-log {path}: {exc}") from None
+    rows = []
+    for line in lines:
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        run = item.get("run") if isinstance(item, dict) else None
+        if run not in agents:
+            continue
+        sent = str(item.get("sent") or "")
+        call = _call_in(sent)
+        rows.append(
+            {
+                **dict.fromkeys(COLUMNS),
+                "run": run,
+                "agent": agents[run],
+                "event": "refused",
+                "at": item.get("at"),
+                "call_id": call,
+                "kind": item.get("update"),
+                "via": "update",
+                "message": item.get("message"),
+                "approvals": [],
+                "error_type": item.get("error_type"),
+                "through": "update (refused by the run's validator)",
+                "verified": False,
+                "expired": False,
+            }
+        )
+    return rows
+
+
+def _call_in(sent: str) -> str | None:
+    """The call id a refused payload named, when it was readable JSON."""
+    try:
+        value = json.loads(sent)
+    except ValueError:
+        return None
+    call = value.get("call_id") if isinstance(value, dict) else None
+    return call if isinstance(call, str) else None
+
+
 async def _runs(client: Client, args: argparse.Namespace) -> list[WorkflowExecution]:
     since = datetime.now(UTC) - parse_span(args.since)
     clauses = [f"WorkflowType = '{WORKFLOW_TYPE}'", f"StartTime >= '{since.isoformat()}'"]
@@ -173,6 +225,7 @@ async def cmd_audit(client: Client, args: argparse.Namespace) -> int:
     names = [args.run] if args.run else [w.id for w in await _runs(client, args)]
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
+    agents: dict[str, str | None] = {}
     for name in names:
         status, note = await _status(client, name, args.timeout)
         if note:
@@ -181,7 +234,13 @@ async def cmd_audit(client: Client, args: argparse.Namespace) -> int:
             if args.run:
                 raise Refused(note)
             continue
+        agents[name] = status.agent
         rows += [r for r in rows_of(status) if not args.agent or r["agent"] == args.agent]
+    for path in args.worker_log:
+        rows += [
+            r for r in worker_log_rows(path, agents) if not args.agent or r["agent"] == args.agent
+        ]
+    rows.sort(key=lambda row: str(row["at"]))
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     if args.csv:

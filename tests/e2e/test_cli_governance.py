@@ -221,3 +221,39 @@ async def test_signed_decisions_from_the_cli(
     [row] = [json.loads(line) for line in audit.stdout.splitlines()]
     assert (row["approver"], row["verified"], row["through"]) == ("ann", True, "hitl")
     assert json.loads(row["original_arguments"])["amount"] == 500
+
+
+async def test_refused_updates_reach_the_audit_through_the_worker_log(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """A validator's refusal leaves no history; the worker's `--audit-log` keeps it and
+    `hitl audit --worker-log` shows it with the run's decisions."""
+    address, tq = dev_server.address, queue_name("refusals")
+    refusals = tmp_path / "refusals.jsonl"
+    env = {"HITL_AUDIT_LOG": str(refusals), "HITL_TEST_LEDGER": str(tmp_path / "ledger.db")}
+    worker = WorkerProcess(address, tq, agents="tests.agents:treasury_agent", env=env).start()
+    try:
+        wid = f"{tq}-refused"
+        start(address, tq, "Treasury", "release 300", wid)
+        [pending] = json.loads(hitl(address, "show", wid, "--json").stdout)["status"]["pending"]
+        call = pending["call_id"]
+        mallory = hitl(address, "approve", wid, call, "--as", "mallory")
+        assert mallory.returncode == 1 and "(NotAuthorized)" in mallory.stderr
+        await wait_for(refusals.exists, what="the worker to write the refusal")
+        one = hitl(address, "audit", wid, "--worker-log", str(refusals))
+        fleet = hitl(
+            address, "audit", "--since", "1h", "--agent", "Treasury", "--worker-log", str(refusals)
+        )
+    finally:
+        worker.stop()
+    for out in (one, fleet):
+        assert out.returncode == 0, out.stderr
+        rows = [json.loads(line) for line in out.stdout.splitlines()]
+        [row] = [r for r in rows if r["run"] == wid]
+        assert (row["event"], row["kind"], row["error_type"], row["call_id"]) == (
+            "refused",
+            "approve",
+            "NotAuthorized",
+            call,
+        )
+        assert "mallory" in row["message"]
