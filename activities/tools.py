@@ -152,6 +152,18 @@ class ToolActivities:
             log.warning("required_approvals of %s failed: %r", call.tool_name, exc)
             required = 2
             notes.append(f"required_approvals failed ({exc!r}), so two people must approve")
+        try:
+            approvers = await tool.evaluate_approvers(ctx, params, call.call_id)
+        except Exception as exc:
+            # Fail safe: a call whose approvers cannot be named is not run (nobody could be
+            # told apart from anyone).
+            log.warning("approvers of %s failed: %r", call.tool_name, exc)
+            why = f"{exc!r:.200}"
+            return CallPlan(
+                call_id=call.call_id,
+                refusal=f"The call was not run: its approvers could not be determined ({why}).",
+                by_policy=True,
+            )
         if pre_approval_guardrails and tool.tool_input_guardrails:
             data = ToolInputGuardrailData(
                 context=ToolContext(
@@ -214,6 +226,7 @@ class ToolActivities:
             policy=policy,
             note="; ".join(notes) or None,
             required_approvals=required,
+            approvers=approvers,
         )
 
     @activity.defn(name=ACT_EXECUTE_TOOL)

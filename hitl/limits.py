@@ -110,6 +110,15 @@ def run_config_problems(cfg: Any, max_turns: int | None = None) -> list[str]:
     )
     within("run_config.max_tool_output_bytes", cfg.max_tool_output_bytes, 1, MAX_TOOL_OUTPUT_BYTES)
     within("run_config.max_consecutive_bad_turns", cfg.max_consecutive_bad_turns, 1, MAX_BAD_TURNS)
+    for name in (
+        "approval_timeout_seconds",
+        "remind_after_seconds",
+        "escalate_after_seconds",
+    ):
+        within(f"run_config.{name}", getattr(cfg, name, None), 1, MAX_EXTEND_SECONDS * 10)
+    escalate_to = getattr(cfg, "escalate_to", [])
+    if len(escalate_to) > 50 or any(not 0 < len(a) <= MAX_APPROVER_CHARS for a in escalate_to):
+        problems.append("run_config.escalate_to holds at most 50 names of 1 to 200 characters")
     model = cfg.model
     timeout = getattr(model, "timeout_seconds", None)
     if timeout is not None:

@@ -132,6 +132,12 @@ class RunConfig:
         trace_include_sensitive_data: Put tool arguments and outputs on trace spans.
         approvers: Who may decide this run's calls (approver ids); a tool's own
             `approvers` list takes precedence. Others are refused with `NotAuthorized`.
+        signed_decisions: Every decision of the run must be signed by a key of the worker's
+            approver directory (see `hitl.signing`).
+        approval_timeout: For tools without their own: seconds a call waits before it expires.
+        remind_after: For tools without their own: seconds before a waiting call is reminded.
+        escalate_after: For tools without their own: seconds before a waiting call escalates.
+        escalate_to: For tools without their own: who joins the approvers on escalation.
         model_task_queue: Task queue for remote model calls (default: the run's own queue).
         tool_task_queue: Task queue for tool executions (default: the run's own queue), served
             for example by `python -m hitl.worker --activities-only` inside a private network.
@@ -165,6 +171,11 @@ class RunConfig:
     strict_context: bool = False
     trace_include_sensitive_data: bool = False
     approvers: list[str] = field(default_factory=list)
+    signed_decisions: bool = False
+    approval_timeout: float | None = None
+    remind_after: float | None = None
+    escalate_after: float | None = None
+    escalate_to: list[str] = field(default_factory=list)
 
     def callables(self) -> list[Any]:
         """Every function (or guardrail) this config names: what a worker must allow."""
@@ -231,6 +242,11 @@ class RunConfig:
             context_deserializer=_ref(self.context_deserializer, "context_deserializer"),
             trace_include_sensitive_data=self.trace_include_sensitive_data,
             approvers=list(self.approvers),
+            signed_decisions=self.signed_decisions,
+            approval_timeout_seconds=self.approval_timeout,
+            remind_after_seconds=self.remind_after,
+            escalate_after_seconds=self.escalate_after,
+            escalate_to=list(self.escalate_to),
         )
 
 

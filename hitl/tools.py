@@ -30,6 +30,14 @@ ApprovalPredicate: TypeAlias = Callable[
 ]
 """`(ctx, params, call_id) -> bool`, sync or async; runs in an activity, never in the workflow."""
 
+ApproversFunction: TypeAlias = Callable[
+    [RunContextWrapper[Any], dict[str, Any], str], list[str] | Awaitable[list[str]]
+]
+"""`(ctx, params, call_id) -> list[str]`, sync or async: who may decide this call (approver
+names or `group:<name>`), e.g. finance leads for refunds over a limit. Evaluated in an activity,
+on the model's arguments and again on a person's edit."""
+MAX_APPROVERS = 50
+
 RequiredApprovalsFunction: TypeAlias = Callable[
     [RunContextWrapper[Any], dict[str, Any], str], int | Awaitable[int]
 ]
@@ -106,7 +114,7 @@ class FunctionTool:
     approver: ApproverFunction | None = None
     tool_input_guardrails: list[ToolInputGuardrail] = field(default_factory=list)
     timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result"
-    approvers: list[str] = field(default_factory=list)
+    approvers: list[str] | ApproversFunction = field(default_factory=list)
     required_approvals: int | RequiredApprovalsFunction = 1
     called_on_rejection: bool = False
     allow_edits: bool = True
@@ -144,7 +152,8 @@ class FunctionTool:
             user_action=self._user_action_param is not None,
             input_guardrails=[g.get_name() for g in self.tool_input_guardrails],
             timeout_behavior=self.timeout_behavior,
-            approvers=list(self.approvers),
+            approvers=[] if callable(self.approvers) else list(self.approvers),
+            approvers_by_call=callable(self.approvers),
             required_approvals=(
                 self.required_approvals if isinstance(self.required_approvals, int) else 1
             ),
@@ -233,6 +242,27 @@ class FunctionTool:
             result = await result
         return bool(result)
 
+    async def evaluate_approvers(
+        self, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> list[str] | None:
+        """Who may decide this call, when a callable decides (in an activity)."""
+        fn = self.approvers
+        if not callable(fn):
+            return None
+        result = fn(ctx, params, call_id)
+        if inspect.isawaitable(result):
+            result = await result
+        if (
+            not isinstance(result, list | tuple)
+            or len(result) > MAX_APPROVERS
+            or not all(isinstance(a, str) and 0 < len(a) <= 200 for a in result)
+        ):
+            raise ValueError(
+                f"approvers of {self.name!r} must return a list of at most {MAX_APPROVERS} "
+                f"names (1 to 200 characters), got {result!r:.200}"
+            )
+        return list(result)
+
     async def evaluate_required_approvals(
         self, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
     ) -> int | None:
@@ -308,7 +338,7 @@ def function_tool(
     approver: ApproverFunction | None = None,
     tool_input_guardrails: list[ToolInputGuardrail] | None = None,
     timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result",
-    approvers: list[str] | None = None,
+    approvers: list[str] | ApproversFunction | None = None,
     required_approvals: int | RequiredApprovalsFunction = 1,
     called_on_rejection: bool = False,
     allow_edits: bool = True,
@@ -337,7 +367,7 @@ def function_tool(
     approver: ApproverFunction | None = None,
     tool_input_guardrails: list[ToolInputGuardrail] | None = None,
     timeout_behavior: Literal["error_as_result", "raise_exception"] = "error_as_result",
-    approvers: list[str] | None = None,
+    approvers: list[str] | ApproversFunction | None = None,
     required_approvals: int | RequiredApprovalsFunction = 1,
     called_on_rejection: bool = False,
     allow_edits: bool = True,
@@ -373,8 +403,10 @@ def function_tool(
             they may reject the call (the model sees their message) or stop the run.
         timeout_behavior: When an attempt exceeds `timeout`: tell the model
             (`"error_as_result"`) or fail the run with `ToolTimeoutError`.
-        approvers: Who may decide this tool's calls (approver ids, e.g. `["finance-lead"]`);
-            others are refused with `NotAuthorized`. Empty: anyone (or the run's list).
+        approvers: Who may decide this tool's calls (approver ids or `group:<name>`, e.g.
+            `["group:finance"]`); others are refused with `NotAuthorized`. Empty: anyone (or
+            the run's list). Or `(ctx, params, call_id) -> list[str]`, evaluated in an
+            activity (on the model's arguments, and again on a person's edit).
         required_approvals: Distinct approvers a call needs before it runs (four eyes: 2),
             or `(ctx, params, call_id) -> int`, evaluated in an activity. Each approval must
             name its approver; rules, approver callbacks and auto-approval never approve such
@@ -433,7 +465,7 @@ def function_tool(
             approver=approver,
             tool_input_guardrails=list(tool_input_guardrails or []),
             timeout_behavior=timeout_behavior,
-            approvers=list(approvers or []),
+            approvers=approvers if callable(approvers) else list(approvers or []),
             required_approvals=required_approvals,
             called_on_rejection=called_on_rejection,
             allow_edits=allow_edits,

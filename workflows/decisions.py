@@ -46,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
         RunContextData,
         ToolSpec,
     )
-    from hitl.workflows.approvers import apply_edit, check_edit
+    from hitl.workflows.approvers import apply_edit, check_edit, may_decide
     from hitl.workflows.book import SEP
     from hitl.workflows.inputs import preview, read_one, refusal
     from hitl.workflows.steps import RunFailure
@@ -360,8 +360,23 @@ class Decisions:
         call.required_approvals = max(tool.required_approvals, asked) if needs else 1
         if plan.request is not None:
             call.request = plan.request
+        if plan.approvers is not None:
+            call.approvers = plan.approvers or run.inp.run_config.approvers
         apply_edit(call, d, text, workflow.now())
         run.events.emit("arguments_edited", call_id=d.call_id, tool=call.tool_name, text=text)
+        if not may_decide(d.approver, call.approvers, run.s.directory):
+            # The edit moved the call out of this approver's reach: it waits for the right one.
+            return DecisionRecord(
+                call_id=d.call_id,
+                tool_name=call.tool_name,
+                kind="approve",
+                approver=d.approver,
+                reason=f"edited; now only {', '.join(call.approvers)} may approve it",
+                decided_at=workflow.now(),
+                arguments=call.arguments,
+                original_arguments=call.original_arguments,
+                still_needed=call.required_approvals,
+            )
         return self.decide("approve", d, "update")
 
     # ----------------------------------------------------------------- deadlines
@@ -437,7 +452,8 @@ class Decisions:
                 elif step == "escalate":
                     self._escalate(rec, tool.escalate_to or cfg.escalate_to)
                 else:
-                    seconds = f"{tool.approval_timeout_seconds or 0:g}s"
+                    waited = tool.approval_timeout_seconds or cfg.approval_timeout_seconds
+                    seconds = f"{waited or 0:g}s"
                     message = (
                         f"Approval for {rec.tool_name} expired after {seconds} without a decision."
                     )

@@ -137,8 +137,9 @@ def settle(
         # relaxes a tool's `needs_approval` does not relax parked runs. Only predicates are
         # evaluated with the code deployed now.
         rec.needs_approval = rec.needs_approval or tool.approval == "always"
-        rec.approvers = tool.approvers or cfg.approvers
         plan = plans.get(rec.call_id)
+        by_call = plan.approvers if plan is not None else None
+        rec.approvers = by_call if by_call is not None else (tool.approvers or cfg.approvers)
         # As with the approval itself, the pinned number is a floor a deploy cannot lower.
         asked = plan.required_approvals if plan is not None else None
         rec.required_approvals = max(tool.required_approvals, asked or 1)
@@ -158,8 +159,9 @@ def settle(
         else:
             rec.state = "awaiting_approval"
             rec.requested_at = now
-            if tool.approval_timeout_seconds:
-                rec.deadline = now + timedelta(seconds=tool.approval_timeout_seconds)
+            timeout = tool.approval_timeout_seconds or cfg.approval_timeout_seconds
+            if timeout:
+                rec.deadline = now + timedelta(seconds=timeout)
             waiting.append(rec)
     return waiting
 

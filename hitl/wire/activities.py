@@ -192,6 +192,9 @@ class CallPlan(WireModel):
     required_approvals: int | None = None
     """What the tool's `required_approvals` callable asked for these arguments (`None`: the
     tool has a number, pinned in the graph)."""
+    approvers: list[str] | None = None
+    """Who may decide the call, when the tool's `approvers` is a callable (`None`: the tool's
+    list, pinned in the graph)."""
 
 
 class PlanToolsOutput(WireModel):

@@ -77,6 +77,8 @@ class ToolSpec(WireModel):
     """The tool's key of two-key auto-approval (the run's preset is the other key)."""
     approvers: list[str] = Field(default_factory=list)
     """Who may decide this tool's calls (empty: anyone; overrides the run's list)."""
+    approvers_by_call: bool = False
+    """A callable decides each call's approvers (evaluated in an activity)."""
     required_approvals: int = 1
     """Distinct approvers a call needs (four eyes: 2); the least, when a callable decides."""
     approval_request: bool = False
@@ -199,6 +201,8 @@ class RunConfigSpec(WireModel):
     """Who may decide this run's calls (empty: anyone), unless a tool names its own."""
     signed_decisions: bool = False
     """Every decision of this run must be signed (see `hitl.signing`)."""
+    approval_timeout_seconds: float | None = None
+    """Default for tools without their own: seconds a call waits before it expires."""
     remind_after_seconds: float | None = None
     """Default for tools without their own: seconds before a waiting call is reminded."""
     escalate_after_seconds: float | None = None

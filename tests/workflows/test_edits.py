@@ -243,3 +243,64 @@ async def test_a_run_state_approval_can_edit(ts_env: WorkflowEnvironment, ledger
         "bob",
         900,
     )
+
+
+def leads_over_a_thousand(ctx: Any, params: dict[str, Any], call_id: str) -> list[str]:
+    return ["lee"] if params["amount"] > 1000 else ["ann", "bob"]
+
+
+@function_tool(needs_approval=True, approvers=leads_over_a_thousand)
+def credit(ctx: ToolContext[object], account: str, amount: int) -> str:
+    """Credit an account.
+
+    Args:
+        account: The account.
+        amount: Dollars.
+    """
+    record_effect(ctx, "credit")
+    return f"credited ${amount} to {account}"
+
+
+def credit_script(req: ModelRequest) -> ModelReply:
+    done = req.results_for("credit")
+    if done:
+        return ModelReply.say(done[0].output or "")
+    return ModelReply.call("credit", {"account": "A-1", "amount": 500})
+
+
+crediter = Agent(
+    name="Credit desk", tools=[credit], model=ScriptedModel(credit_script, "tests.credit")
+)
+
+
+async def test_an_edit_past_a_limit_waits_for_the_higher_approver(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    """Approvers named per call: $500 is for ann or bob, over $1,000 for lee only. ann's edit to
+    $1,500 is taken, but her approval cannot carry it: it waits for lee."""
+    client = ts_env.client
+    async with serving(client, crediter) as tq:
+        result = await Runner.run(crediter, "credit", client=client, task_queue=tq, serve=False)
+        [item] = result.interruptions
+        handle = client.get_workflow_handle(result.workflow_id, result_type=RunOutput)
+        status = await handle.query("status", result_type=RunStatus)
+        assert status.pending[0].approvers == ["ann", "bob"]
+        edited = {"account": "A-1", "amount": 1500}
+        rec = await _approve(
+            handle, DecisionInput(call_id=item.call_id, approver="ann", arguments=edited)
+        )
+        assert (rec.still_needed, rec.reason) == (1, "edited; now only lee may approve it")
+        [pending] = (await handle.query("status", result_type=RunStatus)).pending
+        assert (pending.approvers, json.loads(pending.arguments)) == (["lee"], edited)
+        with pytest.raises(WorkflowUpdateFailedError) as err:
+            await _approve(handle, DecisionInput(call_id=item.call_id, approver="bob"))
+        assert refused_type(err) == "NotAuthorized"
+        assert ledger.count() == 0
+        await _approve(handle, DecisionInput(call_id=item.call_id, approver="lee"))
+        out = await handle.result()
+    assert "credited $1500 to A-1" in out.final_output
+    [decision] = out.decisions
+    assert (decision.approver, json.loads(decision.original_arguments or "")["amount"]) == (
+        "lee",
+        500,
+    )

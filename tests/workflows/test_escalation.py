@@ -11,7 +11,16 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel, ToolContext, function_tool
+from hitl import (
+    Agent,
+    ModelReply,
+    ModelRequest,
+    RunConfig,
+    Runner,
+    ScriptedModel,
+    ToolContext,
+    function_tool,
+)
 from hitl.wire import (
     ApproverDirectory,
     ApproverEntry,
@@ -133,3 +142,47 @@ async def test_a_group_nobody_is_in_fails_the_run_at_start(ts_env: WorkflowEnvir
         with pytest.raises(Exception) as err:
             await Runner.run(desk, "refund", client=client, task_queue=tq, serve=False)
     assert "group nobody belongs to" in str(err.value)
+
+
+@function_tool(needs_approval=True)
+def archive(ctx: ToolContext[object], box: int) -> str:
+    """Archive a box (no deadlines of its own).
+
+    Args:
+        box: The box.
+    """
+    record_effect(ctx, "archive")
+    return f"archived box {box}"
+
+
+def archive_script(req: ModelRequest) -> ModelReply:
+    done = req.results_for("archive")
+    if done:
+        return ModelReply.say(done[0].output or "")
+    return ModelReply.call("archive", {"box": 3})
+
+
+archivist = Agent(name="Archivist", tools=[archive], model=ScriptedModel(archive_script, "t.arc"))
+
+
+async def test_the_run_sets_deadlines_for_tools_without_their_own(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    client = ts_env.client
+    cfg = RunConfig(approval_timeout=HOUR, remind_after=600, escalate_after=1800, escalate_to=["x"])
+    async with serving(client, archivist) as tq:
+        result = await Runner.run(
+            archivist, "go", run_config=cfg, client=client, task_queue=tq, serve=False
+        )
+        handle = client.get_workflow_handle(result.workflow_id, result_type=RunOutput)
+        [pending] = (await _status(handle)).pending
+        assert pending.deadline is not None and pending.requested_at is not None
+        assert (pending.deadline - pending.requested_at).total_seconds() == HOUR
+        await ts_env.sleep(timedelta(minutes=11))
+        [pending] = (await _status(handle)).pending
+        assert pending.reminded_at is not None and pending.escalated_at is None
+        await ts_env.sleep(timedelta(minutes=50))
+        out = await handle.result()
+    [decision] = out.decisions
+    assert decision.expired and "expired after 3600s" in out.final_output
+    assert ledger.count() == 0
