@@ -271,4 +271,5 @@ def initial_state(inp: RunInput) -> CarriedState:
         state.rules = list(inp.rules)
         state.always_rules = dict(inp.always_rules)
         state.tracing = bool(inp.parent and inp.parent.tracing)
+        state.notify = bool(inp.parent and inp.parent.notify)
     return state

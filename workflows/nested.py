@@ -107,6 +107,7 @@ async def run_child(host: Host, agent: AgentSpec, rec: CallRecord, tool: ToolSpe
             path=[*host.path(), agent.name, tool.name],
             call_path=[*(link.call_path if link else []), rec.call_id],
             tracing=host.s.tracing,
+            notify=host.s.notify,
         ),
         graph=host.s.graph,
         start_agent=tool.agent_id,

@@ -35,14 +35,16 @@ class Notices:
     def tell(self, event: NotifyEvent, rec: CallRecord) -> None:
         """Notify the worker's notifiers of `event` about `rec` (if the run has any)."""
         run = self.run
-        if not run.s.notify or run.inp.parent is not None:
-            return  # nested calls are told about by the root, which shows them
+        if not run.s.notify:
+            return
         info = workflow.info()
+        link = run.inp.parent
+        # A nested run's call is decided on the root run, under its qualified id: say so.
         inp = NotifyInput(
             event=event,
-            workflow_id=info.workflow_id,
-            run_id=info.run_id,
-            call_id=rec.call_id,
+            workflow_id=link.root_workflow_id if link is not None else info.workflow_id,
+            run_id="" if link is not None else info.run_id,
+            call_id="/".join([*link.call_path, rec.call_id]) if link else rec.call_id,
             tool_name=rec.tool_name,
             agent_name=rec.agent_name,
             title=rec.request.title if rec.request is not None else None,

@@ -353,6 +353,8 @@ class ParentLink(WireModel):
     call_path: list[str] = Field(default_factory=list)
     """Agent-tool call ids from the root down to this run (its calls' prefix at the root)."""
     tracing: bool = False
+    notify: bool = False
+    """The root's worker has notifiers: the nested run notifies about its calls too."""
     token: str = ""
     """Unused since nested runs read each other by query (kept so older payloads parse)."""
 
