@@ -14,9 +14,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from hitl import CallbackNotifier, Runner, WebhookNotifier, verify_webhook
-from hitl.notify import notifiers_from_env
 from hitl.wire import DecisionInput, NotifyInput, RunOutput
-from tests.agents import cli_desk
 from tests.helpers import Ledger, serving, wait_for
 from tests.workflows.test_escalation import DIRECTORY, desk
 
@@ -93,35 +91,3 @@ async def test_notifiers_hear_every_moment_and_a_dead_one_changes_nothing(
         assert not verify_webhook(body, stamp, signature, "wrong"), "wrong secret"
         assert not verify_webhook(body, str(int(stamp) - 3600), signature, SECRET), "stale"
         assert b'"amount"' not in body, "no arguments in a notification"
-
-
-def test_notifiers_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("HITL_WEBHOOK_URL", raising=False)
-    assert notifiers_from_env() == []
-    monkeypatch.setenv("HITL_WEBHOOK_URL", "https://hooks.example.com/hitl")
-    [notifier] = notifiers_from_env()
-    assert isinstance(notifier, WebhookNotifier) and notifier.secret_env == "HITL_WEBHOOK_SECRET"
-    with pytest.raises(ValueError):
-        WebhookNotifier("file:///etc/passwd")
-
-
-async def test_a_call_inside_an_agent_tool_is_notified_as_the_root_shows_it(
-    ts_env: WorkflowEnvironment, ledger: Ledger
-) -> None:
-    heard: list[NotifyInput] = []
-    client = ts_env.client
-    async with serving(client, cli_desk, notifiers=[CallbackNotifier(heard.append)]) as tq:
-        result = await Runner.run(cli_desk, "tides", client=client, task_queue=tq, serve=False)
-        [item] = result.interruptions
-        await wait_for(lambda: [n.event for n in heard] == ["waiting"], what="the waiting note")
-        assert (heard[0].workflow_id, heard[0].call_id) == (result.workflow_id, item.call_id)
-        assert "/" in item.call_id, "a nested call, under its qualified id"
-        state = result.to_state()
-        state.approve(item, approver="ops")
-        done = await Runner.run(cli_desk, state, client=client, task_queue=tq, serve=False)
-        await wait_for(lambda: len(heard) == 2, what="the decision note")
-    assert done.final_output == "summary: facts about tides"
-    assert [(n.event, n.call_id) for n in heard] == [
-        ("waiting", item.call_id),
-        ("decided", item.call_id),
-    ]
