@@ -61,3 +61,38 @@ def operations() -> list[tuple[str, str, int, float, str]]:
     """Every operation performed so far."""
     with connect() as db:
         return list(db.execute("SELECT * FROM operations ORDER BY rowid"))
+
+
+COMPANY_DOMAIN = "example.com"
+"""Mail to this domain stays inside the company (the email desk sends it without approval)."""
+
+
+def send_mail(idempotency_key: str, to: str, subject: str, body: str) -> str:
+    """Send an email once per key (a toy outbox); a repeat returns the first message id."""
+    with connect() as db:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS outbox (idempotency_key TEXT PRIMARY KEY, "
+            "recipient TEXT, subject TEXT, body TEXT, message_id TEXT)"
+        )
+        row = db.execute(
+            "SELECT message_id FROM outbox WHERE idempotency_key = ?", (idempotency_key,)
+        ).fetchone()
+        if row:
+            return str(row[0])
+        count = db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
+        message_id = f"MSG-{count + 1:04d}"
+        db.execute(
+            "INSERT INTO outbox VALUES (?, ?, ?, ?, ?)",
+            (idempotency_key, to, subject, body, message_id),
+        )
+        return message_id
+
+
+def outbox() -> list[tuple[str, str, str, str, str]]:
+    """Every email sent so far: (key, recipient, subject, body, message id)."""
+    with connect() as db:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS outbox (idempotency_key TEXT PRIMARY KEY, "
+            "recipient TEXT, subject TEXT, body TEXT, message_id TEXT)"
+        )
+        return list(db.execute("SELECT * FROM outbox ORDER BY rowid"))

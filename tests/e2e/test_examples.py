@@ -134,6 +134,28 @@ def test_make_demo_runs_end_to_end_without_a_terminal(tmp_path: Path) -> None:
         assert not _alive(pid), f"the demo left process {pid} behind"
 
 
+def test_make_demo_email_sends_once_after_approval(tmp_path: Path) -> None:
+    """`make demo-email`: mail to a customer about a refund waits for a person, shows the
+    email as the preview, and goes out once when approved."""
+    out = subprocess.run(
+        [sys.executable, "-m", "hitl.examples.demo", "--example", "email"],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "HITL_DEMO_STATE_DIR": str(tmp_path), "HITL_DEMO_DECISION": "approve"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "serving 'Email desk'" in out.stdout
+    assert "goes outside example.com and it mentions a refund" in out.stdout
+    assert "To: ada@lovelace.org" in out.stdout, "the email itself is the preview"
+    assert out.stdout.count("--name approve") == 1, "only sending needed a person"
+    assert re.search(r"MSG-\d{4}: to ada@lovelace.org", out.stdout), out.stdout
+    for pid in _demo_pids(out.stdout):
+        assert not _alive(pid), f"the demo left process {pid} behind"
+
+
 def test_make_demo_asks_on_a_terminal(tmp_path: Path) -> None:
     """On a terminal the demo asks y/n per pending call, as the seeds' example does."""
     primary, secondary = pty.openpty()
