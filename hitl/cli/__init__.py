@@ -10,7 +10,9 @@
     hitl reject RUN [CALL_ID | --all] [--always] [--message TEXT] [--as NAME]
     hitl extend RUN CALL_ID 2d [--as NAME] [--reason TEXT]
     hitl resolve RUN CALL_ID happened|retry|give-up [--output TEXT | --message TEXT]
-    hitl keys new --approver NAME [--groups a,b]   a key pair for signed decisions
+    hitl keys new --approver NAME [--groups a,b] [--out FILE]
+                                               a key pair for signed decisions
+    hitl keys show FILE                        a private key's key id and public key
     hitl watch RUN [--from-offset N]           follow a run until it finishes
     hitl codec-server [--port 8081]            decrypt payloads for the temporal CLI and UI
 
