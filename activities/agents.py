@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from hitl.activities.context import rebuild_context
 from hitl.admin import search_attributes_readiness
+from hitl.agent import Agent
 from hitl.errors import UserError
+from hitl.mcp import MCPServerError
 from hitl.model import model_spec_for
 from hitl.registry import AgentRegistry
 from hitl.run_config import RunErrorHandlerInput, RunErrorHandlerResult
@@ -53,6 +57,39 @@ def check_approver_setup(
                         f"{tool.name}'s approvers name {name[:100]!r}, a group nobody belongs "
                         "to in this worker's approver directory (HITL_APPROVERS)"
                     )
+
+
+async def with_mcp_tools(graph: AgentGraph, agents: Mapping[str, Agent[Any]]) -> AgentGraph:
+    """The graph with the tools its agents' MCP servers list now (the run keeps this list).
+
+    A server that cannot be reached raises a retryable `MCPServerUnavailable`: the activity is
+    retried, and a run that cannot list its tools fails saying which server and why.
+    """
+    if not any(a.mcp_servers for a in agents.values()):
+        return graph
+    specs = dict(graph.agents)
+    for agent_id, agent in agents.items():
+        if not agent.mcp_servers or agent_id not in specs:
+            continue
+        spec = specs[agent_id]
+        taken = {t.name: "a function tool" for t in spec.tools}
+        taken.update({h.tool_name: "a handoff" for h in spec.handoffs})
+        added = []
+        for server in agent.mcp_servers:
+            try:
+                tools = await server.list_tools()
+            except MCPServerError as exc:
+                raise ApplicationError(str(exc), type="MCPServerUnavailable") from None
+            for tool in tools:
+                if tool.name in taken:
+                    raise UserError(
+                        f"agent {agent.name!r}: MCP server {server.name!r}'s tool "
+                        f"{tool.name!r} clashes with {taken[tool.name]} of the same name"
+                    )
+                taken[tool.name] = f"a tool of MCP server {server.name!r}"
+                added.append(tool.spec())
+        specs[agent_id] = spec.model_copy(update={"tools": [*spec.tools, *added]})
+    return graph.model_copy(update={"agents": specs})
 
 
 class AgentActivities:
@@ -106,7 +143,8 @@ class AgentActivities:
         run fails here, before any model call or tool, when something is not.
         """
         try:
-            graph = self.registry.resolve(inp.agent).graph
+            captured = self.registry.resolve(inp.agent)
+            graph = await with_mcp_tools(captured.graph, captured.agents)
             cfg = inp.run_config
             allowed = self.registry.allowed
             named = [

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from hitl.activities.context import context_value, rebuild_context
 from hitl.activities.heartbeat import heartbeat_timeout, heartbeating
@@ -21,6 +21,7 @@ from hitl.context import RunContextWrapper, ToolContext
 from hitl.errors import EffectUnknown, UserError
 from hitl.guardrails import ToolGuardrailFunctionOutput, ToolInputGuardrailData
 from hitl.limits import MAX_CONTEXT_BYTES
+from hitl.mcp import InputRequired, MCPServerError, mcp_tool
 from hitl.registry import AgentRegistry
 from hitl.run_config import ToolErrorFormatterArgs
 from hitl.tools import FunctionTool, ToolArgumentsError, tool_output_text
@@ -43,6 +44,11 @@ from hitl.wire import (
 )
 
 log = logging.getLogger("hitl.activities")
+
+PLAN_SERVER_ATTEMPTS = 3
+"""Attempts of the planning step while an MCP server cannot be reached; then the model is told
+the call was not made (the run goes on)."""
+
 
 MAX_PREVIEW_CHARS = 32_000
 """Previews are stored with the pending approval (history, queries); longer ones are cut."""
@@ -126,7 +132,16 @@ class ToolActivities:
         skip_policy: list[str],
         pre_approval_guardrails: bool = False,
     ) -> CallPlan:
-        tool = next((t for t in agent.tools if t.name == call.tool_name), None)
+        if call.mcp_server is None:
+            tool = next((t for t in agent.tools if t.name == call.tool_name), None)
+        else:
+            try:
+                tool = await mcp_tool(agent, call.mcp_server, call.tool_name)
+            except MCPServerError as exc:
+                if activity.in_activity() and activity.info().attempt < PLAN_SERVER_ATTEMPTS:
+                    raise ApplicationError(str(exc), type="MCPServerUnavailable") from None
+                # Still down: the model is told and may try later; nothing ran.
+                return CallPlan(call_id=call.call_id, refusal=f"{exc}. The call was not made.")
         if tool is None:
             return CallPlan(
                 call_id=call.call_id, refusal=f"Tool {call.tool_name} is no longer available."
@@ -232,7 +247,12 @@ class ToolActivities:
     @activity.defn(name=ACT_EXECUTE_TOOL)
     async def execute_tool(self, inp: ExecuteToolInput) -> ToolOutput:
         """Run one approved (or approval-free) tool call with the deployed tool code."""
-        tool = self.registry.tool(inp.root_agent, inp.agent_id, inp.tool_name)
+        try:
+            tool = await self.registry.find_tool(
+                inp.root_agent, inp.agent_id, inp.tool_name, inp.mcp_server
+            )
+        except MCPServerError as exc:
+            raise ApplicationError(str(exc), type="MCPServerUnavailable") from None
         if tool is None:
             raise ApplicationError(
                 f"tool {inp.tool_name!r} no longer exists on this worker",
@@ -274,6 +294,21 @@ class ToolActivities:
                     type=EffectUnknown.type_name,
                     non_retryable=True,
                 ) from None
+            except InputRequired as ask:
+                raise ApplicationError(
+                    f"{tool.name} asks: {ask.message}",
+                    {
+                        "server": ask.server,
+                        "message": ask.message,
+                        "schema": ask.schema,
+                        "index": ask.index,
+                    },
+                    type="ToolInputRequired",
+                    non_retryable=True,
+                    category=ApplicationErrorCategory.BENIGN,  # a question, not a failure
+                ) from None
+            except MCPServerError as exc:
+                raise ApplicationError(str(exc), type="MCPServerUnavailable") from None
         after = _context_snapshot(ctx.context, inp.context)
         changed = (
             RunContextData(
@@ -312,7 +347,9 @@ class ToolActivities:
         """
         tool = self.registry.tool(inp.root_agent, inp.agent_id, inp.tool_name)
         try:
-            if tool is not None and tool.called_on_rejection:  # it takes a UserAction
+            if (
+                tool is not None and tool.called_on_rejection and inp.mcp_server is None
+            ):  # it takes a UserAction
                 expired = inp.decision is not None and inp.decision.source == "deadline"
                 action = UserAction(primary_confirmed=False, secondary_confirmed=not expired)
                 ctx = self._tool_context(inp.root_agent, inp.agent_id, inp, 1)
@@ -357,6 +394,7 @@ class ToolActivities:
             idempotency_key=f"{inp.workflow_id}:{inp.call_id}",
             attempt=attempt,
             decision=inp.decision,
+            answers=list(inp.answers) if isinstance(inp, ExecuteToolInput) else [],
         )
 
 

@@ -74,6 +74,8 @@ class Agent(Generic[TContext]):
         input_guardrails: Checked (in an activity) before the run's first model call, when
             this agent starts the run.
         output_guardrails: Checked on the final output, when this agent produces it.
+        mcp_servers: MCP servers whose tools the model may call too (`hitl.mcp`); their tools
+            are listed when a run starts and the run keeps that list.
     """
 
     name: str
@@ -86,6 +88,7 @@ class Agent(Generic[TContext]):
     handoff_description: str | None = None
     input_guardrails: list[InputGuardrail] = field(default_factory=list)
     output_guardrails: list[OutputGuardrail] = field(default_factory=list)
+    mcp_servers: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -100,6 +103,17 @@ class Agent(Generic[TContext]):
             if tool.name in seen:
                 raise UserError(f"agent {self.name!r} has two tools named {tool.name!r}")
             seen.add(tool.name)
+        servers: set[str] = set()
+        for server in self.mcp_servers:
+            name = getattr(server, "name", None)
+            if not callable(getattr(server, "list_tools", None)) or not isinstance(name, str):
+                raise UserError(
+                    f"agent {self.name!r}: mcp_servers must be MCP servers "
+                    f"(hitl.mcp.MCPServerStdio, MCPServerStreamableHttp), got {server!r:.100}"
+                )
+            if name in servers:
+                raise UserError(f"agent {self.name!r} has two MCP servers named {name!r}")
+            servers.add(name)
 
     def as_tool(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from hitl.wire import DecisionRecord, Usage
+from hitl.wire import DecisionRecord, InputAnswer, Usage
 
 TContext = TypeVar("TContext")
 
@@ -53,6 +53,7 @@ class ToolContext(RunContextWrapper[TContext]):
     idempotency_key: str = ""
     attempt: int = 1
     decision: DecisionRecord | None = None
+    answers: list[InputAnswer] = field(default_factory=list)
 
     @property
     def call_id(self) -> str:

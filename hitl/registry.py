@@ -8,6 +8,7 @@ from typing import Any
 
 from hitl.agent import Agent, CapturedGraph, _as_handoff, capture_graph
 from hitl.errors import UserError
+from hitl.mcp import mcp_tool
 from hitl.refs import Allowed, context_types
 from hitl.tools import FunctionTool
 
@@ -75,12 +76,27 @@ class AgentRegistry:
         return self.resolve(root).agent(agent_id)
 
     def tool(self, root: str, agent_id: str, tool_name: str) -> FunctionTool | None:
-        """The deployed tool `tool_name` of that agent, or `None` when it no longer exists."""
+        """The deployed function tool `tool_name` of that agent, or `None`."""
         try:
             agent = self.agent(root, agent_id)
         except UserError:
             return None
         return next((t for t in agent.tools if t.name == tool_name), None)
+
+    async def find_tool(
+        self, root: str, agent_id: str, tool_name: str, server: str | None = None
+    ) -> FunctionTool | None:
+        """The deployed tool, function or MCP (`server`: the one the run's graph names).
+
+        An MCP server that cannot be reached raises `hitl.mcp.MCPServerError`.
+        """
+        if server is None:
+            return self.tool(root, agent_id, tool_name)
+        try:
+            agent = self.agent(root, agent_id)
+        except UserError:
+            return None
+        return await mcp_tool(agent, server, tool_name)
 
 
 def load_agents(ref: str) -> list[Agent[Any]]:

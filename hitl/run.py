@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -48,13 +49,16 @@ from hitl.stream import current_offset, events_until_settled
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
     QUERY_SNAPSHOT,
+    UPDATE_ANSWER,
     UPDATE_APPROVE,
     UPDATE_DECIDE,
     UPDATE_WAIT,
+    AnswerInput,
     DecideInput,
     DecisionInput,
     DecisionRecord,
     DecisionRequest,
+    InputAnswer,
     RunContextData,
     RunEvent,
     RunItem,
@@ -226,7 +230,9 @@ async def _resume(conn: RunnerConnection, state: RunState, approver: str | None)
     handle = client.get_workflow_handle(state.workflow_id)
     decisions = _decisions(state, approver)
     try:
-        status = await _send_decisions(conn, state.workflow_id, decisions, _state_context(state))
+        status = await _send_decisions(
+            conn, state.workflow_id, decisions, _state_context(state), _answers(state, approver)
+        )
     except WorkflowUpdateFailedError as exc:
         raise _typed(exc) from None
     except RPCError as exc:
@@ -250,17 +256,35 @@ def _decisions(state: RunState, approver: str | None) -> list[DecisionRequest]:
     ]
 
 
+def _answers(state: RunState, approver: str | None) -> list[AnswerInput]:
+    return [
+        a.model_copy(update={"approver": a.approver or approver or default_approver()})
+        for a in state.answers.values()
+    ]
+
+
 async def _send_decisions(
     conn: RunnerConnection,
     workflow_id: str,
     decisions: list[DecisionRequest],
     context: RunContextData | None = None,
+    answers: list[AnswerInput] | None = None,
 ) -> RunStatus:
     """Send the decisions (and a new context, if any); return once the run settles again.
 
-    Edited approvals go first, each as its own `approve` update (the run plans the edited call
-    before it answers); the rest go together in one `decide`.
+    Answers to tools' questions go first, each as an `answer` update; then edited approvals,
+    each as its own `approve` update (the run plans the edited call before it answers); the
+    rest go together in one `decide`.
     """
+    for a in answers or []:
+        digest = hashlib.sha256(a.model_dump_json().encode()).hexdigest()[:24]
+        await conn.update(
+            workflow_id,
+            UPDATE_ANSWER,
+            a,
+            update_id=f"{workflow_id}:answer:{digest}",
+            result_type=InputAnswer,
+        )
     for d in [d for d in decisions if d.arguments is not None]:
         await conn.update(
             workflow_id,
@@ -475,7 +499,9 @@ class RunResultStreaming:
                 offset = await current_offset(client, wid)
                 decisions = _decisions(state, call.approver)
                 settled = asyncio.create_task(
-                    _send_decisions(sess, wid, decisions, _state_context(state))
+                    _send_decisions(
+                        sess, wid, decisions, _state_context(state), _answers(state, call.approver)
+                    )
                 )
             else:
                 request = StartRequest.build(

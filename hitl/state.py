@@ -15,7 +15,14 @@ from typing import Any, Literal
 
 from hitl.agent import Agent, CapturedGraph, capture_graph
 from hitl.errors import StateVersionError, UnknownCallError, UserError
-from hitl.wire import DEFAULT_TASK_QUEUE, ApprovalRequestData, DecisionRequest, PendingApproval
+from hitl.wire import (
+    DEFAULT_TASK_QUEUE,
+    AnswerInput,
+    ApprovalRequestData,
+    DecisionRequest,
+    InputRequest,
+    PendingApproval,
+)
 
 CURRENT_SCHEMA_VERSION = 2
 SCHEMA_VERSIONS = {
@@ -58,6 +65,9 @@ class ToolApprovalItem:
             inside agent tools, else the root run's (`None` when the run did not say).
         required_approvals: Distinct people who must approve the call (four eyes: 2).
         approved_by: Who has approved it so far, while more approvals are needed.
+        kind: `approval`; `uncertain` (a person settles whether its effect happened, with
+            `hitl resolve`); `input` (its tool asks `question`: answer with `RunState.answer`).
+        question: For `input`: what the tool's server asks, and the form's schema.
     """
 
     call_id: str
@@ -72,6 +82,8 @@ class ToolApprovalItem:
     owner_workflow_id: str | None = None
     required_approvals: int = 1
     approved_by: list[str] = field(default_factory=list)
+    kind: str = "approval"
+    question: InputRequest | None = None
 
     @property
     def tool_name(self) -> str:
@@ -102,6 +114,8 @@ class ToolApprovalItem:
             "owner_workflow_id": self.owner_workflow_id,
             "required_approvals": self.required_approvals,
             "approved_by": list(self.approved_by),
+            "kind": self.kind,
+            "question": self.question.model_dump(mode="json") if self.question else None,
         }
 
 
@@ -124,6 +138,8 @@ def items_from_pending(
             owner_workflow_id=p.workflow_id or workflow_id,
             required_approvals=p.required_approvals,
             approved_by=[a.approver for a in p.approvals],
+            kind=p.kind,
+            question=p.input_request,
         )
         for p in pending
     ]
@@ -144,6 +160,8 @@ class RunState:
     task_queue: str = DEFAULT_TASK_QUEUE
     run_id: str | None = None
     decisions: dict[str, DecisionRequest] = field(default_factory=dict)
+    answers: dict[str, AnswerInput] = field(default_factory=dict)
+    """Answers to the questions tools ask (`answer`), sent on resume."""
     context: Any = None
     """A new run context to send on resume (set by `from_string_with_context`)."""
     context_given: bool = False
@@ -163,6 +181,14 @@ class RunState:
             f"(pending: {[i.call_id for i in self.interruptions] or 'none'})"
         )
 
+    def _decidable(self, item: ToolApprovalItem | str) -> ToolApprovalItem:
+        it = self._item(item)
+        if it.kind == "input":
+            raise UserError(
+                f"call {it.call_id!r} asks a question, not for a decision: use state.answer()"
+            )
+        return it
+
     def approve(
         self,
         item: ToolApprovalItem | str,
@@ -178,7 +204,7 @@ class RunState:
         tool's schema and evaluates the approval requirement on them again; the model is told
         the call ran with edited arguments. Not with `always_approve`.
         """
-        it = self._item(item)
+        it = self._decidable(item)
         if arguments is not None and always_approve:
             raise UserError("an edited approval decides one call: drop always_approve")
         self.decisions[it.call_id] = DecisionRequest(
@@ -188,6 +214,29 @@ class RunState:
             approver=approver,
             reason=reason,
             arguments=arguments,
+        )
+
+    def answer(
+        self,
+        item: ToolApprovalItem | str,
+        content: dict[str, Any] | None = None,
+        *,
+        action: Literal["accept", "decline", "cancel"] = "accept",
+        approver: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Answer the question a tool asks (an `input` interruption, MCP elicitation).
+
+        `content` fills the form (`item.question.requested_schema`) when accepting; `decline`
+        and `cancel` take none. The run checks it; the tool is then asked again.
+        """
+        it = self._item(item)
+        if it.kind != "input":
+            raise UserError(f"call {it.call_id!r} asks no question (it waits for a decision)")
+        if action == "accept" and content is None:
+            raise UserError("accepting needs content for the form (or action='decline')")
+        self.answers[it.call_id] = AnswerInput(
+            call_id=it.call_id, action=action, content=content, approver=approver, reason=reason
         )
 
     def reject(
@@ -200,7 +249,7 @@ class RunState:
         reason: str | None = None,
     ) -> None:
         """Reject a pending call; `message` is what the model sees instead of the tool output."""
-        it = self._item(item)
+        it = self._decidable(item)
         self.decisions[it.call_id] = DecisionRequest(
             kind="reject",
             call_id=it.call_id,
@@ -223,6 +272,7 @@ class RunState:
             "graph_fingerprint": capture_graph(self.root_agent).graph.fingerprint,
             "interruptions": [i.to_json() for i in self.interruptions],
             "decisions": [d.model_dump(mode="json") for d in self.decisions.values()],
+            "answers": [a.model_dump(mode="json") for a in self.answers.values()],
         }
 
     def to_string(self) -> str:
@@ -270,10 +320,15 @@ class RunState:
                     owner_workflow_id=i.get("owner_workflow_id"),
                     required_approvals=int(i.get("required_approvals") or 1),
                     approved_by=[str(a) for a in i.get("approved_by") or []],
+                    kind=str(i.get("kind") or "approval"),
+                    question=(
+                        InputRequest.model_validate(i["question"]) if i.get("question") else None
+                    ),
                 )
                 for i in data.get("interruptions", [])
             ]
             decisions = [DecisionRequest.model_validate(d) for d in data.get("decisions", [])]
+            answers = [AnswerInput.model_validate(a) for a in data.get("answers", [])]
             workflow_id = data["workflow_id"]
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"malformed RunState: {exc}") from exc
@@ -285,6 +340,7 @@ class RunState:
             root_agent=initial_agent,
             interruptions=interruptions,
             decisions={d.call_id: d for d in decisions},
+            answers={a.call_id: a for a in answers},
         )
 
     @classmethod
@@ -346,7 +402,9 @@ def _check_graph(
                 f"{item.agent_id!r}, which is no longer in the agent graph of {root!r}. Load "
                 "it with the agent definition the run was started with."
             )
-        if spec.tool(item.name) is None and spec.handoff(item.name) is None:
+        live = captured.agents.get(item.agent_id)
+        served = live is not None and bool(live.mcp_servers)  # their tools are listed per run
+        if spec.tool(item.name) is None and spec.handoff(item.name) is None and not served:
             raise UserError(
                 f"RunState of run {workflow_id}: pending call {item.call_id!r} is for tool "
                 f"{item.name!r} of agent {item.agent_id!r}, which no longer has it. Load it "

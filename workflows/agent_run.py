@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_CHILD_REPORT,
         SIGNAL_FROM_ROOT,
         SIGNAL_REJECT,
+        UPDATE_ANSWER,
         UPDATE_APPROVE,
         UPDATE_DECIDE,
         UPDATE_EXTEND,
@@ -61,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         DecisionRecord,
         Extension,
         FromRoot,
+        InputAnswer,
         Phase,
         Resolution,
         RunErrorInfo,
@@ -73,7 +75,7 @@ with workflow.unsafe.imports_passed_through():
         TurnInfo,
         WaitInput,
     )
-    from hitl.workflows import hooks, nested, tracing, turn, uncertain, visibility
+    from hitl.workflows import elicitation, hooks, nested, tracing, turn, uncertain, visibility
     from hitl.workflows.approvers import edit_note
     from hitl.workflows.book import ApprovalBook
     from hitl.workflows.decisions import Decisions
@@ -387,7 +389,7 @@ class AgentRun:
                 rec.output = decision.message or await self.steps.rejection_text(agent, rec, tool)
                 rec.state = "expired" if decision.expired else "rejected"
                 return
-        if rec.state != "uncertain":  # (an uncertain call carried over waits on)
+        if rec.state not in ("uncertain", "awaiting_input"):  # (carried over: waits on)
             rec.state = "running"
             self.events.emit("tool_started", call_id=rec.call_id, tool=rec.tool_name)
         if tool.kind == "agent":
@@ -489,6 +491,16 @@ class AgentRun:
     def _validate_resolve(self, *args: Any) -> None:
         with self.decisions.logged("resolve", args):
             uncertain.check(self, uncertain.read(args))
+
+    @workflow.update(name=UPDATE_ANSWER)
+    def answer(self, *args: Any) -> InputAnswer:
+        """Answer a tool's question: `{"call_id": "...", "content": {"confirm": true}}`."""
+        return elicitation.answer(self, args)
+
+    @answer.validator
+    def _validate_answer(self, *args: Any) -> None:
+        with self.decisions.logged("answer", args):
+            elicitation.check(self, elicitation.read(args))
 
     @workflow.update(name=UPDATE_EXTEND)
     def extend(self, *args: Any) -> Extension:

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from hitl.schema import schema_problem
 from hitl.wire import (
+    AnswerInput,
     ApproverDirectory,
     ArgumentEdit,
     CallRecord,
@@ -47,7 +48,7 @@ def may_decide(
 
 
 def check_approver(
-    d: DecisionInput | ExtendInput | ResolveInput,
+    d: DecisionInput | ExtendInput | ResolveInput | AnswerInput,
     tool: str,
     allowed: list[str],
     directory: ApproverDirectory | None,
@@ -76,7 +77,7 @@ def check_edit(kind: DecisionKind, d: DecisionInput, tool: ToolSpec, max_bytes: 
         raise refusal(
             "EditsNotAllowed", f"{tool.name} calls cannot be edited; approve or reject them"
         )
-    if tool.kind != "function":
+    if tool.kind == "agent":
         raise refusal("EditsNotAllowed", f"{tool.name} is an agent tool; its input is not edited")
     text = canonical_arguments(d.arguments)
     size = len(text.encode("utf-8"))

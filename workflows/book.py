@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Literal
 
 from hitl.limits import (
     MAX_APPROVER_CHARS,
@@ -43,6 +44,13 @@ from hitl.workflows.approvers import check_approver, may_decide
 from hitl.workflows.inputs import refusal
 
 SEP = "/"
+
+WAITING_STATES = ("awaiting_approval", "uncertain", "awaiting_input")
+"""Call states in which a person, not the run, moves the call on."""
+KINDS: dict[str, Literal["approval", "uncertain", "input"]] = {
+    "uncertain": "uncertain",
+    "awaiting_input": "input",
+}
 """Separates the levels of a qualified call id (`agent tool call / nested call`)."""
 
 
@@ -206,8 +214,11 @@ class ApprovalBook:
         return out
 
     def uncertain(self) -> list[CallRecord]:
-        """This run's own calls whose effect a person must settle (see `UncertainCall`)."""
-        return [c for c in self.calls.values() if c.state == "uncertain"]
+        """This run's own calls that ran and wait for a person.
+
+        To settle an uncertain effect (see `UncertainCall`), or to answer the tool's question.
+        """
+        return [c for c in self.calls.values() if c.state in ("uncertain", "awaiting_input")]
 
     def has_pending(self) -> bool:
         """True when any call of this run or a nested run waits for a person."""
@@ -220,7 +231,7 @@ class ApprovalBook:
     def active(self) -> bool:
         """True while some call can progress without a person."""
         for c in self.calls.values():
-            if c.output is not None or c.state in ("awaiting_approval", "uncertain"):
+            if c.output is not None or c.state in WAITING_STATES:
                 continue
             view = self.children.get(c.call_id)
             if view is not None and c.state == "running" and view.waiting_for_person():
@@ -249,14 +260,15 @@ class ApprovalBook:
                 required_approvals=c.required_approvals,
                 approvals=c.approvals,
                 extensions=c.extensions,
-                kind="uncertain" if c.state == "uncertain" else "approval",
+                kind=KINDS.get(c.state, "approval"),
                 uncertain=c.uncertain,
+                input_request=c.input_request,
                 reminded_at=c.reminded_at,
                 escalated_at=c.escalated_at,
                 original_arguments=c.original_arguments,
             )
             for c in self.calls.values()
-            if c.state in ("awaiting_approval", "uncertain")
+            if c.state in WAITING_STATES
         ]
         return own + self.nested_pending()
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -102,6 +102,32 @@ LOCAL_TIMEOUT = timedelta(seconds=30)
 
 # Local activities fail with the activity's own error (not wrapped in an ActivityError).
 ACTIVITY_FAILURES = (ActivityError, ApplicationError, TemporalTimeoutError)
+
+
+def _details(err: ApplicationError) -> Any:
+    """The first detail of an activity's error, decoded (they arrive as raw payloads)."""
+    if not err.details:
+        return None
+    first = err.details[0]
+    if isinstance(first, RawValue):
+        try:
+            return workflow.payload_converter().from_payload(first.payload, dict)
+        except Exception:
+            return None
+    return first
+
+
+def _server(agent: AgentSpec, tool_name: str) -> str | None:
+    tool = agent.tool(tool_name)
+    return tool.mcp_server if tool is not None else None
+
+
+class NeedsInput(Exception):
+    """The tool's server asked a question nobody has answered yet (MCP elicitation)."""
+
+    def __init__(self, server: str, message: str, schema: dict[str, Any], index: int) -> None:
+        super().__init__(message)
+        self.server, self.message, self.schema, self.index = server, message, schema, index
 
 
 class Uncertain(Exception):
@@ -320,7 +346,12 @@ class Steps:
                 root_agent=self.inp.agent,
                 agent_id=agent.id,
                 calls=[
-                    PlanCall(call_id=r.call_id, tool_name=r.tool_name, arguments=r.arguments)
+                    PlanCall(
+                        call_id=r.call_id,
+                        tool_name=r.tool_name,
+                        arguments=r.arguments,
+                        mcp_server=_server(agent, r.tool_name),
+                    )
                     for r in recs
                 ],
                 context=self.s.context,
@@ -352,6 +383,8 @@ class Steps:
                     context=self.s.context,
                     decision=rec.decision,
                     max_output_bytes=self.inp.run_config.max_tool_output_bytes,
+                    answers=rec.answers,
+                    mcp_server=tool.mcp_server,
                 ),
                 result_type=ToolOutput,
                 start_to_close_timeout=timedelta(seconds=timeout),
@@ -373,6 +406,16 @@ class Steps:
             cause: BaseException | None = err.cause
             if isinstance(cause, ApplicationError) and cause.type == "ToolEffectUnknown":
                 raise Uncertain(cause.message) from None
+            if isinstance(cause, ApplicationError) and cause.type == "ToolInputRequired":
+                asked = _details(cause)
+                if isinstance(asked, dict):
+                    schema, index = asked.get("schema"), asked.get("index")
+                    raise NeedsInput(
+                        str(asked.get("server", "")),
+                        str(asked.get("message", "")),
+                        schema if isinstance(schema, dict) else {},
+                        index if isinstance(index, int) else 0,
+                    ) from None
             if isinstance(cause, TemporalTimeoutError) and not tool.retry_safe:
                 kind = cause.type.name.lower() if cause.type else "timeout"
                 raise Uncertain(f"the attempt ended without an answer ({kind})") from None
@@ -416,6 +459,7 @@ class Steps:
                     context=self.s.context,
                     decision=rec.decision,
                     workflow_id=workflow.info().workflow_id,
+                    mcp_server=tool.mcp_server,
                 ),
                 result_type=RejectionTextOutput,
                 start_to_close_timeout=LOCAL_TIMEOUT,

@@ -27,9 +27,10 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         UncertainCall,
     )
+    from hitl.workflows import elicitation
     from hitl.workflows.approvers import check_approver
     from hitl.workflows.inputs import read_one, refusal
-    from hitl.workflows.steps import Uncertain
+    from hitl.workflows.steps import NeedsInput, Uncertain
 
 if TYPE_CHECKING:
     from hitl.workflows.agent_run import AgentRun
@@ -40,9 +41,16 @@ RESOLVE_EXAMPLE = '{"call_id": "<call id>", "outcome": "happened", "output": "wh
 async def run_tool(run: AgentRun, agent: AgentSpec, rec: CallRecord, tool: ToolSpec) -> ToolOutput:
     """Run an approved call's tool; park it as uncertain as often as its attempts die."""
     while True:
+        if rec.state == "awaiting_input":  # (also a call carried over while it asked)
+            await elicitation.wait(rec)
         if rec.state != "uncertain":
             try:
                 return await run.steps.execute_tool(agent, rec, tool)
+            except NeedsInput as need:
+                stop = elicitation.park(run, rec, need)
+                if stop is not None:
+                    return stop
+                continue
             except Uncertain as lost:
                 attempts = rec.uncertain.attempts + 1 if rec.uncertain else 1
                 rec.uncertain = UncertainCall(

@@ -10,6 +10,8 @@
     hitl reject RUN [CALL_ID | --all] [--always] [--message TEXT] [--as NAME]
     hitl extend RUN CALL_ID 2d [--as NAME] [--reason TEXT]
     hitl resolve RUN CALL_ID happened|retry|give-up [--output TEXT | --message TEXT]
+    hitl answer RUN CALL_ID [--set NAME=VALUE ... | --decline | --cancel]
+                                               answer the question a tool asks (MCP)
     hitl keys new --approver NAME [--groups a,b] [--out FILE]
                                                a key pair for signed decisions
     hitl keys show FILE                        a private key's key id and public key
@@ -45,7 +47,7 @@ from hitl.cli.common import (
     one_line,
     parse_span,
 )
-from hitl.cli.deciding import cmd_decide, cmd_extend, cmd_resolve
+from hitl.cli.deciding import cmd_answer, cmd_decide, cmd_extend, cmd_resolve
 from hitl.cli.inbox import cmd_pending, cmd_show
 from hitl.cli.keys import cmd_keys
 from hitl.cli.running import cmd_run, cmd_watch, format_event
@@ -165,6 +167,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=10.0, help="seconds to wait for a worker to take it"
     )
 
+    answer = sub.add_parser("answer", help="answer the question a tool asks (MCP elicitation)")
+    answer.add_argument("run")
+    answer.add_argument("call_id")
+    answer.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a field of the form (VALUE is JSON, else text); repeatable",
+    )
+    answer.add_argument("--args-file", metavar="FILE", help="the form's content (a JSON object)")
+    choice = answer.add_mutually_exclusive_group()
+    choice.add_argument("--decline", action="store_true", help="say no to the question")
+    choice.add_argument("--cancel", action="store_true", help="dismiss it without a choice")
+    answer.add_argument("--as", dest="as_", metavar="NAME", help="who (default: OS user)")
+    answer.add_argument("--reason")
+    answer.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for a worker to take it"
+    )
+
     keys = sub.add_parser("keys", help="key pairs for signed decisions")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     new_key = keys_sub.add_parser("new", help="create an approver's key pair")
@@ -234,6 +255,8 @@ async def _main(args: argparse.Namespace) -> int:
         return await cmd_audit(client, args)
     if args.command == "resolve":
         return await cmd_resolve(client, args)
+    if args.command == "answer":
+        return await cmd_answer(client, args)
     if args.command == "extend":
         return await cmd_extend(client, args)
     raise AssertionError(args.command)

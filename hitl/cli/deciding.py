@@ -34,9 +34,11 @@ from hitl.errors import UserError
 from hitl.signing import sign_input, signing_key_from_env
 from hitl.starting import decision_update_id
 from hitl.wire import (
+    UPDATE_ANSWER,
     UPDATE_DECIDE,
     UPDATE_EXTEND,
     UPDATE_RESOLVE,
+    AnswerInput,
     DecideInput,
     DecisionInput,
     DecisionKind,
@@ -44,6 +46,7 @@ from hitl.wire import (
     DecisionRequest,
     ExtendInput,
     Extension,
+    InputAnswer,
     Resolution,
     ResolveInput,
     RunOutput,
@@ -362,4 +365,43 @@ async def cmd_resolve(client: Client, args: argparse.Namespace) -> int:
         "give_up": "given up; the model reads an error",
     }[res.outcome]
     print(f"resolved {one_line(args.call_id)} on {one_line(args.run)}: {what}")
+    return EXIT_OK
+
+
+async def cmd_answer(client: Client, args: argparse.Namespace) -> int:
+    """Answer the question a tool asks in the middle of a call (MCP elicitation)."""
+    handle = await _handle(client, args.run)
+    action = "decline" if args.decline else "cancel" if args.cancel else "accept"
+    content = edited_arguments(args) if action == "accept" else None
+    if action == "accept" and content is None:
+        raise Refused(
+            "say what to answer: --set NAME=VALUE (repeatable), --args-file, --decline or --cancel"
+        )
+    if action != "accept" and (args.set or args.args_file):
+        raise Refused(f"--{action} takes no --set or --args-file")
+    payload = AnswerInput(
+        call_id=args.call_id,
+        action=action,
+        content=content,
+        approver=approver_name(args),
+        reason=args.reason,
+    )
+    try:
+        given: InputAnswer = await handle.execute_update(
+            UPDATE_ANSWER,
+            payload,
+            rpc_timeout=timedelta(seconds=args.timeout),
+            result_type=InputAnswer,
+        )
+    except WorkflowUpdateFailedError as exc:
+        raise refused_update(exc) from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise Refused(await _no_worker_message(client, handle)) from None
+    except RPCError as exc:
+        raise Refused(f"cannot answer on run {args.run}: {exc.message} ({_code(exc)})") from None
+    what = {"accept": "answered", "decline": "declined", "cancel": "dismissed"}[given.action]
+    print(
+        f"{what} {one_line(args.call_id)} on {one_line(args.run)}: the tool is asked again "
+        "with the answer"
+    )
     return EXIT_OK

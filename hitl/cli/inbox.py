@@ -337,6 +337,16 @@ async def cmd_show(client: Client, args: argparse.Namespace) -> int:
             )
             run, call = one_line(st.workflow_id), one_line(p.call_id)
             print(f"    hitl resolve {run} {call} happened|retry|give-up")
+        if p.kind == "input" and p.input_request is not None:
+            ask = p.input_request
+            print(f"    ASKS ({one_line(ask.server)}): {one_line(ask.message)}")
+            fields = ask.requested_schema.get("properties")
+            names = " ".join(
+                f"--set {one_line(str(k))}=..."
+                for k in (fields if isinstance(fields, dict) else {})
+            )
+            run, call = one_line(st.workflow_id), one_line(p.call_id)
+            print(f"    hitl answer {run} {call} {names or '--set NAME=VALUE'} | --decline")
         if p.original_arguments is not None:
             print(f"    arguments edited from {one_line(p.original_arguments)}")
         if p.escalated_at is not None:

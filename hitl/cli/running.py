@@ -131,6 +131,8 @@ def format_event(event: RunEvent) -> str:
         return f"{head} ESCALATED {tool} [{call}]: now also {L(text)}"
     if kind == "call_uncertain":
         return f"{head} UNCERTAIN {tool} [{call}]: {L(text)}"
+    if kind == "call_asks":
+        return f"{head} ASKS {tool} [{call}]: {L(text)}"
     if kind == "call_resolved":
         return f"{head} resolved {tool} [{call}]: {L(text)}"
     if kind == "handoff":

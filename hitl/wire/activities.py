@@ -18,6 +18,7 @@ from hitl.wire.graph import (
 from hitl.wire.runs import (
     ApprovalRequestData,
     DecisionRecord,
+    InputAnswer,
     PolicyDecision,
     RunContextData,
     RunErrorInfo,
@@ -108,6 +109,8 @@ class PlanCall(WireModel):
     call_id: str
     tool_name: str
     arguments: str
+    mcp_server: str | None = None
+    """For an MCP tool: its server, as the run's graph records it."""
 
 
 class GuardrailVerdict(WireModel):
@@ -216,6 +219,10 @@ class ExecuteToolInput(WireModel):
     context: RunContextData | None = None
     decision: DecisionRecord | None = None
     max_output_bytes: int = 128 * 1024
+    answers: list[InputAnswer] = Field(default_factory=list)
+    """Answers to the questions the tool asked on earlier attempts (MCP elicitation)."""
+    mcp_server: str | None = None
+    """For an MCP tool: its server, as the run's graph records it."""
 
 
 class ToolOutput(WireModel):
@@ -244,6 +251,7 @@ class RejectionTextInput(WireModel):
     context: RunContextData | None = None
     decision: DecisionRecord | None = None
     workflow_id: str = ""
+    mcp_server: str | None = None
 
 
 class RejectionTextOutput(WireModel):

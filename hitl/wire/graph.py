@@ -54,8 +54,11 @@ class ToolSpec(WireModel):
     """A tool as recorded at run start: what the model sees and how approval is decided."""
 
     name: str
-    kind: Literal["function", "agent"] = "function"
-    """`agent`: an agent used as a tool (`agent.as_tool()`), run as a child workflow."""
+    kind: Literal["function", "agent", "mcp"] = "function"
+    """`agent`: an agent used as a tool (`agent.as_tool()`), run as a child workflow; `mcp`: a
+    tool of an MCP server (listed when the run started)."""
+    mcp_server: str | None = None
+    """For MCP tools: the name of the server (configured on the worker) that serves it."""
     agent_id: str | None = None
     """For agent tools: the nested agent's id in the graph."""
     on_failure: Literal["error_message", "raise"] = "error_message"

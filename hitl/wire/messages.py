@@ -14,6 +14,7 @@ from hitl.wire.runs import (
     ApprovalRequestData,
     DecisionRecord,
     Extension,
+    InputRequest,
     RefusedDecision,
     RunContextData,
     RunErrorInfo,
@@ -69,6 +70,24 @@ class ResolveInput(WireModel):
     outcome: Literal["happened", "retry", "give_up"]
     output: str | None = None
     message: str | None = None
+    approver: str | None = None
+    reason: str | None = None
+
+
+class AnswerInput(WireModel):
+    """Payload of the `answer` update: a person answers the question a tool asks.
+
+    MCP elicitation: `accept` with `content` fitting the requested schema, `decline` or `cancel`.
+
+    `temporal workflow update execute --workflow-id W --name answer
+    --input '{"call_id": "call_123", "content": {"confirm": true}, "approver": "you"}'`
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str
+    action: Literal["accept", "decline", "cancel"] = "accept"
+    content: dict[str, Any] | None = None
     approver: str | None = None
     reason: str | None = None
 
@@ -132,10 +151,13 @@ class PendingApproval(WireModel):
     """Who has approved it so far, while more approvals are needed."""
     extensions: list[Extension] = Field(default_factory=list)
     """Who moved its deadline, and when."""
-    kind: Literal["approval", "uncertain"] = "approval"
-    """`uncertain`: its tool's attempt died midway; a person says what happened (`resolve`)."""
+    kind: Literal["approval", "uncertain", "input"] = "approval"
+    """`uncertain`: its tool's attempt died midway; a person says what happened (`resolve`).
+    `input`: its tool asks a person a question (MCP elicitation; `answer`)."""
     uncertain: UncertainCall | None = None
     """For an uncertain call: since when, and the error its attempt ended with."""
+    input_request: InputRequest | None = None
+    """For a call asking for input: the question and the form's schema."""
     reminded_at: datetime | None = None
     escalated_at: datetime | None = None
     original_arguments: str | None = None
@@ -201,6 +223,7 @@ RunEventType = Literal[
     "approval_reminder",
     "approval_escalated",
     "call_uncertain",
+    "call_asks",
     "call_resolved",
     "tool_started",
     "tool_finished",

@@ -152,6 +152,7 @@ class CallRecord(WireModel):
         "refused",
         "expired",
         "uncertain",
+        "awaiting_input",
     ] = "planning"
     needs_approval: bool = False
     requested_at: datetime | None = None
@@ -180,6 +181,10 @@ class CallRecord(WireModel):
     """The tool's attempt died midway: a person says what happened (`resolve`)."""
     resolutions: list[Resolution] = Field(default_factory=list)
     """Every resolution of the call's uncertain attempts, in order."""
+    input_request: InputRequest | None = None
+    """The question the tool's server asks a person now (MCP elicitation; `answer`)."""
+    answers: list[InputAnswer] = Field(default_factory=list)
+    """Answers given to the tool's questions, in the order it asked them."""
     """Who moved the call's deadline, when, and from when to when."""
 
 
@@ -208,6 +213,32 @@ class UncertainCall(WireModel):
     error: str
     attempts: int = 1
     resolution: Resolution | None = None
+
+
+class InputRequest(WireModel):
+    """A tool's server asks a person for input in the middle of a call (MCP elicitation)."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    server: str
+    message: str
+    requested_schema: dict[str, Any]
+    """The form's JSON schema: an object of flat string, number, integer, boolean or enum
+    properties."""
+    since: datetime
+
+
+class InputAnswer(WireModel):
+    """A person's answer to a tool's question: `accept` (with `content`), `decline`, `cancel`."""
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    question: str
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
+    approver: str | None = None
+    reason: str | None = None
+    answered_at: datetime
 
 
 class Resolution(WireModel):

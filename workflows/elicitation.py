@@ -1,0 +1,117 @@
+"""Questions a tool asks in the middle of a call (MCP elicitation), answered by a person.
+
+An MCP server may ask its client for input while a tool runs ("confirm the transfer of
+$4,000?", "which account?"). Nobody may be there to answer, and the answer may take days, so the
+tool activity does not hold the question open: it tells the server the question was dismissed,
+and the run parks the call as *awaiting input*, listed with the pending approvals. A person
+answers with the `answer` update (`accept` with content fitting the requested form, `decline`,
+or `cancel`); the tool is then called again, with the same idempotency key, and the answers
+given so far are handed to the server's questions in order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from hitl.limits import MAX_APPROVER_CHARS, MAX_CALL_ID_CHARS, MAX_TEXT_CHARS, text_problem
+    from hitl.schema import schema_problem
+    from hitl.wire import AnswerInput, CallRecord, InputAnswer, InputRequest, ToolOutput
+    from hitl.workflows.approvers import check_approver
+    from hitl.workflows.inputs import read_one, refusal
+    from hitl.workflows.steps import NeedsInput
+
+if TYPE_CHECKING:
+    from hitl.workflows.agent_run import AgentRun
+
+ANSWER_EXAMPLE = '{"call_id": "<call id>", "content": {"confirm": true}, "approver": "you"}'
+MAX_QUESTIONS = 5
+"""Questions one call may ask; past them the model reads an error instead of another pause."""
+MAX_SCHEMA_BYTES = 16 * 1024
+
+
+def park(run: AgentRun, rec: CallRecord, need: NeedsInput) -> ToolOutput | None:
+    """Record the tool's question on `rec` (see `wait`); an output when it may ask no more."""
+    if need.index < len(rec.answers):
+        # The tool asked something else than last time at this point: later answers no
+        # longer fit (kept in history, in the earlier attempts' records).
+        del rec.answers[need.index :]
+    if len(rec.answers) >= MAX_QUESTIONS:
+        return ToolOutput(
+            output=f"{rec.tool_name} asked more than {MAX_QUESTIONS} questions; it was stopped.",
+            is_error=True,
+        )
+    schema = need.schema if len(repr(need.schema)) <= MAX_SCHEMA_BYTES else {"type": "object"}
+    rec.input_request = InputRequest(
+        server=need.server[:100],
+        message=need.message[:MAX_TEXT_CHARS],
+        requested_schema=schema,
+        since=workflow.now(),
+    )
+    rec.state = "awaiting_input"
+    run.events.emit("call_asks", call_id=rec.call_id, tool=rec.tool_name, text=need.message)
+    return None
+
+
+async def wait(rec: CallRecord) -> None:
+    """Wait until a person answers `rec`'s question; the tool is then called again."""
+    await workflow.wait_condition(lambda: rec.input_request is None)
+    rec.state = "running"
+
+
+def read(args: tuple[Any, ...]) -> AnswerInput:
+    """The payload of an `answer` update."""
+    return read_one(
+        args, AnswerInput, what="an answer", example=ANSWER_EXAMPLE, max_bytes=64 * 1024
+    )
+
+
+def check(run: AgentRun, d: AnswerInput) -> CallRecord:
+    """Validate an answer (read-only); the call whose question it answers."""
+    problem = (
+        text_problem("call_id", d.call_id, MAX_CALL_ID_CHARS)
+        or text_problem("reason", d.reason, MAX_TEXT_CHARS)
+        or text_problem("approver", d.approver, MAX_APPROVER_CHARS)
+    )
+    if problem is not None:
+        raise refusal("InvalidDecision", problem)
+    if run.finished():
+        raise refusal("RunFinished", "the run has finished; it takes no more answers")
+    rec = run.book.calls.get(d.call_id)
+    if rec is None or (rec.input_request is None and not rec.answers):
+        raise refusal("UnknownCall", f"no call '{d.call_id}' asks for input")
+    request = rec.input_request
+    if request is None:
+        raise refusal("NotPending", f"call '{d.call_id}' asks nothing now (it is {rec.state})")
+    check_approver(d, rec.tool_name, rec.approvers, run.s.directory)
+    if d.action == "accept":
+        if d.content is None:
+            raise refusal(
+                "InvalidDecision", f"accepting needs content for the form; e.g. {ANSWER_EXAMPLE}"
+            )
+        problem = schema_problem(d.content, request.requested_schema, where="content")
+        if problem is not None:
+            raise refusal("InvalidDecision", problem)
+    elif d.content is not None:
+        raise refusal("InvalidDecision", f"{d.action} takes no content")
+    return rec
+
+
+def answer(run: AgentRun, args: tuple[Any, ...]) -> InputAnswer:
+    """Record an answer (synchronously, after `check`); the call runs its tool again."""
+    d = read(args)
+    rec = check(run, d)
+    assert rec.input_request is not None
+    given = InputAnswer(
+        question=rec.input_request.message,
+        action=d.action,
+        content=d.content,
+        approver=d.approver,
+        reason=d.reason,
+        answered_at=workflow.now(),
+    )
+    rec.answers.append(given)
+    rec.input_request = None
+    return given
