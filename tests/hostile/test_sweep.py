@@ -24,6 +24,7 @@ UPDATES = [
     "decide",
     "extend",
     "resolve",
+    "answer",
     "wait",
     "__temporal_workflow_stream_poll",
 ]
@@ -45,7 +46,7 @@ QUERIES = [
 ]
 # Our own refusal types: a refusal is typed and one line, never "Failed decoding arguments".
 TYPED = {"InvalidDecision", "InvalidMessage", "UnknownCall", "TooManyWaiters"}
-DECISIONS = {"approve", "reject", "decide", "extend", "resolve"}
+DECISIONS = {"approve", "reject", "decide", "extend", "resolve", "answer"}
 
 
 @pytest.mark.parametrize("name", UPDATES)
