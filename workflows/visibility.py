@@ -160,6 +160,21 @@ def details(
             f"Tool `{c.tool_name}`, call `{c.call_id}`, waiting since {c.requested_at}",
             "",
         ]
+        if c.kind == "input" and c.input_request is not None:
+            fields = c.input_request.requested_schema.get("properties")
+            example = {str(k): "..." for k in (fields if isinstance(fields, dict) else {})}
+            answer = json.dumps({"call_id": c.call_id, "content": example, "approver": "you"})
+            lines += [
+                f"**The tool asks:** {c.input_request.message}",
+                "",
+                'Answer with *Send an Update* (name `answer`; `"action": "decline"` says no):',
+                "```",
+                f"temporal workflow update execute --workflow-id {wid} --name answer "
+                f"--input '{answer}'",
+                "```",
+                "",
+            ]
+            continue
         if c.deadline is not None:
             lines += [f"Decide before {c.deadline.isoformat()} (then it expires).", ""]
         if c.required_approvals > 1:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
@@ -226,6 +227,11 @@ async def test_a_declined_question_leaves_the_account_open(
         assert shown.returncode == 0, shown.stderr
         assert "ASKS (backoffice): Close the account of Ada Lovelace" in shown.stdout
         assert f"hitl answer {result.workflow_id} {item.call_id} --set confirm=" in shown.stdout
+        # The Temporal UI's current details show the question and the update that answers it.
+        meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        assert "**The tool asks:** Close the account of Ada Lovelace" in meta.current_details
+        assert "--name answer" in meta.current_details
+        assert '"content": {"confirm": "...", "reason": "..."}' in meta.current_details
         # Approving is the wrong verb for a question: refused, typed, nothing changes.
         wrong = await asyncio.to_thread(
             hitl, dev_server.address, "approve", result.workflow_id, item.call_id
