@@ -19,16 +19,12 @@ from typing import Any
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
-from temporalio.converter import (
-    DataConverter,
-    DefaultFailureConverterWithEncodedAttributes,
-    ExternalStorage,
-)
+from temporalio.converter import DataConverter, ExternalStorage
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.codec import EncryptionCodec
-from hitl.converter import hitl_data_converter
+from hitl.converter import HitlEncodedFailureConverter, hitl_data_converter
 from hitl.errors import UserError
 from hitl.storage import storage_from_env
 
@@ -53,7 +49,7 @@ def data_converter(
         converter = dataclasses.replace(
             converter,
             payload_codec=codec,
-            failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+            failure_converter_class=HitlEncodedFailureConverter,
         )
     if storage is not None:
         converter = dataclasses.replace(converter, external_storage=storage)

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import temporalio.api.common.v1
+import temporalio.api.failure.v1
 from pydantic import BaseModel
 from pydantic_core import SchemaSerializer, core_schema
 from temporalio import workflow
@@ -41,13 +42,17 @@ from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
+    DefaultFailureConverter,
     DefaultPayloadConverter,
     JSONPlainPayloadConverter,
+    PayloadConverter,
 )
+from temporalio.exceptions import ApplicationError
 
 from hitl.codec import UNDECRYPTABLE
 from hitl.errors import StoredPayloadMissing
 from hitl.storage import UNRETRIEVABLE, unretrievable
+from hitl.wire import REFUSAL_MARK
 
 _SERIALIZER = SchemaSerializer(core_schema.any_schema())
 
@@ -177,5 +182,59 @@ def _one_line(exc: BaseException) -> str:
     return text[:200]
 
 
-hitl_data_converter = HitlDataConverter(payload_converter_class=HitlPayloadConverter)
-"""`temporalio.contrib.pydantic.pydantic_data_converter`, with sparse payloads."""
+class HitlFailureConverter(DefaultFailureConverter):
+    """Failures as Temporal's default converter writes them, but for our handlers' refusals.
+
+    A refusal (an update validator saying no) reads as one line with its type, `UnknownCall:
+    no pending call 'zzz'`, without a stack trace: the Temporal UI shows it as it is, and the
+    `temporal` CLI prints it. Refusals carry only ids, names and field paths, never argument
+    values, so they stay plain even when payloads and other failures are encrypted. Our
+    clients read them back without the prefix (`err.type` holds it).
+    """
+
+    encode = False
+
+    def __init__(self) -> None:
+        super().__init__(encode_common_attributes=self.encode)
+
+    def to_failure(
+        self,
+        exception: BaseException,
+        payload_converter: PayloadConverter,
+        failure: temporalio.api.failure.v1.Failure,
+    ) -> None:
+        """Write a refusal as one plain line; anything else as the default converter does."""
+        if isinstance(exception, ApplicationError) and getattr(exception, REFUSAL_MARK, False):
+            failure.message = f"{exception.type}: {exception.message}"
+            failure.application_failure_info.type = exception.type or "Refused"
+            failure.application_failure_info.non_retryable = exception.non_retryable
+            return
+        super().to_failure(exception, payload_converter, failure)
+
+    def from_failure(
+        self, failure: temporalio.api.failure.v1.Failure, payload_converter: PayloadConverter
+    ) -> BaseException:
+        """Read a failure; a refusal's message without its `Type: ` prefix."""
+        kind = failure.application_failure_info.type
+        if kind and failure.message.startswith(f"{kind}: ") and not failure.stack_trace:
+            copy = temporalio.api.failure.v1.Failure()
+            copy.CopyFrom(failure)
+            copy.message = failure.message[len(kind) + 2 :]
+            failure = copy
+        return super().from_failure(failure, payload_converter)
+
+
+class HitlEncodedFailureConverter(HitlFailureConverter):
+    """`HitlFailureConverter`, encrypting other failures' messages and stack traces.
+
+    (They may quote tool arguments.)
+    """
+
+    encode = True
+
+
+hitl_data_converter = HitlDataConverter(
+    payload_converter_class=HitlPayloadConverter, failure_converter_class=HitlFailureConverter
+)
+"""`temporalio.contrib.pydantic.pydantic_data_converter`, with sparse payloads and plain
+refusals."""

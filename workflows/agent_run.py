@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         TRANSCRIPT_INLINE_BYTES,
     )
     from hitl.wire import (
+        HANDLER_HELP,
         QUERY_MAIL,
         QUERY_REPORT,
         QUERY_SNAPSHOT,
@@ -47,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_APPROVE,
         SIGNAL_CHILD_REPORT,
         SIGNAL_FROM_ROOT,
+        SIGNAL_HELP,
         SIGNAL_REJECT,
         UPDATE_ANSWER,
         UPDATE_APPROVE,
@@ -150,6 +152,7 @@ class AgentRun:
         self._published: visibility.Visible | None = (
             None if visibility.spoofed() else visibility.STARTED
         )
+        self._shown = 0  # refusals the UI's current details list
 
     # ================================================================= main loop
 
@@ -464,7 +467,7 @@ class AgentRun:
 
     # ================================================================= decisions
 
-    @workflow.update(name=UPDATE_APPROVE)
+    @workflow.update(name=UPDATE_APPROVE, description=HANDLER_HELP[UPDATE_APPROVE])
     async def approve(self, *args: Any) -> DecisionRecord:
         """Approve one pending call: `{"call_id": "...", "approver": "you", "always": false}`."""
         return await self.decisions.approve(args)
@@ -473,7 +476,7 @@ class AgentRun:
     def _validate_approve(self, *args: Any) -> None:
         self.decisions.validate("approve", args)
 
-    @workflow.update(name=UPDATE_REJECT)
+    @workflow.update(name=UPDATE_REJECT, description=HANDLER_HELP[UPDATE_REJECT])
     def reject(self, *args: Any) -> DecisionRecord:
         """Reject one pending call: `{"call_id": "...", "message": "why (shown to the model)"}`."""
         return self.decisions.decide("reject", self.decisions.read(args, "reject"), "update")
@@ -482,7 +485,7 @@ class AgentRun:
     def _validate_reject(self, *args: Any) -> None:
         self.decisions.validate("reject", args)
 
-    @workflow.update(name=UPDATE_RESOLVE)
+    @workflow.update(name=UPDATE_RESOLVE, description=HANDLER_HELP[UPDATE_RESOLVE])
     def resolve(self, *args: Any) -> Resolution:
         """Settle an uncertain call: `{"call_id": "...", "outcome": "happened", "output": ""}`."""
         return uncertain.resolve(self, args)
@@ -492,7 +495,7 @@ class AgentRun:
         with self.decisions.logged("resolve", args):
             uncertain.check(self, uncertain.read(args))
 
-    @workflow.update(name=UPDATE_ANSWER)
+    @workflow.update(name=UPDATE_ANSWER, description=HANDLER_HELP[UPDATE_ANSWER])
     def answer(self, *args: Any) -> InputAnswer:
         """Answer a tool's question: `{"call_id": "...", "content": {"confirm": true}}`."""
         return elicitation.answer(self, args)
@@ -502,7 +505,7 @@ class AgentRun:
         with self.decisions.logged("answer", args):
             elicitation.check(self, elicitation.read(args))
 
-    @workflow.update(name=UPDATE_EXTEND)
+    @workflow.update(name=UPDATE_EXTEND, description=HANDLER_HELP[UPDATE_EXTEND])
     def extend(self, *args: Any) -> Extension:
         """Move a pending call's deadline later: `{"call_id": "...", "seconds": 86400}`."""
         return self.decisions.extend(args)
@@ -511,7 +514,7 @@ class AgentRun:
     def _validate_extend(self, *args: Any) -> None:
         self.decisions.validate_extend(args)
 
-    @workflow.update(name=UPDATE_DECIDE)
+    @workflow.update(name=UPDATE_DECIDE, description=HANDLER_HELP[UPDATE_DECIDE])
     async def decide(self, *args: Any) -> RunStatus:
         """Apply several decisions at once; with `wait`, return once the run settles again."""
         req = self.decisions.read_batch(args)
@@ -528,7 +531,7 @@ class AgentRun:
                 self._waiters.check()
             self.decisions.admit_batch(req)
 
-    @workflow.update(name=UPDATE_WAIT)
+    @workflow.update(name=UPDATE_WAIT, description=HANDLER_HELP[UPDATE_WAIT])
     async def wait(self, *args: Any) -> RunStatus:
         """Return once the run waits for a person, finishes, or continues as new."""
         await self._wait_settled()
@@ -555,12 +558,12 @@ class AgentRun:
         finally:
             self._waiters.leave()
 
-    @workflow.signal(name=SIGNAL_APPROVE)
+    @workflow.signal(name=SIGNAL_APPROVE, description=SIGNAL_HELP)
     def approve_signal(self, *args: Any) -> None:
         """Approve by signal (Temporal UI / `temporal workflow signal`); refusals show in status."""
         self.decisions.by_signal("approve", args)
 
-    @workflow.signal(name=SIGNAL_REJECT)
+    @workflow.signal(name=SIGNAL_REJECT, description=SIGNAL_HELP)
     def reject_signal(self, *args: Any) -> None:
         """Reject by signal; refusals show in status."""
         self.decisions.by_signal("reject", args)
@@ -594,19 +597,17 @@ class AgentRun:
 
     # ================================================================= queries
 
-    @workflow.query(name=QUERY_STATUS)
+    @workflow.query(name=QUERY_STATUS, description=HANDLER_HELP[QUERY_STATUS])
     def status(self, *args: Any) -> RunStatus:
         """Phase, current agent and pending approvals."""
         return visibility.status(self)
 
-    @workflow.query(name=QUERY_SNAPSHOT)
+    @workflow.query(name=QUERY_SNAPSHOT, description=HANDLER_HELP[QUERY_SNAPSHOT])
     def snapshot(self, *args: Any) -> RunSnapshot:
         """Status plus every item produced so far."""
-        s = self.s
-        status = visibility.status(self)
-        return RunSnapshot(status=status, input_items=s.input_items, new_items=s.new_items)
+        return visibility.snapshot(self)
 
-    @workflow.query(name=QUERY_TRANSCRIPT)
+    @workflow.query(name=QUERY_TRANSCRIPT, description=HANDLER_HELP[QUERY_TRANSCRIPT])
     def transcript(self, *args: Any) -> TranscriptPage:
         """The model input items (what the model activity reads)."""
         q = read_one(
@@ -636,25 +637,21 @@ class AgentRun:
     async def _keep_published(self) -> None:
         """Keep search attributes and the UI's current details in step with the run."""
         while True:
-            await workflow.wait_condition(lambda: self._visible() != self._published)
+            await workflow.wait_condition(
+                lambda: self._visible() != self._published or len(self.s.refused) != self._shown
+            )
             self._publish()
 
     def _publish(self) -> None:
-        visible = self._visible()
+        visible, refusals = self._visible(), len(self.s.refused)
         if visible == self._published:
+            if refusals != self._shown:  # a refused signal: the details say so (no event)
+                self._shown = refusals
+                workflow.set_current_details(visibility.details_of(self, visible))
             return
-        self._published = visible
+        self._published, self._shown = visible, refusals
         self.events.note_pause()
-        link = self.inp.parent
-        details = visibility.details(
-            status=visible.status,
-            turn=self.s.turn,
-            agent=self.inp.agent,
-            current_agent=self.s.current_agent,
-            error=self.error,
-            pending=self.book.pending(self.path()),
-            root_workflow_id=link.root_workflow_id if link else None,
-        )
+        details = visibility.details_of(self, visible)
         visibility.publish(
             visible, self.inp.agent, details, self.s.search_attributes, self.s.outcomes_attribute
         )

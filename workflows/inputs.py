@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 from hitl.codec import UNDECRYPTABLE
 from hitl.limits import MAX_CONTEXT_BYTES, MAX_NAME_CHARS, run_config_problems
 from hitl.storage import UNRETRIEVABLE
-from hitl.wire import CarriedState, RunContextData, RunInput
+from hitl.wire import REFUSAL_MARK, CarriedState, RunContextData, RunInput
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -32,7 +32,9 @@ NULL = b"binary/null"
 
 def refusal(type_name: str, message: str) -> ApplicationError:
     """A refusal as the caller sees it (short, operator-worded, non-retryable)."""
-    return ApplicationError(message, type=type_name, non_retryable=True)
+    err = ApplicationError(message, type=type_name, non_retryable=True)
+    setattr(err, REFUSAL_MARK, True)  # one plain line for the caller (`HitlFailureConverter`)
+    return err
 
 
 def problems_text(exc: ValidationError) -> str:

@@ -10,6 +10,7 @@ upsert (at the end). Search attributes never carry arguments or personal data.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
@@ -27,7 +28,9 @@ with workflow.unsafe.imports_passed_through():
         SA_STATUS,
         DecisionRecord,
         PendingApproval,
+        RefusedDecision,
         RunErrorInfo,
+        RunSnapshot,
         RunStatus,
         SettledStatus,
     )
@@ -125,6 +128,32 @@ def publish(
     workflow.set_current_details(details)
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|$~])")
+_MD_LINE_START = re.compile(r"^(\s*)([#>+-]|\d+[.)])", re.MULTILINE)
+REFUSALS_SHOWN = 5
+
+
+def md_text(text: str) -> str:
+    """Text the UI's markdown renders literally, its lines kept.
+
+    `$250.00 of the $250.00` stays as it is: no emphasis, links, math or HTML from a model's or
+    a tool's words.
+    """
+    escaped = _MD_LINE_START.sub(r"\1\\\2", _MD_SPECIAL.sub(r"\\\1", text))
+    return escaped.replace("\n", "  \n")
+
+
+def fence(text: str, lang: str = "") -> list[str]:
+    """`text` in a code block that its own backticks cannot close."""
+    ticks = "`" * max(3, max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    return [f"{ticks}{lang}", text, ticks]
+
+
+def when(at: datetime | None) -> str:
+    """A time as a person reads it: `2026-11-25 11:45:03 UTC`."""
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC") if at is not None else "an unknown time"
+
+
 def details(
     *,
     status: str,
@@ -134,73 +163,123 @@ def details(
     error: RunErrorInfo | None,
     pending: Sequence[PendingApproval],
     root_workflow_id: str | None,
+    refused: Sequence[RefusedDecision] = (),
 ) -> str:
-    """Markdown for the Temporal UI: what the run waits for and how to decide it."""
+    """Markdown for the Temporal UI: what the run waits for and how to decide it.
+
+    Everything from the model, tools or callers is escaped (shown literally); each call gets a
+    short pretty-printed payload per update, which fits the UI's panel, and the `hitl` line.
+    """
     wid = workflow.info().workflow_id
     if status == "cancelled":
         return f"**Cancelled** after {turn} model turns."
     if status == "completed":
         return f"**Completed** after {turn} model turns."
     if status == "failed" and error is not None:
-        return f"**Failed** ({error.type}): {error.message}"
+        return f"**Failed** ({md_text(error.type)}): {md_text(error.message)}"
+    lines = _refusal_lines(refused)
     if not pending:
-        return f"**Running** (turn {turn}, agent {current_agent or agent})."
+        return "\n".join(
+            [f"**Running** (turn {turn}, agent {md_text(current_agent or agent)}).", "", *lines]
+        )
     if root_workflow_id is not None:
         return (
             f"**Waiting for approval** ({len(pending)} call(s)). This is a nested run: "
             f"its approvals are decided on the root run `{root_workflow_id}`."
         )
-    lines = [f"**Waiting for approval** ({len(pending)} call(s)), agent {agent}", ""]
+    head = [f"**Waiting for approval**: {len(pending)} call(s), agent {md_text(agent)}", ""]
     for c in pending:
-        title = c.request.title if c.request else f"{c.agent_name} wants to run {c.tool_name}"
-        where = " -> ".join([*c.path, c.tool_name])
-        lines += [
-            f"### {title}",
-            f"({where})",
-            f"Tool `{c.tool_name}`, call `{c.call_id}`, waiting since {c.requested_at}",
+        head += _call_lines(wid, c)
+    return "\n".join([*head, *lines])
+
+
+def details_of(run: AgentRun, visible: Visible) -> str:
+    """The current details of `run` as it is now."""
+    link = run.inp.parent
+    return details(
+        status=visible.status,
+        turn=run.s.turn,
+        agent=run.inp.agent,
+        current_agent=run.s.current_agent,
+        error=run.error,
+        pending=run.book.pending(run.path()),
+        root_workflow_id=link.root_workflow_id if link else None,
+        refused=run.s.refused,
+    )
+
+
+def _call_lines(wid: str, c: PendingApproval) -> list[str]:
+    title = c.request.title if c.request else f"{c.agent_name} wants to run {c.tool_name}"
+    where = " -> ".join([*c.path, c.tool_name])
+    lines = [
+        f"### {md_text(title)}",
+        f"Tool `{c.tool_name}` ({md_text(where)}), waiting since {when(c.requested_at)}  ",
+        f"Call id `{c.call_id}`",
+        "",
+    ]
+    if c.kind == "input" and c.input_request is not None:
+        fields = c.input_request.requested_schema.get("properties")
+        example = {str(k): "..." for k in (fields if isinstance(fields, dict) else {})}
+        answer = {"call_id": c.call_id, "content": example, "approver": "you"}
+        return [
+            *lines,
+            f"**The tool asks:** {md_text(c.input_request.message)}",
+            "",
+            'To answer, *Send an Update* named `answer` with (`"action": "decline"` says no):',
+            *fence(json.dumps(answer, indent=2), "json"),
+            f"Or: `hitl answer {wid} {c.call_id} --set NAME=VALUE`",
             "",
         ]
-        if c.kind == "input" and c.input_request is not None:
-            fields = c.input_request.requested_schema.get("properties")
-            example = {str(k): "..." for k in (fields if isinstance(fields, dict) else {})}
-            answer = json.dumps({"call_id": c.call_id, "content": example, "approver": "you"})
-            lines += [
-                f"**The tool asks:** {c.input_request.message}",
-                "",
-                'Answer with *Send an Update* (name `answer`; `"action": "decline"` says no):',
-                "```",
-                f"temporal workflow update execute --workflow-id {wid} --name answer "
-                f"--input '{answer}'",
-                "```",
-                "",
-            ]
-            continue
-        if c.deadline is not None:
-            lines += [f"Decide before {c.deadline.isoformat()} (then it expires).", ""]
-        if c.required_approvals > 1:
-            so_far = ", ".join(f"`{a.approver}`" for a in c.approvals) or "nobody yet"
-            lines += [
-                f"Needs {c.required_approvals} different approvers; approved so far by {so_far}.",
-                "",
-            ]
-        if c.request is not None:
-            lines += [c.request.message, ""]
-            if c.request.preview:
-                label = c.request.preview_label or "Preview"
-                lines += [f"**{label}**", "```", c.request.preview[:4000], "```", ""]
-        approve = json.dumps({"call_id": c.call_id, "approver": "you@example.com"})
-        reject = json.dumps({"call_id": c.call_id, "message": "why, for the model"})
-        lines += [
-            "Decide with *Send an Update* (name `approve` or `reject`), or:",
-            "```",
-            f"temporal workflow update execute --workflow-id {wid} --name approve "
-            f"--input '{approve}'",
-            f"temporal workflow update execute --workflow-id {wid} --name reject "
-            f"--input '{reject}'",
-            "```",
+    if c.kind == "uncertain" and c.uncertain is not None:
+        settle = {"call_id": c.call_id, "outcome": "happened", "output": "what it did"}
+        return [
+            *lines,
+            f"**Uncertain:** its attempt died ({md_text(c.uncertain.error)}). Did it happen?",
+            "",
+            "Settle it with *Send an Update* named `resolve` (`happened`, `retry`, `give_up`):",
+            *fence(json.dumps(settle, indent=2), "json"),
+            f"Or: `hitl resolve {wid} {c.call_id} happened|retry|give-up`",
             "",
         ]
-    return "\n".join(lines)
+    if c.deadline is not None:
+        lines += [f"Decide before {when(c.deadline)} (then it expires).", ""]
+    if c.required_approvals > 1:
+        so_far = ", ".join(f"`{a.approver}`" for a in c.approvals) or "nobody yet"
+        lines += [
+            f"Needs {c.required_approvals} different approvers; approved so far by {so_far}.",
+            "",
+        ]
+    if c.request is not None:
+        lines += [md_text(c.request.message), ""]
+        if c.request.preview:
+            label = c.request.preview_label or "Preview"
+            lines += [f"**{md_text(label)}**", *fence(c.request.preview[:4000]), ""]
+    approve = json.dumps({"call_id": c.call_id, "approver": "you"}, indent=2)
+    reject = json.dumps({"call_id": c.call_id, "message": "why, for the model"}, indent=2)
+    return [
+        *lines,
+        "To approve, *Send an Update* named `approve` with:",
+        *fence(approve, "json"),
+        "To reject, named `reject`:",
+        *fence(reject, "json"),
+        f"Or: `hitl approve {wid} {c.call_id}`",
+        "",
+    ]
+
+
+def _refusal_lines(refused: Sequence[RefusedDecision]) -> list[str]:
+    """The latest refused signals (a signal cannot tell its sender it was refused)."""
+    signals = [r for r in refused if r.via == "signal"][-REFUSALS_SHOWN:]
+    if not signals:
+        return []
+    lines = ["**Refused signals** (the latest; an update would have said so at once):", ""]
+    for r in signals:
+        call = f" for `{r.call_id}`" if r.call_id else ""
+        lines.append(
+            f"- {when(r.received_at)}: `{r.name}`{call}: {md_text(r.error_type)}: "
+            f"{md_text(r.message)}"
+        )
+    return [*lines, ""]
 
 
 # ----------------------------------------------------------------------------- status
@@ -228,6 +307,15 @@ def status(run: AgentRun, kind: type[RunStatus] = RunStatus, *, full: bool = Tru
         final_output=output.final_output if output is not None and full else None,
         error=run.error,
         continued_as_new=run.continuing,
+    )
+
+
+def snapshot(run: AgentRun) -> RunSnapshot:
+    """The `snapshot` query's answer: the status, the items so far, each call's state."""
+    calls = {c.call_id: c.state for c in run.book.calls.values()}
+    s = run.s
+    return RunSnapshot(
+        status=status(run), input_items=s.input_items, new_items=s.new_items, call_states=calls
     )
 
 

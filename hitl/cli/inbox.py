@@ -266,6 +266,15 @@ def _print_pending_runs(found: list[WorkflowExecution], args: argparse.Namespace
     return EXIT_OK
 
 
+STATE_WORDS = {
+    "done": "(done; its output joins the transcript when the turn's other calls have theirs)",
+    "approved": "(approved; about to run)",
+    "running": "(running)",
+    "rejected": "(rejected)",
+    "expired": "(expired)",
+}
+
+
 def _transcript_lines(snap: RunSnapshot) -> list[str]:
     """One line per item; every value on it escaped (it may come from anyone)."""
     lines: list[str] = []
@@ -288,10 +297,13 @@ def _transcript_lines(snap: RunSnapshot) -> list[str]:
         elif item.type in ("tool_call_item", "handoff_call_item"):
             call_id = raw.get("call_id")
             out = outputs.get(call_id)
+            state = snap.call_states.get(str(call_id))
             if out is not None:
                 result = _short(str(out), 60)
             elif call_id in waiting:
-                result = "(waiting for approval)"
+                result = "(waiting for a person)"
+            elif state in STATE_WORDS:
+                result = STATE_WORDS[state]
             elif call_id in decided:
                 result = f"({decided[call_id].kind}d; no output yet)"
             else:

@@ -309,3 +309,6 @@ class RunSnapshot(WireModel):
     status: RunStatus
     input_items: list[dict[str, Any]]
     new_items: list[RunItem]
+    call_states: dict[str, str] = Field(default_factory=dict)
+    """The state of each call of the current turn (`done`: it ran; its output joins the
+    transcript once every call of the turn has one)."""

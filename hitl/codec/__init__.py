@@ -196,7 +196,3 @@ def serve_codec(
 def new_key() -> str:
     """A fresh random key in `HITL_ENCRYPTION_KEY` format."""
     return "k1:" + base64.b64encode(os.urandom(32)).decode()
-
-
-if __name__ == "__main__":
-    print(new_key())
