@@ -216,7 +216,8 @@ def verify_decision(
     - `UnknownKey`: no approver in `directory` has key `d.key_id` (or its public key there is
       malformed).
     - `WrongApprover`: the key belongs to another approver than `d.approver` (or `d` names no
-      approver).
+      approver). A gateway's key (`ApproverEntry.gateway`, the approval console) signs for the
+      person it names, never for itself or another gateway.
     - `SignatureExpired`: `d.expires_at` is missing or before `now`, or more than
       `MAX_SIGNATURE_LIFETIME` (7 days) after it.
     - `BadSignature`: the signature is not base64 of 64 bytes, or it does not verify over
@@ -230,8 +231,18 @@ def verify_decision(
         raise SignatureError(
             "UnknownKey", f"no approver in the worker's directory has key '{_shown(d.key_id)}'"
         )
-    if not d.approver or d.approver != owner:
-        claimed = f"'{_shown(d.approver)}'" if d.approver else "an unnamed approver"
+    gateway = directory.approvers[owner].gateway
+    claimed = f"'{_shown(d.approver)}'" if d.approver else "an unnamed approver"
+    if gateway:
+        # An approval gateway vouches for the person it names (it authenticated them); it
+        # never decides as itself or as another gateway.
+        if not d.approver or d.approver in _gateways(directory):
+            raise SignatureError(
+                "WrongApprover",
+                f"key '{_shown(d.key_id)}' belongs to the approval gateway '{_shown(owner)}': "
+                f"it signs for the people it authenticated, not for {claimed}",
+            )
+    elif not d.approver or d.approver != owner:
         raise SignatureError(
             "WrongApprover",
             f"key '{_shown(d.key_id)}' belongs to '{_shown(owner)}', not {claimed}",
@@ -288,7 +299,11 @@ def verify_decision(
             "the signature does not match this decision (made with another key, for another "
             "run or call, or altered since)",
         ) from None
-    return owner
+    return d.approver if gateway else owner
+
+
+def _gateways(directory: ApproverDirectory) -> set[str]:
+    return {name for name, e in directory.approvers.items() if e.gateway}
 
 
 # --------------------------------------------------------------------------- keys
@@ -443,9 +458,11 @@ def load_directory(path: str | Path) -> ApproverDirectory:
         who = f"approver '{_shown(name)}'"
         if not isinstance(entry, dict):
             raise bad(f"{who} is not an object with groups and keys")
-        unknown = sorted(set(entry) - {"groups", "keys"})
+        unknown = sorted(set(entry) - {"groups", "keys", "gateway"})
         if unknown:
-            raise bad(f"{who} has an unknown field '{_shown(unknown[0])}' (groups, keys)")
+            raise bad(f"{who} has an unknown field '{_shown(unknown[0])}' (groups, keys, gateway)")
+        if not isinstance(entry.get("gateway", False), bool):
+            raise bad(f"{who}: gateway is true or false")
         groups = entry.get("groups", [])
         if not isinstance(groups, list):
             raise bad(f"{who}: groups is not a list of names")

@@ -24,6 +24,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from hitl.agent import Agent
 from hitl.errors import UserError
+from hitl.markdown import md_text
 from hitl.refs import callable_ref
 from hitl.run_config import RunConfig, RunErrorHandler
 from hitl.session import TemporalSession
@@ -106,7 +107,7 @@ def summary(agent_name: str, user_input: str | list[dict[str, Any]]) -> str:
     """The run's static summary in the Temporal UI: `<agent>: <input, shortened>`."""
     text = user_input if isinstance(user_input, str) else f"{len(user_input)} input items"
     text = " ".join(text.split())
-    return f"{agent_name}: {text[:100]}{'...' if len(text) > 100 else ''}"
+    return md_text(f"{agent_name}: {text[:100]}{'...' if len(text) > 100 else ''}")
 
 
 @dataclasses.dataclass

@@ -68,6 +68,7 @@ class DevServer:
         dynamic_config: `--dynamic-config-value` pairs (values are JSON).
         tuned: Apply `TUNED_DYNAMIC_CONFIG` (faster task dispatch on one shard).
         log_file: Where the server's output goes.
+        ui_codec_endpoint: The codec server the Web UI decodes payloads with.
     """
 
     port: int | None = None
@@ -79,6 +80,7 @@ class DevServer:
     dynamic_config: dict[str, str] = field(default_factory=dict)
     tuned: bool = True
     log_file: Path | None = None
+    ui_codec_endpoint: str | None = None
     binary: str = field(default_factory=temporal_binary)
     process: subprocess.Popen[bytes] | None = None
 
@@ -117,6 +119,8 @@ class DevServer:
             cmd.append("--headless")
         else:
             cmd += ["--ui-port", str(self.ui_port), "--ui-ip", self.ip]
+            if self.ui_codec_endpoint:
+                cmd += ["--ui-codec-endpoint", self.ui_codec_endpoint]
         if self.db_filename is not None:
             Path(self.db_filename).parent.mkdir(parents=True, exist_ok=True)
             cmd += ["--db-filename", str(self.db_filename)]

@@ -10,7 +10,6 @@ upsert (at the end). Search attributes never carry arguments or personal data.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
@@ -19,6 +18,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
+    from hitl.markdown import fence, md_text
     from hitl.wire import (
         SA_AGENT,
         SA_DEADLINE,
@@ -128,25 +128,7 @@ def publish(
     workflow.set_current_details(details)
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|$~])")
-_MD_LINE_START = re.compile(r"^(\s*)([#>+-]|\d+[.)])", re.MULTILINE)
 REFUSALS_SHOWN = 5
-
-
-def md_text(text: str) -> str:
-    """Text the UI's markdown renders literally, its lines kept.
-
-    `$250.00 of the $250.00` stays as it is: no emphasis, links, math or HTML from a model's or
-    a tool's words.
-    """
-    escaped = _MD_LINE_START.sub(r"\1\\\2", _MD_SPECIAL.sub(r"\\\1", text))
-    return escaped.replace("\n", "  \n")
-
-
-def fence(text: str, lang: str = "") -> list[str]:
-    """`text` in a code block that its own backticks cannot close."""
-    ticks = "`" * max(3, max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
-    return [f"{ticks}{lang}", text, ticks]
 
 
 def when(at: datetime | None) -> str:
@@ -210,7 +192,7 @@ def details_of(run: AgentRun, visible: Visible) -> str:
 
 def _call_lines(wid: str, c: PendingApproval) -> list[str]:
     title = c.request.title if c.request else f"{c.agent_name} wants to run {c.tool_name}"
-    where = " -> ".join([*c.path, c.tool_name])
+    where = " → ".join([*c.path, c.tool_name])
     lines = [
         f"### {md_text(title)}",
         f"Tool `{c.tool_name}` ({md_text(where)}), waiting since {when(c.requested_at)}  ",
@@ -313,9 +295,19 @@ def status(run: AgentRun, kind: type[RunStatus] = RunStatus, *, full: bool = Tru
 def snapshot(run: AgentRun) -> RunSnapshot:
     """The `snapshot` query's answer: the status, the items so far, each call's state."""
     calls = {c.call_id: c.state for c in run.book.calls.values()}
-    s = run.s
+    s, st = run.s, status(run)
+    schemas = {}
+    for p in st.pending:
+        agent = s.graph.agents.get(p.agent_id) if s.graph else None
+        tool = agent.tool(p.tool_name) if agent else None
+        if tool is not None and tool.kind != "agent":
+            schemas[p.call_id] = tool.params_json_schema
     return RunSnapshot(
-        status=status(run), input_items=s.input_items, new_items=s.new_items, call_states=calls
+        status=st,
+        input_items=s.input_items,
+        new_items=s.new_items,
+        call_states=calls,
+        schemas=schemas,
     )
 
 

@@ -17,6 +17,9 @@
     hitl keys show FILE                        a private key's key id and public key
     hitl watch RUN [--from-offset N]           follow a run until it finishes
     hitl codec-server [--port 8081]            decrypt payloads for the temporal CLI and UI
+    hitl console [--port 8090] [--auth link|tokens|header] [--signing-key FILE]
+                                               the approval console: a web inbox for people
+    hitl console-user NAME --users FILE        add a person to the console's users file
 
 Exit codes: 0 done, 1 refused or failed (the typed reason is printed), 2 usage error.
 `pending` exits 0 when some runs could not be asked for their calls (no worker answered within
@@ -47,6 +50,8 @@ from hitl.cli.common import (
     one_line,
     parse_span,
 )
+from hitl.cli.console import add_parsers as add_console_parsers
+from hitl.cli.console import cmd_console, cmd_console_user
 from hitl.cli.deciding import cmd_answer, cmd_decide, cmd_extend, cmd_resolve
 from hitl.cli.inbox import cmd_pending, cmd_show
 from hitl.cli.keys import cmd_keys
@@ -82,7 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--ui-port", type=int, default=None)
     dev.add_argument("--state-dir", default=".hitl")
 
+    dev.add_argument(
+        "--console-port", type=int, default=None, help="the approval console's port (0: none)"
+    )
+
     sub.add_parser("setup", help="register the search attributes on the cluster")
+    add_console_parsers(sub)
 
     codec = sub.add_parser(
         "codec-server", help="serve /encode and /decode for the temporal CLI and Web UI"
@@ -322,6 +332,12 @@ def _run(argv: Sequence[str] | None) -> int:
             return cmd_codec_server(args)
         if args.command == "keys":
             return cmd_keys(args)
+        if args.command == "console":
+            if not args.namespaces and args.namespace:
+                args.namespaces = [args.namespace]
+            return cmd_console(args)
+        if args.command == "console-user":
+            return cmd_console_user(args)
         return asyncio.run(_main(args))
     except Refused as exc:
         print(f"hitl: {one_line(exc)}", file=sys.stderr)

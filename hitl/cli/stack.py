@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import (
     Client,
@@ -76,11 +77,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
     state.mkdir(parents=True, exist_ok=True)
     port = args.port or (7233 if port_free(7233) else free_port())
     ui_port = args.ui_port or (8233 if port_free(8233) else free_port())
+    # With payload encryption, the UI decodes through a codec server that admits its origin.
+    codec_server = _codec_for_ui(ui_port)
     server = DevServer(
         port=port,
         ui_port=ui_port,
         db_filename=state / "dev.sqlite",
         log_file=state / "dev-server.log",
+        ui_codec_endpoint=codec_server.url if codec_server else None,
     )
     stop = {"now": False}
 
@@ -109,12 +113,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
     # Large payloads by reference, in the state dir (`hitl.storage`), unless configured.
     storage = os.environ.get("HITL_STORAGE") or (state / "blobs").absolute().as_uri()
     worker = subprocess.Popen(cmd, env={**os.environ, "HITL_STORAGE": storage})
+    console, console_lines = _start_console(server.address, args.console_port)
     print(f"Temporal dev server  {server.address}  (SQLite {state / 'dev.sqlite'})")
     print(f"Web UI               http://127.0.0.1:{ui_port}")
     print(
         f"Approval inbox       http://127.0.0.1:{ui_port}/namespaces/default/workflows"
         "?query=HitlStatus%3D%22awaiting_approval%22%20AND%20ExecutionStatus%3D%22Running%22"
     )
+    for line in console_lines:
+        print(line)
+    if codec_server is not None:
+        print(f"Codec server         {codec_server.url}  (the UI decodes payloads through it)")
     print(f"Worker               {', '.join(agents)} on task queue {args.task_queue!r}")
     print(f"Blob store           {storage}  (payloads over 256 KiB)")
     print(f"Connect              export TEMPORAL_ADDRESS={server.address} HITL_STORAGE={storage}")
@@ -138,12 +147,52 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 break
             time.sleep(0.2)
     finally:
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+        for child in (worker, console):
+            if child is not None and child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+                try:
+                    child.wait(20)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+        if codec_server is not None:
+            codec_server.shutdown()
         server.stop()
         print("stopped")
     return code
+
+
+def _codec_for_ui(ui_port: int) -> Any:
+    """A codec server for the Web UI when `HITL_ENCRYPTION_KEY` is set (else `None`)."""
+    from hitl.codec import EncryptionCodec, serve_codec
+
+    codec = EncryptionCodec.from_env()
+    if codec is None:
+        return None
+    return serve_codec(codec, "127.0.0.1", 0, (f"http://127.0.0.1:{ui_port}",))
+
+
+def _start_console(address: str, port: int | None) -> tuple[Any, list[str]]:
+    """The approval console as a child process (port 0: none); the lines that present it."""
+    from hitl.serving import free_port, port_free
+
+    if port == 0:
+        return None, []
+    port = port or (8090 if port_free(8090) else free_port())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hitl.cli", "--address", address, "console", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith("approval console on "):
+            lines.append(f"Approval console     {line.split(' on ', 1)[1].strip()}")
+        elif line.startswith("sign in"):
+            lines.append(f"Console sign-in      {line.split(': ', 1)[1].strip()}  (works once)")
+            return proc, lines
+    return proc, [*lines, "Approval console     did not start (see its output above)"]

@@ -141,56 +141,16 @@ def serve_codec(
 ) -> Any:
     """A remote codec server (`/encode`, `/decode`) for the `temporal` CLI and the Web UI.
 
-    Returns the running `ThreadingHTTPServer` (serving in a background thread).
+    Returns the running `hitl.web.BackgroundServer` (its `server_address`, `url`,
+    `shutdown()`). CORS admits `cors_origins` (the UI's origin), nothing else. Needs the
+    `console` extra.
     """
-    import asyncio
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from hitl.web import BackgroundServer, require_web
 
-    from google.protobuf import json_format
-    from temporalio.api.common.v1 import Payloads
+    require_web()
+    from hitl.codec.server import codec_app
 
-    class Handler(BaseHTTPRequestHandler):
-        def _cors(self) -> None:
-            origin = self.headers.get("Origin")
-            if origin and (origin in cors_origins or "*" in cors_origins):
-                self.send_header("Access-Control-Allow-Origin", origin)
-                self.send_header("Access-Control-Allow-Methods", "POST, OPTIONS")
-                self.send_header("Access-Control-Allow-Headers", "content-type,x-namespace")
-
-        def do_OPTIONS(self) -> None:
-            self.send_response(200)
-            self._cors()
-            self.end_headers()
-
-        def do_POST(self) -> None:
-            path = self.path.split("?")[0].rstrip("/")
-            if not path.endswith(("/encode", "/decode")):
-                self.send_response(404)
-                self.end_headers()
-                return
-            body = self.rfile.read(int(self.headers.get("content-length") or 0))
-            try:
-                payloads = json_format.Parse(body or b"{}", Payloads())
-                work = codec.encode if path.endswith("/encode") else codec.decode
-                result = Payloads(payloads=asyncio.run(work(list(payloads.payloads))))
-                data = json_format.MessageToJson(result).encode()
-                status = 200
-            except Exception as exc:  # a bad request, a wrong key
-                data, status = str(exc).encode(), 400
-            self.send_response(status)
-            self._cors()
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return BackgroundServer(codec_app(codec, cors_origins), host, port)
 
 
 def new_key() -> str:

@@ -165,6 +165,10 @@ class ApproverEntry(WireModel):
     """Groups (roles) the approver belongs to; a tool's approver list names them `group:<name>`."""
     keys: dict[str, str] = Field(default_factory=dict)
     """Key id -> the approver's Ed25519 public key (raw 32 bytes, base64)."""
+    gateway: bool = False
+    """An approval gateway (the `hitl console`): it authenticates people itself and its keys
+    sign their decisions, naming each person as the approver. Its own name and groups decide
+    nothing."""
 
 
 class ApproverDirectory(WireModel):

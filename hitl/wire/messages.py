@@ -312,3 +312,5 @@ class RunSnapshot(WireModel):
     call_states: dict[str, str] = Field(default_factory=dict)
     """The state of each call of the current turn (`done`: it ran; its output joins the
     transcript once every call of the turn has one)."""
+    schemas: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """The JSON schema of each pending call's tool, by call id (to edit its arguments)."""

@@ -163,7 +163,7 @@ async def test_operator_flow_pending_show_approve_reject(
         "__temporal_workflow_metadata", result_type=WorkflowMetadata
     )
     assert "Waiting for approval" in meta.current_details
-    assert "--name approve" in meta.current_details and "Edit notes.txt" in meta.current_details
+    assert "named `approve`" in meta.current_details and "Edit notes.txt" in meta.current_details
 
     bad = hitl(address, "approve", edit_run, "zzz")
     assert bad.returncode == 1

@@ -230,8 +230,9 @@ async def test_a_declined_question_leaves_the_account_open(
         # The Temporal UI's current details show the question and the update that answers it.
         meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
         assert "**The tool asks:** Close the account of Ada Lovelace" in meta.current_details
-        assert "--name answer" in meta.current_details
-        assert '"content": {"confirm": "...", "reason": "..."}' in meta.current_details
+        assert "*Send an Update* named `answer`" in meta.current_details
+        form = '"content": {\n    "confirm": "...",\n    "reason": "..."\n  }'
+        assert form in meta.current_details
         # Approving is the wrong verb for a question: refused, typed, nothing changes.
         wrong = await asyncio.to_thread(
             hitl, dev_server.address, "approve", result.workflow_id, item.call_id

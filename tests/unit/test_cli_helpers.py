@@ -209,7 +209,7 @@ def test_show_escapes_every_value_and_keeps_injected_lines_indented(
     )
     lines = _transcript_lines(snap)
     assert all("\n" not in line and _raw_controls(line) == [] for line in lines)
-    assert "(waiting for approval)" in lines[-1], "a waiting call is not shown as done"
+    assert "(waiting for a person)" in lines[-1], "a waiting call is not shown as done"
 
     import hitl.cli.inbox as inbox
     from hitl.cli.common import SafeStream

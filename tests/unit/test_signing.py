@@ -130,6 +130,27 @@ def test_sign_input_signs_what_the_decision_says() -> None:
         )
 
 
+def test_a_gateway_key_signs_for_the_people_it_names_and_never_for_itself() -> None:
+    console_key, console_public = new_key_pair()
+    console_id = key_id_for(console_public)
+    directory = DIRECTORY.model_copy(deep=True)
+    directory.approvers["console"] = ApproverEntry(
+        gateway=True, groups=["finance"], keys={console_id: console_public}
+    )
+
+    def verify(approver: str) -> str:
+        d = signed(approver=approver, key=console_key, key_id=console_id)
+        return verify_decision(directory, d, kind="approve", workflow_id=WID, now=NOW)
+
+    assert verify("carol") == "carol"  # a person the console authenticated
+    assert verify("ann") == "ann"
+    with pytest.raises(SignatureError) as err:
+        verify("console")  # the gateway decides nothing as itself
+    assert err.value.type == "WrongApprover" and "gateway" in err.value.message
+    # An ordinary approver's key still speaks only for its owner.
+    assert refusal(signed(approver="carol")).type == "WrongApprover"
+
+
 def test_unsigned_decisions_are_refused() -> None:
     good = signed()
     assert refusal(DecisionInput(call_id="call_1", approver="ann")).type == "Unsigned"

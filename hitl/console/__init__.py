@@ -1,0 +1,89 @@
+"""`hitl console`: the approval console, a web inbox for people who do not know Temporal.
+
+Every pending approval across runs (and namespaces), one page per call with its request,
+preview (diffs as diffs), arguments, deadline, approvals so far and the run's recent transcript,
+buttons labelled with the request's own labels, rejection with a message for the model,
+edit-then-approve with the tool's schema as a form, answers to tools' questions, deadline
+extensions, and each run's audit. What a decision came to is what the run recorded, in words;
+a refusal is its typed reason, never a stack trace.
+
+The console is the approval gateway: it knows who the person is (`hitl.console.auth`) and, with
+a signing key (`--signing-key`, listed as a gateway in the workers' approver directory), signs
+each decision for them, so runs that require signed decisions accept only what came through it.
+It listens on loopback by default. Needs the `console` extra.
+"""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass, field
+from typing import Any
+
+from hitl.console.auth import Authenticator, AuthMode, load_users
+
+__all__ = ["ConsoleSettings", "start_console"]
+
+
+@dataclass
+class ConsoleSettings:
+    """How a console runs.
+
+    Attributes:
+        host: The address to listen on (loopback by default; behind a proxy for a team).
+        port: The port (0: any free one).
+        namespaces: Namespaces whose runs it serves (the first is the default).
+        auth: `link`, `tokens` or `header` (see `hitl.console.auth`).
+        user: `link` mode: who the console is for (default: the OS user).
+        users_file: `tokens` mode: the users file.
+        header: `header` mode: the header the identity-aware proxy sets.
+        signing_key: A PEM private key file; the console signs every decision with it.
+        secure_cookie: Mark the session cookie `Secure` (when served over HTTPS).
+        address: The Temporal address (default: the envconfig / `TEMPORAL_ADDRESS`).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8090
+    namespaces: list[str] = field(default_factory=list)
+    auth: AuthMode = "link"
+    user: str | None = None
+    users_file: str | None = None
+    header: str = "X-Forwarded-User"
+    signing_key: str | None = None
+    secure_cookie: bool = False
+    address: str | None = None
+
+
+async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
+    """Connect, build the app and serve it on the running loop: the server and the authenticator.
+
+    The server is a `hitl.web.LoopServer` (`url`, `wait()`, `stop()`); in `link` mode,
+    `auth.login_link(server.url)` is the one-time sign-in link.
+    """
+    from hitl.web import LoopServer, require_web
+
+    require_web()
+    from hitl.client import connect
+    from hitl.console.app import create_app
+    from hitl.console.data import ConsoleData
+    from hitl.signing import key_id_for, load_private_key, public_key_b64
+
+    namespaces = settings.namespaces or [""]
+    clients = {}
+    for ns in namespaces:
+        client = await connect(address=settings.address, namespace=ns or None)
+        clients[client.namespace] = client
+    signing = None
+    if settings.signing_key:
+        key = load_private_key(settings.signing_key)
+        signing = (key_id_for(public_key_b64(key)), key)
+    auth = Authenticator(mode=settings.auth, header=settings.header)
+    if settings.auth == "link":
+        auth.user = settings.user or getpass.getuser()
+    elif settings.auth == "tokens":
+        if not settings.users_file:
+            from hitl.errors import UserError
+
+            raise UserError("--auth tokens needs --users FILE (add people with hitl console-user)")
+        auth.users = load_users(settings.users_file)
+    app = create_app(ConsoleData(clients, signing), auth, secure_cookie=settings.secure_cookie)
+    return LoopServer(app, settings.host, settings.port), auth

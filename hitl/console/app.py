@@ -1,0 +1,438 @@
+"""The console's web app (Starlette, Jinja2 templates, htmx for live parts)."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlparse
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from hitl.cli.common import _Gone, _Unreadable
+from hitl.console.auth import COOKIE, Authenticator, Session
+from hitl.console.data import ConsoleData, Inbox, Outcome, Row, when
+from hitl.wire import PendingApproval, RunSnapshot
+
+HERE = Path(__file__).parent
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+MAX_FORM_BYTES = 256 * 1024
+SORTS = {"oldest", "newest"}
+AGES = {"": 0, "1h": 3600, "1d": 86400, "7d": 7 * 86400}
+
+
+def _env() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )
+    env.filters["when"] = when
+    env.filters["ago"] = ago
+    env.filters["pretty"] = pretty_json
+    env.globals["diff_class"] = diff_class
+    return env
+
+
+def ago(at: datetime | None) -> str:
+    """How long ago, in words a person reads at a glance."""
+    if at is None:
+        return "unknown"
+    seconds = max(0, int((datetime.now(UTC) - at).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+def pretty_json(text: str) -> str:
+    """A call's JSON arguments, indented (as given when they are not JSON)."""
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, TypeError):
+        return text
+
+
+def diff_class(line: str) -> str:
+    """The CSS class of one line of a unified diff."""
+    if line.startswith(("+++", "---")):
+        return "file"
+    if line.startswith("@@"):
+        return "hunk"
+    return {"+": "add", "-": "del"}.get(line[:1], "ctx")
+
+
+def is_diff(preview: str | None, label: str | None) -> bool:
+    """Whether a preview is a unified diff (by its label, or by its first lines)."""
+    if not preview:
+        return False
+    if (label or "").lower() == "diff":
+        return True
+    head = preview.lstrip().splitlines()[:3]
+    return any(line.startswith(("--- ", "@@ ")) for line in head)
+
+
+class Console:
+    """The app's state: data access, who is logged in, the templates."""
+
+    def __init__(self, data: ConsoleData, auth: Authenticator, *, secure_cookie: bool = False):
+        self.data, self.auth, self.secure = data, auth, secure_cookie
+        self.env = _env()
+
+    def render(self, request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+        """A page (or a fragment) for this request, with the session's person and CSRF token."""
+        session: Session | None = request.state.session
+        html = self.env.get_template(name).render(
+            request=request,
+            session=session,
+            person=session.person if session else None,
+            csrf=session.csrf if session else "",
+            namespaces=list(self.data.clients),
+            **ctx,
+        )
+        return HTMLResponse(html, status_code=status)
+
+
+def _session(console: Console, request: Request) -> Session | None:
+    session = console.auth.sessions.read(request.cookies.get(COOKIE))
+    if console.auth.mode == "header":
+        person = console.auth.from_header(request.headers.get(console.auth.header))
+        if person is None or (session is not None and session.person != person):
+            return None
+    return session
+
+
+def create_app(data: ConsoleData, auth: Authenticator, *, secure_cookie: bool = False) -> Starlette:
+    """The console as an ASGI app."""
+    console = Console(data, auth, secure_cookie=secure_cookie)
+
+    class Guard(BaseHTTPMiddleware):
+        """Sessions, CSRF and same-origin checks, and the security headers, on every request."""
+
+        async def dispatch(
+            self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+        ) -> Response:
+            request.state.session = _session(console, request)
+            fresh: str | None = None
+            if request.state.session is None and auth.mode == "header":
+                person = auth.from_header(request.headers.get(auth.header))
+                if person is not None:
+                    fresh, request.state.session = auth.sessions.issue(person)
+            open_paths = ("/login", "/static/", "/healthz")
+            if request.state.session is None and not request.url.path.startswith(open_paths):
+                if request.method == "GET":
+                    return RedirectResponse("/login", status_code=303)
+                return PlainTextResponse("log in first", status_code=401)
+            if request.method == "POST" and request.url.path != "/login":
+                problem = await _forged(request)
+                if problem is not None:
+                    return PlainTextResponse(problem, status_code=403)
+            response = await call_next(request)
+            if fresh is not None:
+                _set_cookie(console, response, fresh)
+            response.headers["Content-Security-Policy"] = CSP
+            response.headers["X-Content-Type-Options"] = "nosniff"
+            response.headers["Referrer-Policy"] = "same-origin"
+            response.headers["Cache-Control"] = "no-store"
+            return response
+
+    async def _forged(request: Request) -> str | None:
+        origin = request.headers.get("origin")
+        if origin and urlparse(origin).netloc != request.url.netloc:
+            return "cross-site request refused"
+        if int(request.headers.get("content-length") or 0) > MAX_FORM_BYTES:
+            return "request too large"
+        form = await request.form()
+        request.state.form = form
+        sent = request.headers.get("x-csrf-token") or str(form.get("csrf") or "")
+        session: Session = request.state.session
+        if not hmac.compare_digest(sent.encode(), session.csrf.encode()):
+            return "stale or missing form token: reload the page"
+        return None
+
+    async def login(request: Request) -> Response:
+        if request.method == "GET":
+            token = request.query_params.get("token")
+            if token is not None and auth.mode == "link":
+                person = auth.redeem_link(token)
+                if person is not None:
+                    return _logged_in(person)
+                return console.render(request, "login.html", 403, error="This link was used.")
+            return console.render(request, "login.html", mode=auth.mode)
+        form = await request.form()
+        person = auth.check_token(str(form.get("name") or ""), str(form.get("token") or ""))
+        if person is None:
+            return console.render(
+                request, "login.html", 403, mode=auth.mode, error="Unknown name or token."
+            )
+        return _logged_in(person)
+
+    def _logged_in(person: str) -> Response:
+        cookie, _ = auth.sessions.issue(person)
+        response = RedirectResponse("/", status_code=303)
+        _set_cookie(console, response, cookie)
+        return response
+
+    async def logout(request: Request) -> Response:
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(COOKIE)
+        return response
+
+    async def inbox_page(request: Request) -> Response:
+        rows, ctx = await _filtered(console, request)
+        return console.render(request, "inbox.html", rows=rows, **ctx)
+
+    async def inbox_rows(request: Request) -> Response:
+        rows, ctx = await _filtered(console, request)
+        return console.render(request, "_rows.html", rows=rows, **ctx)
+
+    async def call_page(request: Request) -> Response:
+        ns, wid, cid = _ids(request)
+        snap, problem = await _read(console, ns, wid)
+        if snap is None:
+            return console.render(request, "gone.html", 404, wid=wid, problem=problem)
+        item = next((p for p in snap.status.pending if p.call_id == cid), None)
+        decided = next((d for d in snap.status.decisions if d.call_id == cid), None)
+        return console.render(
+            request,
+            "call.html",
+            ns=ns,
+            wid=wid,
+            cid=cid,
+            call=item,
+            decided=decided,
+            snap=snap,
+            fields=_fields(snap.schemas.get(cid), item),
+            is_diff=is_diff(item.request.preview, item.request.preview_label)
+            if item and item.request
+            else False,
+            transcript=_transcript(snap),
+        )
+
+    async def decide(request: Request) -> Response:
+        ns, wid, cid = _ids(request)
+        form: FormData = request.state.form
+        person = request.state.session.person
+        action = str(form.get("action") or "")
+        if action in ("approve", "reject"):
+            outcome = await data.decide(
+                ns,
+                wid,
+                cid,
+                person,
+                action,
+                message=str(form.get("message") or "").strip() or None,
+                reason=str(form.get("reason") or "").strip() or None,
+            )
+        elif action == "edit":
+            arguments, problem = _edited(form)
+            if problem is not None:
+                outcome = Outcome(False, "The edited arguments were refused", problem, "Invalid")
+            else:
+                outcome = await data.decide(ns, wid, cid, person, "approve", arguments=arguments)
+        elif action == "extend":
+            hours = _number(form.get("hours"))
+            if hours is None or not 0 < hours <= 24 * 365:
+                outcome = Outcome(False, "Say by how many hours", "", "Invalid")
+            else:
+                outcome = await data.extend(ns, wid, cid, person, hours * 3600)
+        elif action in ("accept", "decline", "cancel"):
+            content, problem = _edited(form) if action == "accept" else ({}, None)
+            if problem is not None:
+                outcome = Outcome(False, "The answer was refused", problem, "Invalid")
+            else:
+                outcome = await data.answer(ns, wid, cid, person, action, content)
+        else:
+            return PlainTextResponse("unknown action", status_code=400)
+        return console.render(
+            request, "outcome.html", 200 if outcome.ok else 409, outcome=outcome, ns=ns, wid=wid
+        )
+
+    async def audit(request: Request) -> Response:
+        ns, wid = request.path_params["ns"], request.path_params["wid"]
+        snap, problem = await _read(console, ns, wid)
+        if snap is None:
+            return console.render(request, "gone.html", 404, wid=wid, problem=problem)
+        return console.render(request, "audit.html", ns=ns, wid=wid, snap=snap)
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    call = "/n/{ns}/runs/{wid:path}/calls/{cid}"
+    routes = [
+        Route("/", inbox_page),
+        Route("/inbox/rows", inbox_rows),
+        Route("/login", login, methods=["GET", "POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route(call, call_page),
+        Route(call + "/decide", decide, methods=["POST"]),
+        Route("/n/{ns}/runs/{wid:path}/audit", audit),
+        Route("/healthz", healthz),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(Guard)])
+
+
+def _set_cookie(console: Console, response: Response, value: str) -> None:
+    response.set_cookie(
+        COOKIE,
+        value,
+        max_age=console.auth.sessions.seconds,
+        httponly=True,
+        samesite="strict",
+        secure=console.secure,
+    )
+
+
+def _ids(request: Request) -> tuple[str, str, str]:
+    p = request.path_params
+    return str(p["ns"]), str(p["wid"]), str(p["cid"])
+
+
+async def _read(console: Console, ns: str, wid: str) -> tuple[RunSnapshot | None, str]:
+    if ns not in console.data.clients:
+        return None, f"this console does not serve namespace {ns!r}"
+    try:
+        return await console.data.snapshot(ns, wid), ""
+    except (_Gone, _Unreadable) as exc:
+        return None, str(exc)
+
+
+async def _filtered(console: Console, request: Request) -> tuple[list[Row], dict[str, Any]]:
+    """The inbox rows the query string asks for, and what the page needs to show the filters."""
+    q = request.query_params
+    inbox: Inbox = await console.data.inbox()
+    agent, tool, group = q.get("agent", ""), q.get("tool", ""), q.get("group", "")
+    text, age = q.get("q", "").strip().lower(), q.get("age", "")
+    sort = q.get("sort", "oldest") if q.get("sort") in SORTS else "oldest"
+    min_age = AGES.get(age, 0)
+    now = datetime.now(UTC)
+    rows = [
+        r
+        for r in inbox.rows
+        if (not agent or r.agent == agent)
+        and (not tool or r.call.tool_name == tool)
+        and (not group or group in r.groups)
+        and (not text or text in r.haystack())
+        and (not min_age or (now - r.since).total_seconds() >= min_age)
+    ]
+    rows.sort(key=lambda r: r.since, reverse=sort == "newest")
+    shown = {k: q.get(k, "") for k in ("agent", "tool", "group", "q", "age")} | {"sort": sort}
+    return rows, {
+        "total": len(inbox.rows),
+        "agents": sorted({r.agent for r in inbox.rows}),
+        "tools": sorted({r.call.tool_name for r in inbox.rows}),
+        "groups": sorted({g for r in inbox.rows for g in r.groups}),
+        "filters": shown,
+        "query": urlencode({k: v for k, v in shown.items() if v}),
+        "unavailable": inbox.unavailable,
+    }
+
+
+def _fields(schema: dict[str, Any] | None, call: PendingApproval | None) -> list[dict[str, Any]]:
+    """The form of a call's arguments (or of a tool's question): one field per property."""
+    if call is None:
+        return []
+    if call.kind == "input" and call.input_request is not None:
+        schema, current = call.input_request.requested_schema, {}
+    else:
+        try:
+            current = json.loads(call.arguments)
+        except ValueError:
+            current = {}
+    props = (schema or {}).get("properties")
+    if not isinstance(props, dict):
+        return []
+    required = set((schema or {}).get("required") or [])
+    fields = []
+    for name, spec in props.items():
+        spec = spec if isinstance(spec, dict) else {}
+        kind = spec.get("type") if isinstance(spec.get("type"), str) else "json"
+        value = current.get(name, spec.get("default")) if isinstance(current, dict) else None
+        fields.append(
+            {
+                "name": str(name),
+                "type": kind if kind in ("string", "integer", "number", "boolean") else "json",
+                "enum": [str(e) for e in spec.get("enum", [])] if "enum" in spec else None,
+                "value": value if kind != "json" else json.dumps(value),
+                "description": str(spec.get("description") or ""),
+                "required": name in required,
+            }
+        )
+    return fields
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _edited(form: FormData) -> tuple[dict[str, Any], str | None]:
+    """The arguments the form's `arg.<name>` fields give, typed by their `type.<name>`."""
+    out: dict[str, Any] = {}
+    for key in form:
+        if not key.startswith("type."):
+            continue
+        name, kind = key[5:], str(form.get(key))
+        raw = form.get(f"arg.{name}")
+        if kind == "boolean":
+            out[name] = raw is not None and str(raw) in ("on", "true", "1")
+            continue
+        text = "" if raw is None else str(raw)
+        if kind == "string":
+            out[name] = text
+        elif kind in ("integer", "number"):
+            if text.strip() == "":
+                continue
+            try:
+                out[name] = int(text) if kind == "integer" else float(text)
+            except ValueError:
+                return {}, f"{name} must be a{'n integer' if kind == 'integer' else ' number'}"
+        elif text.strip():
+            try:
+                out[name] = json.loads(text)
+            except ValueError:
+                return {}, f"{name} must be JSON"
+    return out, None
+
+
+def _transcript(snap: RunSnapshot, last: int = 12) -> list[tuple[str, str]]:
+    """The run's recent items as (who, text) lines."""
+    lines: list[tuple[str, str]] = []
+    for given in snap.input_items[-3:]:
+        content = given.get("content")
+        lines.append((str(given.get("role", "input")), _text(content)))
+    for item in snap.new_items[-last:]:
+        raw = item.raw_item
+        if item.type == "message_output_item":
+            lines.append((item.agent_name, _text(raw.get("content"))))
+        elif item.type in ("tool_call_item", "handoff_call_item"):
+            lines.append((item.agent_name, f"calls {raw.get('name')}({raw.get('arguments')})"))
+        elif item.type in ("tool_call_output_item", "handoff_output_item"):
+            lines.append(("tool", _text(raw.get("output"))))
+    return [(who, text[:500]) for who, text in lines]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            str(part.get("text", "")) for part in content if isinstance(part, dict)
+        ).strip()
+    return json.dumps(content, default=str)

@@ -1,0 +1,204 @@
+"""The approval console in a real Chromium: a person signs in, finds a paused run's call in the
+inbox and decides it. Every test checks what the run recorded, not only the page."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hitl import Runner
+from hitl.wire import DecisionInput, RunOutput, RunStatus
+from tests.agents import support_agent, treasury_agent
+from tests.browser.conftest import Console, shot, signed_in
+from tests.helpers import wait_for
+
+XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
+
+
+async def park(console: Console, agent: Any, text: str) -> tuple[str, str]:
+    """Start a run that pauses; its workflow id and its (first) pending call id."""
+    result = await Runner.run(
+        agent, text, client=console.client, task_queue=console.task_queue, serve=False
+    )
+    return result.workflow_id, result.interruptions[0].call_id
+
+
+async def status(console: Console, wid: str) -> RunStatus:
+    got: RunStatus = await console.client.get_workflow_handle(wid).query(
+        "status", result_type=RunStatus
+    )
+    return got
+
+
+async def open_call(page: Any, console: Console, wid: str, call_id: str) -> None:
+    """From the inbox, as a person would: wait for the call's row (it updates live), click it."""
+    await page.goto(console.url + f"/?q={wid}")
+    row = page.locator(f"tr[data-call='{call_id}'] a")
+    await row.wait_for(timeout=15_000)
+    await row.click()
+    await page.wait_for_selector("[data-testid=title]")
+
+
+async def test_sign_in_see_the_call_in_the_inbox_and_approve_it(browser: Any, console: Console):
+    wid, call_id = await park(console, support_agent, "cancel order 31")
+    page = await signed_in(browser, console, "ann")
+    await page.goto(console.url + "/")
+    await page.locator(f"tr[data-call='{call_id}']").wait_for(timeout=15_000)
+    assert (
+        "support agent" in (await page.locator(f"tr[data-call='{call_id}']").inner_text()).lower()
+    )
+    await shot(page, "console-inbox")
+    await open_call(page, console, wid, call_id)
+    assert await page.locator("[data-testid=primary]").inner_text() == "Approve"
+    await shot(page, "console-call")
+    await page.click("[data-testid=primary]")
+    outcome = await page.locator("[data-testid=outcome]").inner_text()
+    assert outcome == "Approved by ann via console"
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    [d] = out.decisions
+    assert (d.kind, d.approver, d.client, d.call_id) == ("approve", "ann", "console", call_id)
+    assert out.final_output == "cancel_order: Cancelled order 31"
+
+
+async def test_reject_with_a_message_for_the_model(browser: Any, console: Console) -> None:
+    wid, call_id = await park(console, support_agent, "cancel order 32")
+    page = await signed_in(browser, console, "bob")
+    await open_call(page, console, wid, call_id)
+    await page.fill("textarea[name=message]", "Order 32 already shipped; offer a return.")
+    await page.click("[data-testid=secondary]")
+    assert (await page.locator("[data-testid=outcome]").inner_text()).startswith("Rejected by bob")
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    [d] = out.decisions
+    assert (d.kind, d.approver, d.message) == (
+        "reject",
+        "bob",
+        "Order 32 already shipped; offer a return.",
+    )
+    assert "Order 32 already shipped; offer a return." in str(out.final_output)
+
+
+async def test_edit_the_arguments_then_approve(browser: Any, console: Console) -> None:
+    wid, call_id = await park(console, support_agent, "cancel order 33")
+    page = await signed_in(browser, console, "ann")
+    await open_call(page, console, wid, call_id)
+    await page.click("summary:has-text('Edit the arguments')")
+    await page.fill("input[name='arg.order_id']", "34")
+    await page.click("[data-testid=edit-approve]")
+    headline = await page.locator("[data-testid=outcome]").inner_text()
+    assert headline == "Approved with edited arguments by ann via console"
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    [d] = out.decisions
+    assert json.loads(d.arguments or "{}") == {"order_id": 34}
+    assert json.loads(d.original_arguments or "{}") == {"order_id": 33}
+    assert "Cancelled order 34" in str(out.final_output)
+
+
+async def test_a_call_someone_else_decided_a_moment_ago(browser: Any, console: Console) -> None:
+    # Two calls, so the run stays open after the first is decided elsewhere.
+    wid, call_id = await park(console, support_agent, "cancel order 35, email them a refund")
+    page = await signed_in(browser, console, "ann")
+    await open_call(page, console, wid, call_id)
+    # Meanwhile bob rejects it from the CLI (another client) while ann's page is open.
+    handle = console.client.get_workflow_handle(wid)
+    await handle.execute_update("reject", DecisionInput(call_id=call_id, approver="bob"))
+    await page.click("[data-testid=primary]")
+    assert (
+        await page.locator("[data-testid=outcome]").inner_text()
+        == "Someone else decided this call a moment ago"
+    )
+    assert await page.locator("[data-testid=error-type]").inner_text() == "AlreadyDecided"
+    assert "Traceback" not in await page.content()
+    recorded = [d for d in (await status(console, wid)).decisions if d.call_id == call_id]
+    assert [(d.kind, d.approver) for d in recorded] == [("reject", "bob")]
+    await handle.terminate("test over")
+
+
+async def test_four_eyes_needs_a_second_person(browser: Any, console: Console) -> None:
+    wid, call_id = await park(console, treasury_agent, "release 9000")
+    ann = await signed_in(browser, console, "ann")
+    await open_call(ann, console, wid, call_id)
+    assert "Needs 2 different people" in await ann.locator("[data-testid=approvals]").inner_text()
+    await ann.click("[data-testid=primary]")
+    assert "needs 1 more approver" in await ann.locator("[data-testid=outcome]").inner_text()
+    pending = (await status(console, wid)).pending
+    assert [a.approver for a in pending[0].approvals] == ["ann"]
+    # ann cannot be the second person: her approval again changes nothing.
+    await open_call(ann, console, wid, call_id)
+    await ann.click("[data-testid=primary]")
+    assert "needs 1 more approver" in await ann.locator("[data-testid=outcome]").inner_text()
+    pending = (await status(console, wid)).pending
+    assert [a.approver for a in pending[0].approvals] == ["ann"]
+    bob = await signed_in(browser, console, "bob")
+    await open_call(bob, console, wid, call_id)
+    assert "ann" in await bob.locator("[data-testid=approvals]").inner_text()
+    await bob.click("[data-testid=primary]")
+    assert (await bob.locator("[data-testid=outcome]").inner_text()).startswith("Approved by bob")
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    [d] = out.decisions
+    assert [a.approver for a in d.approvals] == ["ann", "bob"]
+    assert out.final_output == "Released $9000"
+
+
+async def test_hostile_arguments_render_inert(browser: Any, console: Console) -> None:
+    wid, call_id = await park(console, support_agent, f"email them a refund notice: {XSS}")
+    page = await signed_in(browser, console, "cy")
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: dialogs.append(d.message))
+    await open_call(page, console, wid, call_id)
+    assert XSS.replace('"', '\\"') in await page.locator("[data-testid=arguments]").inner_text()
+    assert await page.evaluate("window.__xss") is None
+    assert await page.locator("img[src=x]").count() == 0
+    await page.goto(console.url + f"/?q={wid}")
+    await page.locator(f"tr[data-call='{call_id}']").wait_for()
+    assert await page.evaluate("window.__xss") is None and dialogs == []
+    # Decide it so the run ends; the recorded decision is cy's.
+    await open_call(page, console, wid, call_id)
+    await page.click("[data-testid=primary]")
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    assert [(d.approver, d.client) for d in out.decisions] == [("cy", "console")]
+
+
+async def test_forged_posts_are_refused(browser: Any, console: Console) -> None:
+    """A form posted without the session's token (another site, a stale page) changes nothing."""
+    wid, call_id = await park(console, support_agent, "cancel order 36")
+    page = await signed_in(browser, console, "ann")
+    url = f"{console.url}/n/default/runs/{wid}/calls/{call_id}/decide"
+    answer = await page.request.post(url, form={"action": "approve", "csrf": "forged"})
+    assert answer.status == 403
+    evil = await page.request.post(
+        url, form={"action": "approve"}, headers={"Origin": "http://evil.example"}
+    )
+    assert evil.status == 403
+    assert (await status(console, wid)).decisions == []
+    await console.client.get_workflow_handle(wid).terminate("test over")
+
+
+async def test_live_inbox_shows_a_new_call_without_a_reload(browser: Any, console: Console):
+    page = await signed_in(browser, console, "bob")
+    await page.goto(console.url + "/")
+    wid, call_id = await park(console, support_agent, "cancel order 37")
+    await page.locator(f"tr[data-call='{call_id}']").wait_for(timeout=20_000)  # htmx polling
+    await console.client.get_workflow_handle(wid).terminate("test over")
+
+    async def gone() -> bool:
+        return await page.locator(f"tr[data-call='{call_id}']").count() == 0
+
+    await wait_for(gone, timeout=20, what="the call to leave the inbox")
+
+
+async def test_a_run_that_finished_meanwhile_says_what_it_recorded(browser: Any, console: Console):
+    wid, call_id = await park(console, support_agent, "cancel order 38")
+    page = await signed_in(browser, console, "ann")
+    await open_call(page, console, wid, call_id)
+    handle = console.client.get_workflow_handle(wid, result_type=RunOutput)
+    await handle.execute_update("approve", DecisionInput(call_id=call_id, approver="bob"))
+    await handle.result()  # its only call was approved: the run finished
+    await page.fill("textarea[name=message]", "too late")
+    await page.click("[data-testid=secondary]")
+    assert await page.locator("[data-testid=outcome]").inner_text() == "The run has finished"
+    assert (
+        "It had recorded: Approved by bob"
+        in await page.locator("[data-testid=detail]").inner_text()
+    )
+    out = await handle.result()
+    assert [(d.kind, d.approver) for d in out.decisions] == [("approve", "bob")]
