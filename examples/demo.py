@@ -152,6 +152,39 @@ async def demo(address: str, mode: str, example: str) -> RunResult:
     started = time.perf_counter()
     result = await Runner.run(agent, request, client=client, workflow_id=workflow_id, serve=False)
     print(f"run {workflow_id} paused after {1000 * (time.perf_counter() - started):.0f} ms")
+    console = await open_console(address, workflow_id, result)
+    try:
+        return await decide_all(agent, client, result, mode, address, workflow_id)
+    finally:
+        if console is not None:
+            await console.stop()
+
+
+async def open_console(address: str, workflow_id: str, result: RunResult) -> Any:
+    """The approval console, with the link to each paused call (`None` without the extra)."""
+    from hitl.console import ConsoleSettings, start_console
+    from hitl.errors import UserError
+
+    try:
+        server, auth = await start_console(ConsoleSettings(port=0, address=address, user=APPROVER))
+    except UserError as exc:
+        print(f"(no approval console: {exc.message})")
+        return None
+    first = result.interruptions[0].call_id
+    link = auth.login_link(server.url, f"/n/default/runs/{workflow_id}/calls/{first}")
+    print(f"\nthe paused call in the approval console (the link signs you in once):\n  {link}")
+    return server
+
+
+async def decide_all(
+    agent: Agent[Any],
+    client: Any,
+    result: RunResult,
+    mode: str,
+    address: str,
+    workflow_id: str,
+) -> RunResult:
+    """Answer each pause until the run finishes."""
     while result.interruptions:
         state = result.to_state()
         for item in result.interruptions:

@@ -169,7 +169,7 @@ def create_app(data: ConsoleData, auth: Authenticator, *, secure_cookie: bool = 
             if token is not None and auth.mode == "link":
                 person = auth.redeem_link(token)
                 if person is not None:
-                    return _logged_in(person)
+                    return _logged_in(person, request.query_params.get("next", "/"))
                 return console.render(request, "login.html", 403, error="This link was used.")
             return console.render(request, "login.html", mode=auth.mode)
         form = await request.form()
@@ -180,9 +180,10 @@ def create_app(data: ConsoleData, auth: Authenticator, *, secure_cookie: bool = 
             )
         return _logged_in(person)
 
-    def _logged_in(person: str) -> Response:
+    def _logged_in(person: str, next_path: str = "/") -> Response:
         cookie, _ = auth.sessions.issue(person)
-        response = RedirectResponse("/", status_code=303)
+        local = next_path.startswith("/") and not next_path.startswith(("//", "/\\"))
+        response = RedirectResponse(next_path if local else "/", status_code=303)
         _set_cookie(console, response, cookie)
         return response
 

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlencode
 
 from hitl.errors import UserError
 
@@ -131,9 +132,10 @@ class Authenticator:
     link_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     _link_used: bool = False
 
-    def login_link(self, base_url: str) -> str:
-        """`link` mode: the one-time login URL."""
-        return f"{base_url.rstrip('/')}/login?token={self.link_token}"
+    def login_link(self, base_url: str, next_path: str = "") -> str:
+        """`link` mode: the one-time login URL (then on to `next_path` of the console)."""
+        link = f"{base_url.rstrip('/')}/login?token={self.link_token}"
+        return link + (f"&{urlencode({'next': next_path})}" if next_path else "")
 
     def redeem_link(self, token: str) -> str | None:
         """`link` mode: the person, the first time the right token comes back."""

@@ -765,8 +765,13 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_hitl_dev_runs_the_stack_and_ctrl_c_stops_all_of_it(tmp_path: Path) -> None:
-    port, ui_port = free_port(), free_port()
+def test_hitl_dev_runs_the_stack_and_ctrl_c_stops_all_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hitl.codec import KEY_ENV, new_key
+
+    monkeypatch.setenv(KEY_ENV, new_key())  # encrypted: the UI decodes through a codec server
+    port, ui_port, console_port = free_port(), free_port(), free_port()
     tq = queue_name("dev")
     proc = subprocess.Popen(
         [
@@ -784,6 +789,8 @@ def test_hitl_dev_runs_the_stack_and_ctrl_c_stops_all_of_it(tmp_path: Path) -> N
             str(ui_port),
             "--state-dir",
             str(tmp_path / "state"),
+            "--console-port",
+            str(console_port),
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -812,8 +819,18 @@ def test_hitl_dev_runs_the_stack_and_ctrl_c_stops_all_of_it(tmp_path: Path) -> N
         assert f"Temporal dev server  127.0.0.1:{port}" in "".join(seen)
         blobs = (tmp_path / "state" / "blobs").absolute().as_uri()
         assert f"HITL_STORAGE={blobs}" in "".join(seen), "large payloads go to the state dir"
+        shown = "".join(seen)
+        assert f"Approval console     http://127.0.0.1:{console_port}" in shown, shown
+        assert re.search(
+            rf"Console sign-in      http://127.0.0.1:{console_port}/login\?token=", shown
+        )
+        assert re.search(r"Codec server         http://127.0.0.1:\d+", shown), shown
         children = _descendants(proc.pid)
-        assert len(children) >= 2, "a dev server and a worker"
+        assert len(children) >= 3, "a dev server, a worker and the console"
+        commands = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in children]
+        [dev] = [c for c in commands if b"start-dev" in c]
+        codec = dev[dev.index(b"--ui-codec-endpoint") + 1].decode()
+        assert codec.startswith("http://127.0.0.1:") and codec in shown
 
         run = hitl(
             f"127.0.0.1:{port}",

@@ -131,3 +131,26 @@ def test_markdown_text_is_literal() -> None:
         r"\*b\* \<i\>\[a\](b)"
     )
     assert fence("a ``` b") == ["````", "a ``` b", "````"]
+
+
+def test_the_login_link_signs_in_once_and_only_redirects_inside_the_console() -> None:
+    from starlette.testclient import TestClient
+
+    from hitl.console.app import create_app
+    from hitl.console.data import ConsoleData
+
+    auth = Authenticator(mode="link", user="ann")
+    app = create_app(ConsoleData({}), auth)
+    with TestClient(app, base_url="http://127.0.0.1:8090") as client:
+        assert client.get("/", follow_redirects=False).headers["location"] == "/login"
+        link = auth.login_link("http://127.0.0.1:8090", "//evil.example/x")
+        first = client.get(link, follow_redirects=False)
+        assert first.status_code == 303 and first.headers["location"] == "/"
+        assert "hitl_console" in first.cookies
+        assert "default-src 'none'" in first.headers["content-security-policy"]
+        again = TestClient(app, base_url="http://127.0.0.1:8090").get(link)
+        assert again.status_code == 403 and "This link was used." in again.text
+        # Signed in: a POST without the session's form token is refused.
+        assert client.post("/logout", follow_redirects=False).status_code == 403
+        page = client.get("/n/nowhere/runs/r/calls/c")
+        assert page.status_code == 404 and "does not serve namespace" in page.text
