@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 ISOLATE := $(shell unshare -n sh -c 'ip link set lo up' >/dev/null 2>&1 && echo yes)
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo demo-email demo-mcp dev test bench lint format typecheck check docs worker histories clean
+.PHONY: help install demo demo-email demo-mcp dev screenshots vendor test bench lint format typecheck check docs worker histories clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -48,6 +48,14 @@ endif
 
 bench: $(STAMP) ## Benchmarks against the peer (about 9 minutes; installs the peer on first use)
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+screenshots: $(STAMP) ## Retake the docs' screenshots with the browser tests (needs Chromium)
+	HITL_SCREENSHOTS=docs/img $(PY) -m pytest tests/browser -q
+
+vendor: ## Fetch htmx again from the npm registry (the console's one front-end library)
+	cd /tmp && npm pack --silent htmx.org@2.0.11 && tar xzf htmx.org-2.0.11.tgz package/dist/htmx.min.js
+	echo "d6fdc75f204e6bdefa99b69bf1e6d4ac69b8a364f77929f45c13476b4000f717  /tmp/package/dist/htmx.min.js" | sha256sum -c
+	cp /tmp/package/dist/htmx.min.js hitl/console/static/htmx-2.0.11.min.js
 
 lint: $(STAMP) ## ruff check + format check + the import layering + the docs' links
 	$(VENV)/bin/ruff check .
