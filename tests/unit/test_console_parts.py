@@ -154,3 +154,30 @@ def test_the_login_link_signs_in_once_and_only_redirects_inside_the_console() ->
         assert client.post("/logout", follow_redirects=False).status_code == 403
         page = client.get("/n/nowhere/runs/r/calls/c")
         assert page.status_code == 404 and "does not serve namespace" in page.text
+
+
+def test_the_codec_server_admits_the_ui_origin_only() -> None:
+    from starlette.testclient import TestClient
+
+    from hitl.codec import EncryptionCodec, new_key, parse_keys
+    from hitl.codec.server import codec_app
+
+    ui = "http://127.0.0.1:8233"
+    app = codec_app(EncryptionCodec(*parse_keys(new_key())), (ui,))
+    with TestClient(app) as client:
+        allowed = client.options(
+            "/encode",
+            headers={"Origin": ui, "Access-Control-Request-Method": "POST"},
+        )
+        assert allowed.headers.get("access-control-allow-origin") == ui
+        other = client.options(
+            "/encode",
+            headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"},
+        )
+        assert "access-control-allow-origin" not in other.headers
+        plain = {"payloads": [{"metadata": {"encoding": "anNvbi9wbGFpbg=="}, "data": "MQ=="}]}
+        encoded = client.post("/default/encode", json=plain, headers={"Origin": ui}).json()
+        assert encoded["payloads"][0]["data"] != "MQ=="
+        decoded = client.post("/decode", json=encoded).json()
+        assert decoded == plain
+        assert client.post("/decode", content=b"not json").status_code == 400
