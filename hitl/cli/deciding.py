@@ -7,8 +7,9 @@ import json
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -52,6 +53,8 @@ from hitl.wire import (
     RunOutput,
     RunStatus,
 )
+
+R = TypeVar("R", bound=BaseModel)
 
 
 async def _no_worker_message(client: Client, handle: WorkflowHandle[Any, Any]) -> str:
@@ -304,9 +307,31 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
     return EXIT_OK
 
 
+async def _update(
+    client: Client,
+    args: argparse.Namespace,
+    name: str,
+    payload: BaseModel,
+    result_type: type[R],
+    verb: str,
+) -> R:
+    """Send one update to `args.run`; a refusal, no worker or an RPC error as `Refused`."""
+    handle = await _handle(client, args.run)
+    try:
+        result: R = await handle.execute_update(
+            name, payload, rpc_timeout=timedelta(seconds=args.timeout), result_type=result_type
+        )
+    except WorkflowUpdateFailedError as exc:
+        raise refused_update(exc) from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise Refused(await _no_worker_message(client, handle)) from None
+    except RPCError as exc:
+        raise Refused(f"cannot {verb} on run {args.run}: {exc.message} ({_code(exc)})") from None
+    return result
+
+
 async def cmd_extend(client: Client, args: argparse.Namespace) -> int:
     """Move a pending call's approval deadline later; prints the new deadline."""
-    handle = await _handle(client, args.run)
     approver = approver_name(args)
     payload = ExtendInput(
         call_id=args.call_id,
@@ -314,19 +339,7 @@ async def cmd_extend(client: Client, args: argparse.Namespace) -> int:
         approver=approver,
         reason=args.reason,
     )
-    try:
-        ext: Extension = await handle.execute_update(
-            UPDATE_EXTEND,
-            payload,
-            rpc_timeout=timedelta(seconds=args.timeout),
-            result_type=Extension,
-        )
-    except WorkflowUpdateFailedError as exc:
-        raise refused_update(exc) from None
-    except WorkflowUpdateRPCTimeoutOrCancelledError:
-        raise Refused(await _no_worker_message(client, handle)) from None
-    except RPCError as exc:
-        raise Refused(f"cannot extend on run {args.run}: {exc.message} ({_code(exc)})") from None
+    ext = await _update(client, args, UPDATE_EXTEND, payload, Extension, "extend")
     call, run = one_line(args.call_id), one_line(args.run)
     print(
         f"extended {call} on {run} by {one_line(approver)}: it now waits until "
@@ -337,7 +350,6 @@ async def cmd_extend(client: Client, args: argparse.Namespace) -> int:
 
 async def cmd_resolve(client: Client, args: argparse.Namespace) -> int:
     """Settle an uncertain call: it happened, run it again, or give up."""
-    handle = await _handle(client, args.run)
     payload = ResolveInput(
         call_id=args.call_id,
         outcome=args.outcome.replace("-", "_"),
@@ -346,19 +358,7 @@ async def cmd_resolve(client: Client, args: argparse.Namespace) -> int:
         approver=approver_name(args),
         reason=args.reason,
     )
-    try:
-        res: Resolution = await handle.execute_update(
-            UPDATE_RESOLVE,
-            payload,
-            rpc_timeout=timedelta(seconds=args.timeout),
-            result_type=Resolution,
-        )
-    except WorkflowUpdateFailedError as exc:
-        raise refused_update(exc) from None
-    except WorkflowUpdateRPCTimeoutOrCancelledError:
-        raise Refused(await _no_worker_message(client, handle)) from None
-    except RPCError as exc:
-        raise Refused(f"cannot resolve on run {args.run}: {exc.message} ({_code(exc)})") from None
+    res = await _update(client, args, UPDATE_RESOLVE, payload, Resolution, "resolve")
     what = {
         "happened": "it happened; the model reads the result given",
         "retry": "the tool runs again, with the same idempotency key",
@@ -370,7 +370,6 @@ async def cmd_resolve(client: Client, args: argparse.Namespace) -> int:
 
 async def cmd_answer(client: Client, args: argparse.Namespace) -> int:
     """Answer the question a tool asks in the middle of a call (MCP elicitation)."""
-    handle = await _handle(client, args.run)
     action = "decline" if args.decline else "cancel" if args.cancel else "accept"
     content = edited_arguments(args) if action == "accept" else None
     if action == "accept" and content is None:
@@ -386,19 +385,7 @@ async def cmd_answer(client: Client, args: argparse.Namespace) -> int:
         approver=approver_name(args),
         reason=args.reason,
     )
-    try:
-        given: InputAnswer = await handle.execute_update(
-            UPDATE_ANSWER,
-            payload,
-            rpc_timeout=timedelta(seconds=args.timeout),
-            result_type=InputAnswer,
-        )
-    except WorkflowUpdateFailedError as exc:
-        raise refused_update(exc) from None
-    except WorkflowUpdateRPCTimeoutOrCancelledError:
-        raise Refused(await _no_worker_message(client, handle)) from None
-    except RPCError as exc:
-        raise Refused(f"cannot answer on run {args.run}: {exc.message} ({_code(exc)})") from None
+    given = await _update(client, args, UPDATE_ANSWER, payload, InputAnswer, "answer")
     what = {"accept": "answered", "decline": "declined", "cancel": "dismissed"}[given.action]
     print(
         f"{what} {one_line(args.call_id)} on {one_line(args.run)}: the tool is asked again "

@@ -20,7 +20,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from hitl.cli.common import _Gone, _Unreadable
+from hitl.cli.common import _ago, _Gone, _Unreadable
 from hitl.console.auth import COOKIE, Authenticator, Session
 from hitl.console.data import ConsoleData, Inbox, Outcome, Row, when
 from hitl.wire import PendingApproval, RunSnapshot
@@ -48,14 +48,8 @@ def _env() -> Environment:
 
 
 def ago(at: datetime | None) -> str:
-    """How long ago, in words a person reads at a glance."""
-    if at is None:
-        return "unknown"
-    seconds = max(0, int((datetime.now(UTC) - at).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds // size} {unit}"
-    return f"{seconds} s"
+    """How long ago, at a glance (`12m ago`)."""
+    return _ago(at) if at is not None else "unknown"
 
 
 def pretty_json(text: str) -> str:
