@@ -52,7 +52,7 @@ def rows(n: int) -> list[Row]:
             ),
             approvers=["group:finance"] if i % 2 else [],
         )
-        out.append(Row("default", f"refund-{i}", "Refund desk", "hitl", call))
+        out.append(Row.of_pending("default", f"refund-{i}", "Refund desk", "hitl", call))
     return out
 
 

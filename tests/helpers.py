@@ -414,3 +414,13 @@ def payload_texts(history_json: str) -> str:
 
     walk(json.loads(history_json))
     return "\n".join(found)
+
+
+def local_markers(hist: WorkflowHistory) -> list[Any]:
+    """The local-activity markers of a history (not the patch markers versioning records)."""
+    return [
+        e.marker_recorded_event_attributes
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]

@@ -153,6 +153,7 @@ class AgentRun:
             None if visibility.spoofed() else visibility.STARTED
         )
         self._shown = 0  # refusals the UI's current details list
+        self._memo_on, self._memo_shown = False, visibility.NO_INBOX  # see visibility.publish_inbox
 
     # ================================================================= main loop
 
@@ -202,6 +203,10 @@ class AgentRun:
     async def _start(self) -> None:
         """Pin the graph (a top-level run), take the input, check input guardrails."""
         inp, s = self.inp, self.s
+        if inp.carried is None:
+            self._memo_on = inp.parent is None and workflow.patched(visibility.INBOX_PATCH)
+            s.inbox_memo = self._memo_on
+        self._memo_on, self._memo_shown = s.inbox_memo, visibility.shown_key(s.inbox_shown)
         if s.graph is None:
             resolved = await self.steps.resolve()
             s.graph, s.search_attributes = resolved.graph, resolved.search_attributes
@@ -462,7 +467,8 @@ class AgentRun:
                 carried=self.s,
                 session=inp.session,
                 parent=inp.parent,
-            )
+            ),
+            memo=visibility.carried_memo(self),
         )
 
     # ================================================================= decisions
@@ -635,26 +641,13 @@ class AgentRun:
         )
 
     async def _keep_published(self) -> None:
-        """Keep search attributes and the UI's current details in step with the run."""
+        """Keep search attributes, the inbox memo and the UI's details in step with the run."""
         while True:
-            await workflow.wait_condition(
-                lambda: self._visible() != self._published or len(self.s.refused) != self._shown
-            )
+            await workflow.wait_condition(lambda: visibility.changed(self))
             self._publish()
 
     def _publish(self) -> None:
-        visible, refusals = self._visible(), len(self.s.refused)
-        if visible == self._published:
-            if refusals != self._shown:  # a refused signal: the details say so (no event)
-                self._shown = refusals
-                workflow.set_current_details(visibility.details_of(self, visible))
-            return
-        self._published, self._shown = visible, refusals
-        self.events.note_pause()
-        details = visibility.details_of(self, visible)
-        visibility.publish(
-            visible, self.inp.agent, details, self.s.search_attributes, self.s.outcomes_attribute
-        )
+        visibility.publish_run(self)
 
     # ================================================================= helpers
 

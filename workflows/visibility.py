@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
@@ -20,6 +20,8 @@ from temporalio.common import SearchAttributeKey
 with workflow.unsafe.imports_passed_through():
     from hitl.markdown import fence, md_text
     from hitl.wire import (
+        INBOX_CALLS,
+        INBOX_MEMO,
         SA_AGENT,
         SA_DEADLINE,
         SA_OUTCOMES,
@@ -27,6 +29,8 @@ with workflow.unsafe.imports_passed_through():
         SA_PENDING_TOOLS,
         SA_STATUS,
         DecisionRecord,
+        InboxEntry,
+        InboxMemo,
         PendingApproval,
         RefusedDecision,
         RunErrorInfo,
@@ -173,6 +177,103 @@ def details(
     for c in pending:
         head += _call_lines(wid, c)
     return "\n".join([*head, *lines])
+
+
+INBOX_PATCH = "hitl-inbox-memo"
+"""Runs started with this code keep their pending calls in the memo (`INBOX_MEMO`)."""
+NO_INBOX: tuple[tuple[str, int], ...] = ()
+
+
+def inbox_key(run: AgentRun, visible: Visible) -> tuple[tuple[str, int], ...]:
+    """What the inbox memo shows of a paused run: its pending calls and their approvals."""
+    if not run._memo_on or visible.status != "awaiting_approval":
+        return NO_INBOX
+    return tuple((p.call_id, len(p.approvals)) for p in run.book.pending())
+
+
+def changed(run: AgentRun) -> bool:
+    """Whether what operators see of `run` is out of date."""
+    visible = run._visible()
+    return (
+        visible != run._published
+        or len(run.s.refused) != run._shown
+        or (inbox_key(run, visible) not in (NO_INBOX, run._memo_shown))
+    )
+
+
+def publish_run(run: AgentRun) -> None:
+    """Write what operators see of `run`, where it changed.
+
+    Search attributes and the UI's details when its visible state changed; only the details
+    (no history event) for a refused signal; the inbox memo when the calls a paused run waits
+    on changed. The memo is left as it is when the run goes on: readers use it only while
+    `HitlStatus` says the run waits (both are written in the same workflow task).
+    """
+    visible, refusals = run._visible(), len(run.s.refused)
+    key = inbox_key(run, visible)
+    if key not in (NO_INBOX, run._memo_shown):
+        run._memo_shown = key
+        run.s.inbox_shown = [f"{call}\t{n}" for call, n in key]
+        publish_inbox(run.book.pending(run.path(), workflow.info().workflow_id))
+    if visible == run._published:
+        if refusals != run._shown:  # a refused signal: the details say so (no event)
+            run._shown = refusals
+            workflow.set_current_details(details_of(run, visible))
+        return
+    run._published, run._shown = visible, refusals
+    run.events.note_pause()
+    publish(
+        visible,
+        run.inp.agent,
+        details_of(run, visible),
+        run.s.search_attributes,
+        run.s.outcomes_attribute,
+    )
+
+
+def publish_inbox(pending: Sequence[PendingApproval]) -> None:
+    """The pending calls, in brief, in the run's memo (read without a query or a worker)."""
+    workflow.upsert_memo({INBOX_MEMO: inbox_memo(pending)})
+
+
+def inbox_memo(pending: Sequence[PendingApproval]) -> InboxMemo:
+    """The memo value for these pending calls."""
+    return InboxMemo(calls=[inbox_entry(p) for p in pending[:INBOX_CALLS]], total=len(pending))
+
+
+def shown_key(shown: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """`inbox_key` from its carried form (`CarriedState.inbox_shown`)."""
+    pairs = [item.rsplit("\t", 1) for item in shown]
+    return tuple((call, int(n)) for call, n in pairs if n.isdigit())
+
+
+def carried_memo(run: AgentRun) -> dict[str, Any] | None:
+    """The memo a continued run starts with: what this one lists (it is not written again)."""
+    if not run._memo_on or not run.s.inbox_shown:
+        return None
+    return {INBOX_MEMO: inbox_memo(run.book.pending(run.path(), workflow.info().workflow_id))}
+
+
+def inbox_entry(p: PendingApproval) -> InboxEntry:
+    """One call as the inbox memo keeps it (no arguments, texts cut)."""
+    title = p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}"
+    if p.kind == "input" and p.input_request is not None:
+        title = p.input_request.message
+    return InboxEntry(
+        call_id=p.call_id,
+        tool_name=p.tool_name,
+        agent_id=p.agent_id,
+        agent_name=p.agent_name,
+        title=preview(title, 200),
+        path=p.path,
+        requested_at=p.requested_at,
+        deadline=p.deadline,
+        kind=p.kind,
+        required_approvals=p.required_approvals,
+        approved_by=[a.approver or "" for a in p.approvals],
+        approvers=p.approvers[:20],
+        workflow_id=p.workflow_id,
+    )
 
 
 def details_of(run: AgentRun, visible: Visible) -> str:

@@ -38,11 +38,13 @@ from hitl.cli.common import (
 )
 from hitl.items import message_text
 from hitl.wire import (
+    INBOX_MEMO,
     QUERY_SNAPSHOT,
     QUERY_STATUS,
     SA_AGENT,
     SA_STATUS,
     WORKFLOW_TYPE,
+    InboxMemo,
     RunSnapshot,
     RunStatus,
 )
@@ -159,6 +161,50 @@ def _pending_rows(w: WorkflowExecution, status: RunStatus) -> list[_Row]:
     return rows
 
 
+async def inbox_memo(w: WorkflowExecution) -> InboxMemo | None:
+    """The calls a paused run listed in its memo (`None`: an older run, or unreadable)."""
+    if INBOX_MEMO not in w.raw_info.memo.fields:
+        return None
+    try:
+        memo: InboxMemo = await w.memo_value(INBOX_MEMO, type_hint=InboxMemo)
+    except Exception:  # written by someone else, or with another key: ask the run instead
+        return None
+    return memo
+
+
+def _memo_rows(w: WorkflowExecution, memo: InboxMemo) -> list[_Row]:
+    """One row per call a paused run's memo lists (no query, no worker)."""
+    agent = w.typed_search_attributes.get(_AGENT_KEY) or ""
+    rows: list[_Row] = []
+    for c in memo.calls:
+        title = c.title
+        if c.required_approvals > 1:
+            title = f"[{len(c.approved_by)}/{c.required_approvals} approved] {title}"
+        cells = [
+            one_line(w.id),
+            one_line(c.call_id),
+            one_line(_path_text(c.path or [c.agent_name], c.tool_name)),
+            _short(title),
+            _ago(c.requested_at),
+        ]
+        data = {
+            **c.model_dump(mode="json", exclude={"workflow_id"}),
+            "workflow_id": w.id,
+            "owner_workflow_id": c.workflow_id or w.id,
+            "agent": agent,
+            "task_queue": w.task_queue,
+            "unavailable": None,
+        }
+        rows.append((c.requested_at or _FAR, cells, data))
+    if memo.total > len(memo.calls):
+        more = memo.total - len(memo.calls)
+        print(
+            f"note: run {one_line(w.id)} waits on {more} more call(s): hitl show it",
+            file=sys.stderr,
+        )
+    return rows
+
+
 async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
     """List every pending approval across runs.
 
@@ -175,8 +221,12 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
     pollers = _Pollers(client)
     semaphore = asyncio.Semaphore(16)
 
-    async def ask(w: WorkflowExecution) -> RunStatus | str | None:
-        """The run's status, or why it could not be asked (`None`: it is gone)."""
+    async def ask(w: WorkflowExecution) -> RunStatus | InboxMemo | str | None:
+        """The run's calls (its memo, else its status), or why it could not be asked."""
+        if not degraded:
+            memo = await inbox_memo(w)
+            if memo is not None:
+                return memo
         handle = client.get_workflow_handle(w.id)
         async with semaphore:
             try:
@@ -200,6 +250,9 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
             if degraded:
                 continue  # without search attributes, nothing says this run is even paused
             rows.append(_unavailable_row(w, answer))
+            continue
+        if isinstance(answer, InboxMemo):
+            rows.extend(_memo_rows(w, answer))
             continue
         if args.agent and answer.agent != args.agent:
             continue

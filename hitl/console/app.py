@@ -319,7 +319,7 @@ async def _filtered(console: Console, request: Request) -> tuple[list[Row], dict
         r
         for r in inbox.rows
         if (not agent or r.agent == agent)
-        and (not tool or r.call.tool_name == tool)
+        and (not tool or r.tool_name == tool)
         and (not group or group in r.groups)
         and (not text or text in r.haystack())
         and (not min_age or (now - r.since).total_seconds() >= min_age)
@@ -329,7 +329,7 @@ async def _filtered(console: Console, request: Request) -> tuple[list[Row], dict
     return rows, {
         "total": len(inbox.rows),
         "agents": sorted({r.agent for r in inbox.rows}),
-        "tools": sorted({r.call.tool_name for r in inbox.rows}),
+        "tools": sorted({r.tool_name for r in inbox.rows}),
         "groups": sorted({g for r in inbox.rows for g in r.groups}),
         "filters": shown,
         "query": urlencode({k: v for k, v in shown.items() if v}),

@@ -26,7 +26,9 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from hitl.cli.common import _AGENT_KEY as AGENT_KEY
 from hitl.cli.common import _Gone, _Pollers, _query, _Unreadable
+from hitl.cli.inbox import inbox_memo
 from hitl.signing import sign_input
 from hitl.starting import decision_update_id
 from hitl.wire import (
@@ -44,6 +46,7 @@ from hitl.wire import (
     DecisionRequest,
     ExtendInput,
     Extension,
+    InboxEntry,
     InputAnswer,
     PendingApproval,
     RunOutput,
@@ -77,38 +80,58 @@ REFUSAL_WORDS = {
 
 @dataclass
 class Row:
-    """One pending call in the inbox."""
+    """One pending call in the inbox (from a run's memo, or from its `status` query)."""
 
     namespace: str
     workflow_id: str
     agent: str
     task_queue: str
-    call: PendingApproval
+    call_id: str
+    tool_name: str
+    title: str
+    kind: str = "approval"
+    requested_at: datetime | None = None
+    deadline: datetime | None = None
+    required_approvals: int = 1
+    approved: int = 0
+    approvers: list[str] = field(default_factory=list)
+    text: str = ""
+    """More to search: the call's arguments and message, when the run was asked."""
 
-    @property
-    def title(self) -> str:
-        """What the call asks for, in the request's own words."""
-        c = self.call
-        if c.kind == "input" and c.input_request is not None:
-            return c.input_request.message
-        return c.request.title if c.request else f"{c.agent_name} wants to run {c.tool_name}"
+    @classmethod
+    def of_pending(cls, ns: str, w: str, agent: str, queue: str, p: PendingApproval) -> Row:
+        """A row from a run's `status` answer."""
+        title = p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}"
+        if p.kind == "input" and p.input_request is not None:
+            title = p.input_request.message
+        message = p.request.message if p.request else ""
+        return cls(
+            ns, w, agent, queue, p.call_id, p.tool_name, title, p.kind, p.requested_at,
+            p.deadline, p.required_approvals, len(p.approvals), p.approvers,
+            f"{p.arguments}\n{message}",
+        )  # fmt: skip
+
+    @classmethod
+    def of_entry(cls, ns: str, w: str, agent: str, queue: str, e: InboxEntry) -> Row:
+        """A row from a paused run's memo (no query, no worker)."""
+        return cls(
+            ns, w, agent, queue, e.call_id, e.tool_name, e.title, e.kind, e.requested_at,
+            e.deadline, e.required_approvals, len(e.approved_by), e.approvers,
+        )  # fmt: skip
 
     @property
     def since(self) -> datetime:
         """When it started waiting (for sorting; unknown sorts first)."""
-        return self.call.requested_at or datetime.min.replace(tzinfo=UTC)
+        return self.requested_at or datetime.min.replace(tzinfo=UTC)
 
     @property
     def groups(self) -> list[str]:
         """The approver groups it names (`group:finance` -> `finance`)."""
-        return [a[6:] for a in self.call.approvers if a.startswith("group:")]
+        return [a[6:] for a in self.approvers if a.startswith("group:")]
 
     def haystack(self) -> str:
-        """What the search box searches: run, call, tool, agent, title, message, arguments."""
-        c = self.call
-        parts = [self.workflow_id, c.call_id, c.tool_name, self.agent, self.title, c.arguments]
-        if c.request is not None:
-            parts.append(c.request.message)
+        """What the search box searches: run, call, tool, agent, title (and arguments)."""
+        parts = [self.workflow_id, self.call_id, self.tool_name, self.agent, self.title, self.text]
         return "\n".join(parts).lower()
 
 
@@ -190,13 +213,22 @@ class ConsoleData:
                     except _Unreadable as exc:
                         return exc.reason
 
-            answers = await asyncio.gather(*(ask(w.id, w.task_queue) for w in found))
-            for w, answer in zip(found, answers, strict=True):
+            memos = await asyncio.gather(*(inbox_memo(w) for w in found))
+            asked = [w for w, memo in zip(found, memos, strict=True) if memo is None]
+            for w, memo in zip(found, memos, strict=True):
+                if memo is not None:
+                    agent = str(w.typed_search_attributes.get(AGENT_KEY) or "")
+                    inbox.rows += [
+                        Row.of_entry(ns, w.id, agent, w.task_queue, e) for e in memo.calls
+                    ]
+            answers = await asyncio.gather(*(ask(w.id, w.task_queue) for w in asked))
+            for w, answer in zip(asked, answers, strict=True):
                 if isinstance(answer, str):
                     inbox.unavailable.append((ns, w.id, answer))
                 elif isinstance(answer, RunStatus):
                     inbox.rows += [
-                        Row(ns, w.id, answer.agent, w.task_queue, p) for p in answer.pending
+                        Row.of_pending(ns, w.id, answer.agent, w.task_queue, p)
+                        for p in answer.pending
                     ]
         return inbox
 

@@ -122,6 +122,36 @@ class DecideInput(WireModel):
     """A new run context for the rest of the run (`RunState.from_string_with_context`)."""
 
 
+class InboxEntry(WireModel):
+    """A pending call as a paused run's memo lists it (no arguments; the title cut)."""
+
+    _sparse: ClassVar[bool] = False
+
+    call_id: str
+    tool_name: str
+    agent_id: str
+    agent_name: str
+    title: str
+    path: list[str] = Field(default_factory=list)
+    requested_at: datetime | None = None
+    deadline: datetime | None = None
+    kind: Literal["approval", "uncertain", "input"] = "approval"
+    required_approvals: int = 1
+    approved_by: list[str] = Field(default_factory=list)
+    approvers: list[str] = Field(default_factory=list)
+    workflow_id: str | None = None
+    """The run that owns the call (a nested run's id for calls inside agent tools)."""
+
+
+class InboxMemo(WireModel):
+    """The memo field `hitl_inbox`: what a paused run waits on, readable from visibility."""
+
+    _sparse: ClassVar[bool] = False
+
+    calls: list[InboxEntry] = Field(default_factory=list)
+    total: int = 0
+
+
 class WaitInput(WireModel):
     """Payload of the `wait` update: returns once the run pauses for a person or finishes."""
 

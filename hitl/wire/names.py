@@ -117,6 +117,12 @@ SEARCH_ATTRIBUTES = {
     SA_OUTCOMES: "KeywordList",
 }
 
+INBOX_MEMO = "hitl_inbox"
+"""Memo field of a paused run: its pending calls in brief (`InboxMemo`), so that an inbox can
+list them from visibility alone, with no query and no worker. Encrypted with the payloads."""
+INBOX_CALLS = 100
+"""Calls the memo lists at most (`InboxMemo.total` counts them all)."""
+
 REFUSAL_MARK = "_hitl_refusal"
 """Set on the `ApplicationError`s our handlers refuse with (`workflows.inputs.refusal`); the
 failure converter writes them as one plain line (`hitl.converter.HitlFailureConverter`)."""

@@ -425,6 +425,11 @@ class CarriedState(WireModel):
     """The worker that started the run has notifiers: tell them about waits and decisions."""
     outcomes_attribute: bool = False
     """The run keeps `HitlOutcomes` (registered when it started; older runs never do)."""
+    inbox_memo: bool = False
+    """The run keeps its pending calls in its memo (`INBOX_MEMO`; runs started before never)."""
+    inbox_shown: list[str] = Field(default_factory=list)
+    """What the memo lists now (call id and approvals so far), so a continued run does not
+    write it again."""
     calls: list[CallRecord] = Field(default_factory=list)
     """The calls of the turn in progress (see the class docstring)."""
     open_turn: TurnInfo | None = None

@@ -70,7 +70,10 @@ def _payloads_by_event(hist: WorkflowHistory) -> dict[str, list[Payload]]:
             attrs = e.activity_task_completed_event_attributes
             if attrs.scheduled_event_id in execute_tool:
                 out["tool"] += attrs.result.payloads
-        elif t == EventType.EVENT_TYPE_MARKER_RECORDED:
+        elif (
+            t == EventType.EVENT_TYPE_MARKER_RECORDED
+            and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+        ):
             # Local activities (the scripted model): their results, recorded by the worker. (The
             # marker's `data` is the SDK's own bookkeeping: activity id and type, in clear.)
             out["model"] += e.marker_recorded_event_attributes.details["result"].payloads

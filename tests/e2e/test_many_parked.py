@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from temporalio.client import Client
 
 from hitl.wire import DecisionInput, RunOutput
 from hitl.worker.devserver import DevServer
+from tests.e2e.test_cli import hitl
 from tests.e2e.test_scale_out import start_parked
 from tests.helpers import Ledger, WorkerProcess, queue_name, wait_for
 
@@ -87,6 +89,17 @@ async def _many_parked_runs_stay_cheap_and_decidable(
         ]
         await wait_for(lambda: counted(n - SAMPLE), what="the rest still parked")
     assert [o.final_output for o in outs] == [f"Shipped order {k}" for k in chosen]
+    # No worker at all now: the inbox still lists every waiting call, from the runs' memos.
+    began = time.monotonic()
+    out = await asyncio.to_thread(
+        hitl, dev_server.address, "pending", "--queue", tq, "--json", "--limit", str(n)
+    )
+    took = time.monotonic() - began
+    rows = json.loads(out.stdout)
+    print(f"hitl pending with no worker: {len(rows)} calls of {n - SAMPLE} runs in {took:.2f} s")
+    waiting = {f"{tq}-{k}": calls[k] for k in range(n) if k not in chosen}
+    assert {r["workflow_id"]: r["call_id"] for r in rows} == waiting
+    assert not out.stderr, out.stderr
     orders = [json.loads(args)["order_id"] for _, _, args, _ in Ledger(ledger).rows("ship_order")]
     assert sorted(orders) == sorted(chosen), "one effect per approved run, no other"
 

@@ -29,6 +29,7 @@ from hitl.wire import RunOutput, RunStatus, WaitInput
 from tests.helpers import (
     ROOT,
     history,
+    local_markers,
     serving,
     temporal_cli,
     tool_activity_count,
@@ -68,10 +69,7 @@ async def failure_of(handle: WorkflowHandle[Any, Any]) -> tuple[str | None, str]
 def model_calls(hist: Any) -> int:
     """Model calls a run made (scripted models run as local activities: markers)."""
     return sum(
-        1
-        for e in hist.events
-        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-        and b"call_model" in e.marker_recorded_event_attributes.details["data"].payloads[0].data
+        1 for m in local_markers(hist) if b"call_model" in m.details["data"].payloads[0].data
     )
 
 
@@ -145,18 +143,11 @@ async def test_internal_fields_in_a_start_input_are_refused(desk: Desk) -> None:
     """A copied graph with approval "never", carried state, rules or a parent link: refused."""
     handle, call_id = await desk.park()
     hist = await history(handle)
-    marker = next(
-        e.marker_recorded_event_attributes.details["data"].payloads[0].data
-        for e in hist.events
-        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-        and b"resolve_agent" in e.marker_recorded_event_attributes.details["data"].payloads[0].data
-    )
     resolved = json.loads(
         next(
-            e.marker_recorded_event_attributes.details["result"].payloads[0].data
-            for e in hist.events
-            if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-            and e.marker_recorded_event_attributes.details["data"].payloads[0].data == marker
+            m.details["result"].payloads[0].data
+            for m in local_markers(hist)
+            if b"resolve_agent" in m.details["data"].payloads[0].data
         )
     )
     graph = resolved["graph"]

@@ -19,10 +19,10 @@ from hitl import Agent, ModelReply, ModelRequest, RunConfig, Runner, ScriptedMod
 from hitl.limits import MIN_CONTINUE_AS_NEW_EVENTS
 from hitl.stream import current_offset
 from hitl.tools import ToolContext
-from hitl.wire import DecisionInput, DecisionRecord, RunOutput, RunStatus
+from hitl.wire import INBOX_MEMO, DecisionInput, DecisionRecord, InboxMemo, RunOutput, RunStatus
 from tests.helpers import (
     Ledger,
-    event_count,
+    local_markers,
     record_effect,
     serving,
     tool_activity_count,
@@ -158,7 +158,14 @@ async def test_a_parked_run_continues_as_new_and_carries_everything(
         assert await current_offset(client, wid) >= offset_before, "the event stream carried"
         latest = await client.get_workflow_handle(wid, run_id=after.run_id).fetch_history()
         assert tool_activity_count(latest) == 0
-        assert event_count(latest, EventType.EVENT_TYPE_MARKER_RECORDED) == 0, "no model call"
+        assert local_markers(latest) == [], "no model call"
+        # The inbox memo came along (listed with no query), and was not written again.
+        desc = await client.get_workflow_handle(wid, run_id=after.run_id).describe()
+        memo = await desc.memo_value(INBOX_MEMO, type_hint=InboxMemo)
+        assert [(c.call_id, c.approved_by) for c in memo.calls] == [(wire_call, ["cfo"])]
+        assert not any(
+            e.event_type == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED for e in latest.events
+        )
 
         # A decision by workflow id reaches the new run; a late duplicate of the first run's
         # decision is answered from the record, a conflicting one refused.
