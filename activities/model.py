@@ -61,6 +61,8 @@ class ModelActivities:
                     non_retryable=True,
                 )
             transcript = await _fetch_transcript(inp.transcript_ref)
+        elif inp.previous_response_id:
+            transcript = transcript[inp.since :]  # (inline: the whole transcript is given)
         filtered: InputFilterRecord | None = None
         if inp.input_filter:
             before, given = len(transcript), instructions
@@ -97,14 +99,7 @@ class ModelActivities:
                 from hitl.activities.openai_model import OpenAIProvider
 
                 self.openai = OpenAIProvider()
-            if inp.stream:
-                output, usage, response_id = await self._respond_streaming(
-                    inp, instructions, transcript
-                )
-            else:
-                output, usage, response_id = await self.openai.respond(
-                    inp, instructions, transcript
-                )
+            output, usage, response_id = await self._openai(inp, instructions, transcript)
 
         output = _cap_output(output, inp.max_argument_bytes)
         response = ModelResponse(
@@ -117,6 +112,42 @@ class ModelActivities:
                 response.final_output = _validate_output(agent, text)
                 response.has_final_output = True
         return response
+
+    async def _openai(
+        self, inp: CallModelInput, instructions: str | None, transcript: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], Usage, str | None]:
+        """One call of an OpenAI model; with `previous_response_id`, only what is new.
+
+        The provider holds the previous response's input and output, so the items the model
+        produced are not sent again (only tool outputs and new messages are). When it no longer
+        has that response, the call is made again with the whole transcript.
+        """
+        if not inp.previous_response_id:
+            return await self._respond(inp, instructions, transcript)
+        try:
+            new = [item for item in transcript if not _from_model(item)]
+            return await self._respond(inp, instructions, new)
+        except ApplicationError as exc:
+            if "previous response" not in exc.message.lower() and (
+                "previous_response" not in exc.message
+            ):
+                raise
+        whole = inp.transcript
+        if whole is None:
+            assert inp.transcript_ref is not None
+            whole = await _fetch_transcript(inp.transcript_ref.model_copy(update={"start": 0}))
+        alone = inp.model_copy(update={"previous_response_id": None, "since": 0})
+        return await self._respond(alone, instructions, whole)
+
+    async def _respond(
+        self, inp: CallModelInput, instructions: str | None, transcript: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], Usage, str | None]:
+        if inp.stream:
+            return await self._respond_streaming(inp, instructions, transcript)
+        result: tuple[list[dict[str, Any]], Usage, str | None] = await self.openai.respond(
+            inp, instructions, transcript
+        )
+        return result
 
     async def _respond_streaming(
         self, inp: CallModelInput, instructions: str | None, transcript: list[dict[str, Any]]
@@ -232,13 +263,27 @@ def input_digest(items: list[dict[str, Any]], instructions: str | None) -> str:
 async def _fetch_transcript(ref: TranscriptRef) -> list[dict[str, Any]]:
     handle = activity.client().get_workflow_handle(ref.workflow_id, run_id=ref.run_id)
     page: TranscriptPage = await handle.query(
-        QUERY_TRANSCRIPT, TranscriptQuery(end=ref.end), result_type=TranscriptPage
+        QUERY_TRANSCRIPT,
+        TranscriptQuery(start=ref.start, end=ref.end),
+        result_type=TranscriptPage,
     )
-    if len(page.items) != ref.end:
+    if len(page.items) != ref.end - ref.start:
         raise ApplicationError(
-            f"transcript has {len(page.items)} items, expected {ref.end}", non_retryable=False
+            f"transcript has {len(page.items)} items from {ref.start}, expected "
+            f"{ref.end - ref.start}",
+            non_retryable=False,
         )
     return page.items
+
+
+def _from_model(item: dict[str, Any]) -> bool:
+    """Whether a transcript item is the model's own output (the provider has it already)."""
+    kind = item.get("type")
+    if kind == "function_call_output":
+        return False
+    if kind in (None, "message"):
+        return item.get("role") == "assistant"
+    return True  # function_call, reasoning and the other output items
 
 
 def _validate_output(agent: Agent[Any], text: str) -> Any:

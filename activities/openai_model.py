@@ -206,6 +206,8 @@ async def _responses(
     request: Mapping[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], Usage, str | None]:
     kwargs: dict[str, Any] = {"model": inp.model.name, "input": transcript, **(request or {})}
+    if inp.previous_response_id:
+        kwargs["previous_response_id"] = inp.previous_response_id
     if instructions:
         kwargs["instructions"] = instructions
     if inp.tools:

@@ -138,6 +138,13 @@ class RunConfig:
         remind_after: For tools without their own: seconds before a waiting call is reminded.
         escalate_after: For tools without their own: seconds before a waiting call escalates.
         escalate_to: For tools without their own: who joins the approvers on escalation.
+        auto_previous_response_id: Let the provider keep the conversation (the OpenAI
+            Responses API's `previous_response_id`): each model call sends only what is new
+            since the previous response. The response id is kept in the run (across pauses,
+            worker restarts and continue-as-new). Models on Chat Completions, scripted models
+            and runs with a `call_model_input_filter` send the whole transcript as before; so
+            does the first call after a handoff, and a call whose previous response the
+            provider no longer has.
         model_task_queue: Task queue for remote model calls (default: the run's own queue).
         tool_task_queue: Task queue for tool executions (default: the run's own queue), served
             for example by `python -m hitl.worker --activities-only` inside a private network.
@@ -176,6 +183,7 @@ class RunConfig:
     remind_after: float | None = None
     escalate_after: float | None = None
     escalate_to: list[str] = field(default_factory=list)
+    auto_previous_response_id: bool = False
 
     def callables(self) -> list[Any]:
         """Every function (or guardrail) this config names: what a worker must allow."""
@@ -247,6 +255,7 @@ class RunConfig:
             remind_after_seconds=self.remind_after,
             escalate_after_seconds=self.escalate_after,
             escalate_to=list(self.escalate_to),
+            auto_previous_response_id=self.auto_previous_response_id,
         )
 
 

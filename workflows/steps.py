@@ -252,6 +252,21 @@ class Steps:
         """Ask the agent's model for the next step."""
         cfg = self.inp.run_config
         transcript = model_input(self.s.input_items, self.s.new_items)
+        s = self.s
+        server = (
+            cfg.auto_previous_response_id
+            and agent.model.provider == "openai"
+            and agent.model.api != "chat"
+            and not cfg.call_model_input_filter
+        )
+        since = (
+            s.response_items
+            if server
+            and s.response_id
+            and s.response_agent == agent.id
+            and s.response_items <= len(transcript)
+            else 0
+        )
         tools = [
             ModelTool(
                 name=t.name,
@@ -290,6 +305,8 @@ class Steps:
             max_argument_bytes=cfg.max_tool_argument_bytes,
             stream=cfg.stream_text_deltas and agent.model.provider != "scripted",
             input_filter=cfg.call_model_input_filter,
+            previous_response_id=s.response_id if since else None,
+            since=since,
         )
         # The activity outlives the client's own timeout (the model's, or the worker default).
         timeout = MODEL_TIMEOUT
@@ -311,7 +328,10 @@ class Steps:
                 # Keep history linear in turns: the activity reads the transcript by query
                 # instead of receiving the whole conversation on every call.
                 inp.transcript_ref = TranscriptRef(
-                    workflow_id=info.workflow_id, run_id=info.run_id, end=len(transcript)
+                    workflow_id=info.workflow_id,
+                    run_id=info.run_id,
+                    end=len(transcript),
+                    start=since,
                 )
                 response = await workflow.execute_activity(
                     ACT_CALL_MODEL,
@@ -326,6 +346,10 @@ class Steps:
             raise failure_from_activity(err, "the model call") from None
         finally:
             self.busy -= 1
+        if server and response.response_id:
+            # The provider now holds this transcript and the response's output.
+            s.response_id, s.response_items = response.response_id, len(transcript)
+            s.response_agent = agent.id
         return response
 
     # ----------------------------------------------------------------- tools

@@ -40,6 +40,8 @@ class TranscriptRef(WireModel):
     workflow_id: str
     run_id: str
     end: int
+    start: int = 0
+    """Items before it are not fetched (the provider holds them: `previous_response_id`)."""
 
 
 class ModelTool(WireModel):
@@ -73,6 +75,11 @@ class CallModelInput(WireModel):
     """Ask the model to stream and publish its text deltas on the run's event stream."""
     input_filter: str | None = None
     """The run's `call_model_input_filter` (import reference), applied in this activity."""
+    previous_response_id: str | None = None
+    """The provider holds the conversation up to this response: send only what is new."""
+    since: int = 0
+    """With `previous_response_id`: the transcript items the provider holds (the transcript
+    given, inline or by reference, starts there)."""
 
 
 class InputFilterRecord(WireModel):

@@ -216,6 +216,9 @@ class RunConfigSpec(WireModel):
     """Default for tools without their own: seconds before a waiting call escalates."""
     escalate_to: list[str] = Field(default_factory=list)
     """Default for tools without their own: who is added when a call escalates."""
+    auto_previous_response_id: bool = False
+    """The provider keeps the conversation: model calls send what is new since the previous
+    response (`previous_response_id`, the OpenAI Responses API)."""
     stream_text_deltas: bool = False
     """Models that can stream publish text deltas as `model_text_delta` events (costs a
     signal per batch of deltas; `Runner.run_streamed` turns it on)."""

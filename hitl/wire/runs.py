@@ -425,6 +425,12 @@ class CarriedState(WireModel):
     """The worker that started the run has notifiers: tell them about waits and decisions."""
     outcomes_attribute: bool = False
     """The run keeps `HitlOutcomes` (registered when it started; older runs never do)."""
+    response_id: str | None = None
+    """The last model response, when the provider keeps the conversation."""
+    response_items: int = 0
+    """Transcript items the provider holds through `response_id`."""
+    response_agent: str | None = None
+    """The agent whose call made `response_id` (a handoff starts a new conversation)."""
     inbox_memo: bool = False
     """The run keeps its pending calls in its memo (`INBOX_MEMO`; runs started before never)."""
     inbox_shown: list[str] = Field(default_factory=list)
