@@ -24,6 +24,7 @@ from hitl.shell_tools import (
     shell_tool,
 )
 from hitl.testing import ToolCheck
+from tests.helpers import wait_for
 
 
 def diff(path: str, old: str, new: str) -> str:
@@ -141,11 +142,10 @@ async def test_a_command_over_its_timeout_is_killed_with_its_children(tmp_path: 
     assert out.startswith("timed out after 0.5 s (the command and its children were killed)")
     assert "--- stdout ---\nstarted" in out, "the output so far is kept"
     pids = [int((tmp_path / name).read_text()) for name in ("sh.pid", "child.pid")]
-    for _ in range(100):  # SIGKILL is delivered asynchronously: wait for it to be observable
-        if not any(alive(pid) for pid in pids):
-            break
-        await asyncio.sleep(0.05)
-    assert not any(alive(pid) for pid in pids), "the background child was killed too"
+    # SIGKILL is delivered asynchronously: wait for it to be observable.
+    await wait_for(
+        lambda: not any(alive(pid) for pid in pids), 5, "the background child killed too"
+    )
 
     plain = shell_tool(cwd=tmp_path, allowed_commands=["sleep"], timeout=0.2)
     assert (await ToolCheck(plain).execute({"command": "sleep 30"})).startswith("timed out")
@@ -157,19 +157,13 @@ async def test_a_cancelled_call_kills_its_command(tmp_path: Path) -> None:
     call = asyncio.create_task(
         ToolCheck(tool).execute({"command": "sh -c 'echo $$ > pid; sleep 30'"})
     )
-    for _ in range(200):  # wait until the command has started
-        if (tmp_path / "pid").exists() and (tmp_path / "pid").read_text().strip():
-            break
-        await asyncio.sleep(0.02)
-    pid = int((tmp_path / "pid").read_text())
+    pidfile = tmp_path / "pid"
+    await wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 5, "the command")
+    pid = int(pidfile.read_text())
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
-    for _ in range(100):
-        if not alive(pid):
-            break
-        await asyncio.sleep(0.05)
-    assert not alive(pid)
+    await wait_for(lambda: not alive(pid), 5, "the cancelled command to be killed")
 
 
 async def test_output_is_cut_and_the_cut_is_counted(tmp_path: Path) -> None:
