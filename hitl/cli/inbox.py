@@ -44,7 +44,9 @@ from hitl.wire import (
     SA_AGENT,
     SA_STATUS,
     WORKFLOW_TYPE,
+    InboxEntry,
     InboxMemo,
+    PendingApproval,
     RunSnapshot,
     RunStatus,
 )
@@ -134,31 +136,49 @@ def _unavailable_row(w: WorkflowExecution, why: str) -> _Row:
     return (since or _FAR, cells, data)
 
 
+def _call_row(
+    w: WorkflowExecution,
+    workflow_id: str,
+    agent: str,
+    title: str,
+    approved: int,
+    call: PendingApproval | InboxEntry,
+) -> _Row:
+    """One line of `hitl pending`: its sort key, table cells and `--json` object."""
+    if call.required_approvals > 1:
+        title = f"[{approved}/{call.required_approvals} approved] {title}"
+    cells = [
+        one_line(workflow_id),
+        one_line(call.call_id),
+        one_line(_path_text(call.path or [call.agent_name], call.tool_name)),
+        _short(title),
+        _ago(call.requested_at),
+    ]
+    data = {
+        **call.model_dump(mode="json", exclude={"workflow_id"}),
+        # Decisions go to the root run; the call's own (nested) run is named apart.
+        "workflow_id": workflow_id,
+        "owner_workflow_id": call.workflow_id or workflow_id,
+        "agent": agent,
+        "task_queue": w.task_queue,
+        "unavailable": None,
+    }
+    return (call.requested_at or _FAR, cells, data)
+
+
 def _pending_rows(w: WorkflowExecution, status: RunStatus) -> list[_Row]:
-    """One row per call the run waits on."""
-    rows: list[_Row] = []
-    for p in status.pending:
-        title = p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}"
-        if p.required_approvals > 1:
-            title = f"[{len(p.approvals)}/{p.required_approvals} approved] {title}"
-        cells = [
-            one_line(status.workflow_id),
-            one_line(p.call_id),
-            one_line(_path_text(p.path or [p.agent_name], p.tool_name)),
-            _short(title),
-            _ago(p.requested_at),
-        ]
-        data = {
-            **p.model_dump(mode="json"),
-            # Decisions go to the root run; the call's own (nested) run is named apart.
-            "workflow_id": status.workflow_id,
-            "owner_workflow_id": p.workflow_id or status.workflow_id,
-            "agent": status.agent,
-            "task_queue": w.task_queue,
-            "unavailable": None,
-        }
-        rows.append((p.requested_at or _FAR, cells, data))
-    return rows
+    """One row per call the run waits on (from its `status` answer)."""
+    return [
+        _call_row(
+            w,
+            status.workflow_id,
+            status.agent,
+            p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}",
+            len(p.approvals),
+            p,
+        )
+        for p in status.pending
+    ]
 
 
 async def inbox_memo(w: WorkflowExecution) -> InboxMemo | None:
@@ -175,27 +195,7 @@ async def inbox_memo(w: WorkflowExecution) -> InboxMemo | None:
 def _memo_rows(w: WorkflowExecution, memo: InboxMemo) -> list[_Row]:
     """One row per call a paused run's memo lists (no query, no worker)."""
     agent = w.typed_search_attributes.get(_AGENT_KEY) or ""
-    rows: list[_Row] = []
-    for c in memo.calls:
-        title = c.title
-        if c.required_approvals > 1:
-            title = f"[{len(c.approved_by)}/{c.required_approvals} approved] {title}"
-        cells = [
-            one_line(w.id),
-            one_line(c.call_id),
-            one_line(_path_text(c.path or [c.agent_name], c.tool_name)),
-            _short(title),
-            _ago(c.requested_at),
-        ]
-        data = {
-            **c.model_dump(mode="json", exclude={"workflow_id"}),
-            "workflow_id": w.id,
-            "owner_workflow_id": c.workflow_id or w.id,
-            "agent": agent,
-            "task_queue": w.task_queue,
-            "unavailable": None,
-        }
-        rows.append((c.requested_at or _FAR, cells, data))
+    rows = [_call_row(w, w.id, agent, c.title, len(c.approved_by), c) for c in memo.calls]
     if memo.total > len(memo.calls):
         more = memo.total - len(memo.calls)
         print(
