@@ -28,7 +28,7 @@ from temporalio.client import (
     WorkflowUpdateStage,
 )
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.agent import Agent
 from hitl.errors import NoWorkerError
@@ -155,7 +155,18 @@ class RunnerConnection:
                         result_type=result_type,
                         rpc_timeout=grace,
                     )
-            except WorkflowUpdateRPCTimeoutOrCancelledError:
+            except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as exc:
+                # Update-with-start reports a timed-out update inside its multi-operation
+                # failure, as a bare `RPCError` (CANCELLED: "operation was canceled") that the
+                # SDK does not turn into its timeout error; both mean "not accepted in time".
+                if isinstance(exc, RPCError) and exc.status not in (
+                    RPCStatusCode.CANCELLED,
+                    RPCStatusCode.DEADLINE_EXCEEDED,
+                ):
+                    if op is not None:
+                        with contextlib.suppress(BaseException):
+                            await op.workflow_handle()
+                    raise
                 if op is not None:
                     with contextlib.suppress(Exception):
                         await op.workflow_handle()  # consume the operation's timeout error
@@ -210,11 +221,15 @@ class RunnerConnection:
     async def worker_is_busy(self, workflow_id: str) -> bool:
         """After the grace period: is a worker slow on this run (wait on) or is there none?
 
-        A worker holds the run's workflow task (it is *started*), or the queue's workers keep
-        polling, i.e. finish other tasks (a loaded worker stops polling while all its slots are
-        taken, so its last poll advances only as it frees them). A dead worker does neither.
+        A worker polled the queue recently (the server keeps a poller for `POLLER_FRESH_SECONDS`:
+        a loaded worker stops polling this queue while its slots are taken and it works through
+        its sticky queue, so a missing poll says little), it holds the run's workflow task (it
+        is *started*), or the queue's workers keep polling. A worker that died less than that
+        long ago still counts: the call waits on, and says so once its poller goes stale.
         """
         if self.serving:
+            return True
+        if await live_pollers(self.client, self.task_queue) > 0:
             return True
         # Twice: a worker whose slots are all taken polls again only as it frees one, and it may
         # spend a while on runs already on its sticky queue. Taking a busy worker for a missing
