@@ -229,8 +229,9 @@ class RunnerConnection:
         """
         if self.serving:
             return True
-        if await live_pollers(self.client, self.task_queue) > 0:
-            return True
+        with contextlib.suppress(RPCError):  # (the checks below still decide)
+            if await live_pollers(self.client, self.task_queue) > 0:
+                return True
         # Twice: a worker whose slots are all taken polls again only as it frees one, and it may
         # spend a while on runs already on its sticky queue. Taking a busy worker for a missing
         # one is the costly mistake (NoWorkerError, or a second worker); the other only waits.
@@ -249,8 +250,9 @@ class RunnerConnection:
                 task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
             ):
                 return True
-            if await pollers_advance(self.client, self.task_queue):
-                return True
+            with contextlib.suppress(RPCError):
+                if await pollers_advance(self.client, self.task_queue):
+                    return True
         return False
 
 
