@@ -446,8 +446,10 @@ class Steps:
             if isinstance(cause, ApplicationError) and cause.type == (
                 "ToolInputGuardrailTripwireTriggered"
             ):
-                details = cause.details[0] if cause.details else {}
-                raise RunFailure(cause.type, cause.message, details) from None
+                details = _details(cause)
+                raise RunFailure(
+                    cause.type, cause.message, details if isinstance(details, dict) else None
+                ) from None
             if isinstance(cause, TemporalTimeoutError):
                 message = f"Tool '{rec.tool_name}' timed out after {timeout:g} seconds."
                 if tool.timeout_behavior == "raise_exception":

@@ -235,6 +235,21 @@ async def test_tool_guardrail_can_stop_the_run(
     assert ledger.count() == 0
 
 
+async def test_tool_guardrail_can_stop_the_run_when_the_call_executes(
+    ts_env: WorkflowEnvironment, verdict: Path, ledger: Ledger
+) -> None:
+    verdict.write_text("allow")
+    async with serving(ts_env.client, payer) as tq:
+        result = await Runner.run(payer, "pay", client=ts_env.client, task_queue=tq, serve=False)
+        verdict.write_text("stop")  # it became unsafe while it waited
+        state = result.to_state()
+        state.approve(result.interruptions[0])
+        with pytest.raises(ToolInputGuardrailTripwireTriggered) as err:
+            await Runner.run(payer, state, client=ts_env.client, task_queue=tq, serve=False)
+    assert err.value.output_info == {"stage": "execution"}
+    assert ledger.count() == 0
+
+
 # ----------------------------------------------------------------------------- handoff hooks
 
 
