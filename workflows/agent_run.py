@@ -153,7 +153,6 @@ class AgentRun:
             None if visibility.spoofed() else visibility.STARTED
         )
         self._shown = 0  # refusals the UI's current details list
-        self._memo_on, self._memo_shown = False, visibility.NO_INBOX  # see visibility.publish_inbox
 
     # ================================================================= main loop
 
@@ -204,9 +203,7 @@ class AgentRun:
         """Pin the graph (a top-level run), take the input, check input guardrails."""
         inp, s = self.inp, self.s
         if inp.carried is None:
-            self._memo_on = inp.parent is None and workflow.patched(visibility.INBOX_PATCH)
-            s.inbox_memo = self._memo_on
-        self._memo_on, self._memo_shown = s.inbox_memo, visibility.shown_key(s.inbox_shown)
+            s.inbox_memo = inp.parent is None and workflow.patched(visibility.INBOX_PATCH)
         if s.graph is None:
             resolved = await self.steps.resolve()
             s.graph, s.search_attributes = resolved.graph, resolved.search_attributes

@@ -181,14 +181,16 @@ def details(
 
 INBOX_PATCH = "hitl-inbox-memo"
 """Runs started with this code keep their pending calls in the memo (`INBOX_MEMO`)."""
-NO_INBOX: tuple[tuple[str, int], ...] = ()
 
 
-def inbox_key(run: AgentRun, visible: Visible) -> tuple[tuple[str, int], ...]:
-    """What the inbox memo shows of a paused run: its pending calls and their approvals."""
-    if not run._memo_on or visible.status != "awaiting_approval":
-        return NO_INBOX
-    return tuple((p.call_id, len(p.approvals)) for p in run.book.pending())
+def inbox_key(run: AgentRun, visible: Visible) -> list[str] | None:
+    """What the inbox memo should show of a paused run; `None`: leave the memo as it is.
+
+    Its calls and their approvals so far, in the form `CarriedState.inbox_shown` keeps.
+    """
+    if not run.s.inbox_memo or visible.status != "awaiting_approval":
+        return None
+    return [f"{p.call_id}\t{len(p.approvals)}" for p in run.book.pending()]
 
 
 def changed(run: AgentRun) -> bool:
@@ -197,7 +199,7 @@ def changed(run: AgentRun) -> bool:
     return (
         visible != run._published
         or len(run.s.refused) != run._shown
-        or (inbox_key(run, visible) not in (NO_INBOX, run._memo_shown))
+        or inbox_key(run, visible) not in (None, run.s.inbox_shown)
     )
 
 
@@ -211,9 +213,8 @@ def publish_run(run: AgentRun) -> None:
     """
     visible, refusals = run._visible(), len(run.s.refused)
     key = inbox_key(run, visible)
-    if key not in (NO_INBOX, run._memo_shown):
-        run._memo_shown = key
-        run.s.inbox_shown = [f"{call}\t{n}" for call, n in key]
+    if key is not None and key != run.s.inbox_shown:
+        run.s.inbox_shown = key
         publish_inbox(run.book.pending(run.path(), workflow.info().workflow_id))
     if visible == run._published:
         if refusals != run._shown:  # a refused signal: the details say so (no event)
@@ -241,15 +242,9 @@ def inbox_memo(pending: Sequence[PendingApproval]) -> InboxMemo:
     return InboxMemo(calls=[inbox_entry(p) for p in pending[:INBOX_CALLS]], total=len(pending))
 
 
-def shown_key(shown: Sequence[str]) -> tuple[tuple[str, int], ...]:
-    """`inbox_key` from its carried form (`CarriedState.inbox_shown`)."""
-    pairs = [item.rsplit("\t", 1) for item in shown]
-    return tuple((call, int(n)) for call, n in pairs if n.isdigit())
-
-
 def carried_memo(run: AgentRun) -> dict[str, Any] | None:
     """The memo a continued run starts with: what this one lists (it is not written again)."""
-    if not run._memo_on or not run.s.inbox_shown:
+    if not run.s.inbox_memo or not run.s.inbox_shown:
         return None
     return {INBOX_MEMO: inbox_memo(run.book.pending(run.path(), workflow.info().workflow_id))}
 
