@@ -225,11 +225,9 @@ class MCPServer:
                 yield session
         except MCPServerError:
             raise
-        except InputRequired:
-            raise
         except BaseException as exc:
             inner = _first_leaf(exc)
-            if isinstance(inner, InputRequired | MCPServerError):
+            if isinstance(inner, MCPServerError):  # (a missing credential, in a task group)
                 raise inner from None
             if isinstance(exc, asyncio.CancelledError):
                 raise
