@@ -51,6 +51,13 @@ TRANSCRIPT_INLINE_BYTES = 16 * KB
 Every item is in history already; a larger transcript is left out of the result and read by
 query (`snapshot`), which costs a replay of the closed run (tens of milliseconds). Small runs
 keep it inline so `Runner.run` returns without that query."""
+MODEL_INPUT_INLINE_BYTES = 4 * KB
+"""A regular model activity gets the transcript in its input while it is this small (JSON).
+
+A larger one is passed by reference and read by query from the activity, so history stays
+linear in turns. Inline saves that query: a round trip through the server to the worker that
+holds the run (about a third of the server's work for a short run) and several milliseconds
+per call; the price is at most this many bytes of history per model call."""
 
 MAX_EXTEND_SECONDS = 365 * 24 * 3600.0
 """How far one `extend` may move a call's deadline (a year)."""

@@ -27,6 +27,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from hitl.items import REJECTION_MESSAGE, TOOL_ERROR_PREFIX, model_input
+    from hitl.limits import MODEL_INPUT_INLINE_BYTES
     from hitl.wire import (
         ACT_CALL_MODEL,
         ACT_EXECUTE_TOOL,
@@ -115,6 +116,16 @@ def _details(err: ApplicationError) -> Any:
         except Exception:
             return None
     return first
+
+
+def _fits(items: list[dict[str, Any]], limit: int) -> bool:
+    """Whether `items` as JSON take at most `limit` bytes (stops counting past it)."""
+    total = 0
+    for item in items:
+        total += len(json.dumps(item, separators=(",", ":"), default=str).encode()) + 1
+        if total > limit:
+            return False
+    return True
 
 
 def _server(agent: AgentSpec, tool_name: str) -> str | None:
@@ -325,14 +336,17 @@ class Steps:
                     retry_policy=MODEL_RETRY,
                 )
             else:
-                # Keep history linear in turns: the activity reads the transcript by query
-                # instead of receiving the whole conversation on every call.
-                inp.transcript_ref = TranscriptRef(
-                    workflow_id=info.workflow_id,
-                    run_id=info.run_id,
-                    end=len(transcript),
-                    start=since,
-                )
+                if _fits(transcript, MODEL_INPUT_INLINE_BYTES):
+                    inp.transcript = transcript  # a short run: no query from the activity
+                else:
+                    # Keep history linear in turns: the activity reads the transcript by query
+                    # instead of receiving the whole conversation on every call.
+                    inp.transcript_ref = TranscriptRef(
+                        workflow_id=info.workflow_id,
+                        run_id=info.run_id,
+                        end=len(transcript),
+                        start=since,
+                    )
                 response = await workflow.execute_activity(
                     ACT_CALL_MODEL,
                     inp,

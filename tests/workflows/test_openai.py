@@ -140,6 +140,55 @@ async def test_responses_tool_call_approval_then_final_answer(
     }
 
 
+def model_inputs(hist: object) -> list[dict[str, object]]:
+    """The decoded input of each call_model activity scheduled, in order."""
+    out = []
+    for e in hist.events:  # type: ignore[attr-defined]
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = e.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == "call_model":
+                out.append(json.loads(attrs.input.payloads[0].data))
+    return out
+
+
+async def test_a_short_transcript_travels_inline_a_long_one_by_reference(
+    ts_env: WorkflowEnvironment, fake: FakeOpenAI
+) -> None:
+    """A model activity gets a short run's transcript in its input (no transcript query, which
+    would be a round trip through the server to the run); past `MODEL_INPUT_INLINE_BYTES` it
+    gets a reference and reads the transcript by query, so history stays linear in turns."""
+    from hitl.limits import MODEL_INPUT_INLINE_BYTES
+
+    agent = make_agent(fake)
+    long_text = "spell out every detail of order 8. " * (MODEL_INPUT_INLINE_BYTES // 30)
+    fake.queue(
+        RESPONSES,
+        Reply(response_body([responses_call("lookup", {"order_id": 7}, "call_s")])),
+        Reply(response_body([responses_text("Espresso machine.")], rid="resp_2")),
+        Reply(response_body([responses_text("Order 8, in detail.")], rid="resp_3")),
+    )
+    async with serving(ts_env.client, agent) as tq:
+        short = await Runner.run(
+            agent, "what is order 7?", client=ts_env.client, task_queue=tq, serve=False
+        )
+        long = await Runner.run(agent, long_text, client=ts_env.client, task_queue=tq, serve=False)
+        short_inputs = model_inputs(
+            await ts_env.client.get_workflow_handle(short.workflow_id).fetch_history()
+        )
+        long_inputs = model_inputs(
+            await ts_env.client.get_workflow_handle(long.workflow_id).fetch_history()
+        )
+    assert (short.final_output, long.final_output) == ("Espresso machine.", "Order 8, in detail.")
+    # The short run: both calls carry the transcript, none a reference.
+    assert [len(i["transcript"]) for i in short_inputs] == [1, 3]  # type: ignore[arg-type]
+    assert all("transcript_ref" not in i for i in short_inputs)
+    # The long one: a reference only, and the model still received the whole input.
+    (only,) = long_inputs
+    assert "transcript" not in only and only["transcript_ref"]["end"] == 1  # type: ignore[index]
+    sent = fake.requests_to(RESPONSES)[-1].body["input"]
+    assert sent == [{"role": "user", "content": long_text}]
+
+
 async def test_chat_completions_tool_call_then_final_answer(
     ts_env: WorkflowEnvironment, fake: FakeOpenAI
 ) -> None:
