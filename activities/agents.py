@@ -192,6 +192,7 @@ class AgentActivities:
             tracing=self.tracing,
             directory=self.directory,
             notify=self.notify,
+            inbox_memo=True,
         )
 
     @activity.defn(name=ACT_HANDLE_RUN_ERROR)

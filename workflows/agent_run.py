@@ -202,14 +202,19 @@ class AgentRun:
     async def _start(self) -> None:
         """Pin the graph (a top-level run), take the input, check input guardrails."""
         inp, s = self.inp, self.s
-        if inp.carried is None:
-            s.inbox_memo = inp.parent is None and workflow.patched(visibility.INBOX_PATCH)
+        patched = False
+        if inp.carried is None and workflow.unsafe.is_replaying():
+            # Runs started by the code before the resolution said so carry the patch marker;
+            # replaying reads it (and writes nothing). New runs never write it.
+            patched = workflow.patched(visibility.INBOX_PATCH)
         if s.graph is None:
             resolved = await self.steps.resolve()
             s.graph, s.search_attributes = resolved.graph, resolved.search_attributes
             s.directory, s.notify = resolved.directory, resolved.notify
             s.outcomes_attribute = resolved.search_attributes and resolved.outcomes_attribute
             s.current_agent, s.tracing = resolved.graph.root, resolved.tracing
+            if inp.carried is None:
+                s.inbox_memo = inp.parent is None and (resolved.inbox_memo or patched)
         self.trace = tracing.start(self)
         if inp.carried is None:
             try:

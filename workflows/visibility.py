@@ -180,7 +180,9 @@ def details(
 
 
 INBOX_PATCH = "hitl-inbox-memo"
-"""Runs started with this code keep their pending calls in the memo (`INBOX_MEMO`)."""
+"""The patch that marked, for a while, runs keeping their pending calls in the memo
+(`INBOX_MEMO`); runs now learn it from their recorded resolution (`ResolvedRun.inbox_memo`),
+and the marker is only read back when such a run replays."""
 
 
 def inbox_key(run: AgentRun, visible: Visible) -> list[str] | None:

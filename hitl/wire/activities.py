@@ -312,6 +312,12 @@ class ResolvedRun(WireModel):
     """The worker has notifiers: the run starts `notify` activities for its waits."""
     outcomes_attribute: bool = False
     """`HitlOutcomes` is registered too, so the run keeps it current."""
+    inbox_memo: bool = False
+    """The worker's code keeps a paused run's pending calls in its memo (`hitl_inbox`).
+
+    Recorded with the resolution, so a run knows its version from its own history without a
+    patch marker (which would cost two events: the marker and core's `TemporalChangeVersion`
+    upsert). A resolution recorded by older code lacks it: that run keeps the older behaviour."""
 
 
 class HandleRunErrorInput(WireModel):
