@@ -65,6 +65,7 @@ from hitl.wire import (
     RunOutput,
     RunSnapshot,
     RunStatus,
+    SettledStatus,
     WaitInput,
 )
 
@@ -207,7 +208,11 @@ async def _start(conn: RunnerConnection, request: StartRequest) -> RunResult:
     wid = request.workflow_id
     try:
         status = await conn.update(
-            wid, UPDATE_WAIT, WaitInput(), start=lambda: request.operation(conn.task_queue)
+            wid,
+            UPDATE_WAIT,
+            WaitInput(items=True),
+            start=lambda: request.operation(conn.task_queue),
+            result_type=SettledStatus,
         )
     except WorkflowAlreadyStartedError:
         log.info("run %s already exists and is closed; returning its outcome", wid)
@@ -335,7 +340,9 @@ async def _settle(conn: RunnerConnection, workflow_id: str, status: RunStatus | 
     for _ in range(1000):
         if status is None or status.continued_as_new or status.phase in ("starting", "running"):
             try:
-                status = await conn.update(workflow_id, UPDATE_WAIT, WaitInput())
+                status = await conn.update(
+                    workflow_id, UPDATE_WAIT, WaitInput(items=True), result_type=SettledStatus
+                )
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise
@@ -348,7 +355,12 @@ async def _settle(conn: RunnerConnection, workflow_id: str, status: RunStatus | 
             if err is None:
                 raise RunFailedError(f"run {workflow_id} failed")
             raise from_failure(err.type, err.message, err.details)
-        snap: RunSnapshot = await handle.query(QUERY_SNAPSHOT, result_type=RunSnapshot)
+        if isinstance(status, SettledStatus) and status.new_items is not None:
+            # The run sent its whole status and transcript with the answer (they are small).
+            items = status.input_items or []
+            snap = RunSnapshot(status=status, input_items=items, new_items=status.new_items)
+            return _paused_result(snap, agent, task_queue)
+        snap = await handle.query(QUERY_SNAPSHOT, result_type=RunSnapshot)
         if snap.status.phase != "awaiting_approval":
             status = snap.status
             continue

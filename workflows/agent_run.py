@@ -542,21 +542,14 @@ class AgentRun:
     @workflow.update(name=UPDATE_WAIT, description=HANDLER_HELP[UPDATE_WAIT])
     async def wait(self, *args: Any) -> RunStatus:
         """Return once the run waits for a person, finishes, or continues as new."""
+        req = _wait_input(args)
         await self._wait_settled()
-        return visibility.settled_status(self, [])
+        return visibility.settled_status(self, [], items=req.items)
 
     @wait.validator
     def _validate_wait(self, *args: Any) -> None:
-        # Its content is ignored, but an accepted update is echoed in history: keep it small.
-        read_one(
-            args,
-            WaitInput,
-            what="a wait",
-            example="{}",
-            max_bytes=MAX_SIGNAL_BYTES,
-            error_type="InvalidMessage",
-            optional=True,
-        )
+        # An accepted update is echoed in history: keep it small.
+        _wait_input(args)
         self._waiters.check()
 
     async def _wait_settled(self) -> None:
@@ -690,3 +683,16 @@ class AgentRun:
     def announce_request(self, call_id: str, tool: str, request: Any) -> None:
         """An `approval_requested` event, once per call (for nested runs' calls)."""
         self.events.announce_request(call_id, tool, request)
+
+
+def _wait_input(args: tuple[Any, ...]) -> WaitInput:
+    """The `wait` update's payload (none at all is `{}`)."""
+    return read_one(
+        args,
+        WaitInput,
+        what="a wait",
+        example="{}",
+        max_bytes=MAX_SIGNAL_BYTES,
+        error_type="InvalidMessage",
+        optional=True,
+    )

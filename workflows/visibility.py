@@ -18,6 +18,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
+    from hitl.limits import TRANSCRIPT_INLINE_BYTES
     from hitl.markdown import fence, md_text
     from hitl.wire import (
         INBOX_CALLS,
@@ -39,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         SettledStatus,
     )
     from hitl.workflows.events import preview
+    from hitl.workflows.inputs import encoded_size
 
 if TYPE_CHECKING:
     from hitl.workflows.agent_run import AgentRun
@@ -409,8 +411,21 @@ def snapshot(run: AgentRun) -> RunSnapshot:
     )
 
 
-def settled_status(run: AgentRun, decisions: list[DecisionRecord]) -> SettledStatus:
-    """What `wait` and `decide` return; kept small, since it is stored with the update."""
+def settled_status(
+    run: AgentRun, decisions: list[DecisionRecord], *, items: bool = False
+) -> SettledStatus:
+    """What `wait` and `decide` return; kept small, since it is stored with the update.
+
+    `items` (a `wait` from `Runner.run`): a paused run whose whole status and transcript are
+    small returns them, so the caller needs no `snapshot` query.
+    """
+    if items and run.phase() == "awaiting_approval":
+        whole = status(run, SettledStatus)
+        assert isinstance(whole, SettledStatus)
+        whole.refused, whole.final_output = [], None
+        whole.input_items, whole.new_items = run.s.input_items, run.s.new_items
+        if encoded_size(whole) <= TRANSCRIPT_INLINE_BYTES:
+            return whole
     result = status(run, SettledStatus, full=False)
     assert isinstance(result, SettledStatus)
     result.decisions = decisions

@@ -54,8 +54,11 @@ class ModelTool(WireModel):
 
 
 class CallModelInput(WireModel):
-    """Input of `call_model`. The transcript is inline for local activities and while it is small
-    (`hitl.limits.MODEL_INPUT_INLINE_BYTES`), else by reference (read by query)."""
+    """Input of `call_model`.
+
+    The transcript is inline for local activities and while it is small
+    (`hitl.limits.MODEL_INPUT_INLINE_BYTES`), else by reference (read by query).
+    """
 
     root_agent: str
     agent_id: str

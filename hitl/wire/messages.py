@@ -155,6 +155,11 @@ class InboxMemo(WireModel):
 class WaitInput(WireModel):
     """Payload of the `wait` update: returns once the run pauses for a person or finishes."""
 
+    items: bool = False
+    """Also return the transcript so far, and the whole status, when the run pauses and they
+    are small (`TRANSCRIPT_INLINE_BYTES`): what `Runner.run` needs, without a `snapshot`
+    query (a round trip through the server to a worker)."""
+
 
 class PendingApproval(WireModel):
     """A tool call waiting for a person, as shown by `status` and `RunResult.interruptions`."""
@@ -322,6 +327,12 @@ class SettledStatus(RunStatus):
     """
 
     _sparse: ClassVar[bool] = True
+
+    input_items: list[dict[str, Any]] | None = None
+    """With `WaitInput(items=True)` on a paused run: its input items (then the status is whole:
+    every pending call and decision, texts uncut)."""
+    new_items: list[RunItem] | None = None
+    """With `WaitInput(items=True)` on a paused run: the items it produced so far."""
 
 
 class TranscriptPage(WireModel):

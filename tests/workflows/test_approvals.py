@@ -66,6 +66,43 @@ async def test_parked_for_three_days_then_approved(
     assert (decision.decided_at - result.status.decisions[0].decided_at) == timedelta(0)
 
 
+async def test_a_pause_reaches_runner_run_with_its_items_and_no_query(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    """`Runner.run` gets a small paused run's items with the `wait` answer (recorded in history)
+    instead of asking the `snapshot` query; a large one is read by query, with the same result."""
+    import json
+
+    from hitl.limits import TRANSCRIPT_INLINE_BYTES
+    from hitl.wire import RunSnapshot
+
+    client = ts_env.client
+    big = "Please cancel order 7. " + "Some context. " * (TRANSCRIPT_INLINE_BYTES // 14)
+    async with serving(client, support_agent) as tq:
+        small = await Runner.run(
+            support_agent, "Please cancel order 7", client=client, task_queue=tq, serve=False
+        )
+        large = await Runner.run(support_agent, big, client=client, task_queue=tq, serve=False)
+        answers = {}
+        for r in (small, large):
+            handle = client.get_workflow_handle(r.workflow_id)
+            snap = await handle.query("snapshot", result_type=RunSnapshot)
+            assert [i.type for i in r.new_items] == [i.type for i in snap.new_items]
+            assert r.to_input_list() == snap.input_items + [i.raw_item for i in snap.new_items]
+            assert [i.call_id for i in r.interruptions] == [p.call_id for p in snap.status.pending]
+            hist = await handle.fetch_history()
+            (done,) = [
+                e.workflow_execution_update_completed_event_attributes
+                for e in hist.events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+            ]
+            answers[r is small] = json.loads(done.outcome.success.payloads[0].data)
+    assert [i["type"] for i in answers[True]["new_items"]] == ["tool_call_item"]
+    assert answers[True]["input_items"] == [{"role": "user", "content": "Please cancel order 7"}]
+    assert "new_items" not in answers[False], "a large transcript stays out of history"
+    assert ledger.count() == 0
+
+
 async def test_reject_schedules_no_tool_activity(
     ts_env: WorkflowEnvironment, cache_size: int, ledger: Ledger
 ) -> None:
