@@ -14,6 +14,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
 from hitl.activities.context import rebuild_context
+from hitl.activities.tools import ToolActivities
 from hitl.agent import Agent, output_is_wrapped
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
@@ -26,8 +27,12 @@ from hitl.wire import (
     EVENTS_TOPIC,
     QUERY_TRANSCRIPT,
     CallModelInput,
+    CallPlan,
     InputFilterRecord,
     ModelResponse,
+    PlanCall,
+    PlanRequest,
+    PlanToolsInput,
     RunEvent,
     TranscriptPage,
     TranscriptQuery,
@@ -105,6 +110,8 @@ class ModelActivities:
         response = ModelResponse(
             output=output, usage=usage, response_id=response_id, input_filter=filtered
         )
+        if inp.plan is not None:
+            response.plans = await self._plan(inp, inp.plan, output)
         if not any(item.get("type") == "function_call" for item in output):
             messages = [i for i in output if i.get("type") == "message"]
             if messages:
@@ -112,6 +119,44 @@ class ModelActivities:
                 response.final_output = _validate_output(agent, text)
                 response.has_final_output = True
         return response
+
+    async def _plan(
+        self, inp: CallModelInput, req: PlanRequest, output: list[dict[str, Any]]
+    ) -> list[CallPlan] | None:
+        """Plan the calls to tools that may need a person, as `plan_tools` would.
+
+        `None` when there is nothing to plan, or when planning here failed in any way: the run
+        then plans with `plan_tools`, whose retries and failures are the ones it always had.
+        """
+        wanted = set(req.tools)
+        calls = [
+            PlanCall(
+                call_id=str(item.get("call_id") or ""),
+                tool_name=str(item.get("name") or ""),
+                arguments=str(item.get("arguments") or ""),
+            )
+            for item in output
+            if item.get("type") == "function_call" and item.get("name") in wanted
+        ]
+        if not calls or len({c.call_id for c in calls}) != len(calls):
+            return None
+        try:
+            out = await ToolActivities(self.registry).plan(
+                PlanToolsInput(
+                    root_agent=inp.root_agent,
+                    agent_id=inp.agent_id,
+                    calls=calls,
+                    context=inp.context,
+                    workflow_id=activity.info().workflow_id or "",
+                    run_approver=req.run_approver,
+                    skip_policy=req.skip_policy,
+                    pre_approval_guardrails=req.pre_approval_guardrails,
+                )
+            )
+        except Exception as exc:  # the run plans again with `plan_tools`, which reports it
+            activity.logger.warning("planning with the model call failed: %r", exc)
+            return None
+        return out.plans
 
     async def _openai(
         self, inp: CallModelInput, instructions: str | None, transcript: list[dict[str, Any]]

@@ -104,6 +104,10 @@ class ToolActivities:
 
         Only for calls that may need a person; everything here is side-effect free.
         """
+        return await self.plan(inp)
+
+    async def plan(self, inp: PlanToolsInput) -> PlanToolsOutput:
+        """`plan_tools`' work, also done by `call_model` for the calls it returns."""
         try:
             agent = self.registry.agent(inp.root_agent, inp.agent_id)
             context = rebuild_context(inp.context, self.registry.allowed)

@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_WAIT,
         WORKFLOW_TYPE,
         AgentSpec,
+        CallPlan,
         CallRecord,
         ChildReport,
         DecisionRecord,
@@ -66,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         FromRoot,
         InputAnswer,
         Phase,
+        PlanToolsOutput,
         Resolution,
         RunErrorInfo,
         RunInput,
@@ -250,7 +252,8 @@ class AgentRun:
             try:
                 attrs = {"hitl.agent": agent.name, "hitl.model": agent.model.name}
                 with self.trace.span("hitl.model_call", **attrs, **{"hitl.turn": s.turn}):
-                    response = await self.steps.call_model(agent)
+                    plan = turn.plan_request(agent, self.book, self.inp.run_config)
+                    response = await self.steps.call_model(agent, plan)
             finally:
                 self.events.streaming -= streaming
             s.turn += 1
@@ -263,7 +266,7 @@ class AgentRun:
                 if other.get("type") == "reasoning":
                     self.events.add_item("reasoning_item", other, agent)
             if parsed.calls:
-                await self._run_turn(agent, parsed.calls)
+                await self._run_turn(agent, parsed.calls, response.plans)
             elif response.has_final_output or parsed.messages:
                 final = (
                     response.final_output
@@ -317,7 +320,9 @@ class AgentRun:
 
     # ================================================================= a turn of tool calls
 
-    async def _run_turn(self, agent: AgentSpec, calls: list[FunctionCall]) -> None:
+    async def _run_turn(
+        self, agent: AgentSpec, calls: list[FunctionCall], given: list[CallPlan] | None = None
+    ) -> None:
         cfg, s = self.inp.run_config, self.s
         assert s.graph is not None
         start = len(s.new_items)
@@ -334,8 +339,12 @@ class AgentRun:
         planned = turn.to_plan(agent, opened.records)
         plans = {}
         if planned:
-            skip = turn.skip_policy(agent, self.book, cfg, planned)
-            out = await self.steps.plan(agent, planned, skip)
+            # Planned with the model call when it could (no activity, no marker); else here.
+            ready = turn.given_plans(planned, given)
+            if ready is None:
+                skip = turn.skip_policy(agent, self.book, cfg, planned)
+                ready = (await self.steps.plan(agent, planned, skip)).plans
+            out = PlanToolsOutput(plans=ready)
             for plan in out.plans:
                 if plan.tripwire is not None:
                     t = plan.tripwire

@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         ModelResponse,
         ModelTool,
         PlanCall,
+        PlanRequest,
         PlanToolsInput,
         PlanToolsOutput,
         ReadRunInput,
@@ -259,8 +260,8 @@ class Steps:
 
     # ----------------------------------------------------------------- model
 
-    async def call_model(self, agent: AgentSpec) -> ModelResponse:
-        """Ask the agent's model for the next step."""
+    async def call_model(self, agent: AgentSpec, plan: PlanRequest | None = None) -> ModelResponse:
+        """Ask the agent's model for the next step (and plan its calls to `plan.tools`)."""
         cfg = self.inp.run_config
         transcript = model_input(self.s.input_items, self.s.new_items)
         s = self.s
@@ -318,6 +319,7 @@ class Steps:
             input_filter=cfg.call_model_input_filter,
             previous_response_id=s.response_id if since else None,
             since=since,
+            plan=plan,
         )
         # The activity outlives the client's own timeout (the model's, or the worker default).
         timeout = MODEL_TIMEOUT

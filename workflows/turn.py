@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from hitl.items import FunctionCall, check_arguments
-from hitl.wire import AgentSpec, CallPlan, CallRecord, RunConfigSpec, ToolSpec
+from hitl.wire import AgentSpec, CallPlan, CallRecord, PlanRequest, RunConfigSpec, ToolSpec
 from hitl.workflows.book import ApprovalBook
 
 
@@ -95,6 +95,34 @@ def open_turn(
 def to_plan(agent: AgentSpec, records: list[CallRecord]) -> list[CallRecord]:
     """Calls that may need a person (a tool with approval "never" needs no plan)."""
     return [r for r in records if r.state == "planning" and tool_of(agent, r).approval != "never"]
+
+
+def plan_request(agent: AgentSpec, book: ApprovalBook, cfg: RunConfigSpec) -> PlanRequest | None:
+    """What the model call's activity needs to plan the calls it returns.
+
+    `None`: no tool of `agent` may need a person, or only MCP tools do (planning those needs
+    their server).
+    """
+    tools = [t for t in agent.tools if t.approval != "never" and t.mcp_server is None]
+    if not tools:
+        return None
+    approvers = {t.name: t.approvers or cfg.approvers for t in tools}
+    return PlanRequest(
+        tools=[t.name for t in tools],
+        run_approver=cfg.approver,
+        skip_policy=book.ruled_tools(agent.id, approvers),
+        pre_approval_guardrails=cfg.pre_approval_tool_input_guardrails,
+    )
+
+
+def given_plans(planned: list[CallRecord], plans: list[CallPlan] | None) -> list[CallPlan] | None:
+    """The model call's plans for `planned`, in order, if it made one for each (else `None`)."""
+    if plans is None:
+        return None
+    by_id = {p.call_id: p for p in plans}
+    if len(by_id) != len(plans) or any(r.call_id not in by_id for r in planned):
+        return None
+    return [by_id[r.call_id] for r in planned]
 
 
 def skip_policy(

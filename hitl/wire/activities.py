@@ -84,6 +84,24 @@ class CallModelInput(WireModel):
     since: int = 0
     """With `previous_response_id`: the transcript items the provider holds (the transcript
     given, inline or by reference, starts there)."""
+    plan: PlanRequest | None = None
+    """Plan the calls the model makes to these tools in the same activity (`None`: no tool of
+    the agent may need a person, or an older workflow: the run plans them itself)."""
+
+
+class PlanRequest(WireModel):
+    """What planning a model call's tool calls needs besides the calls (see `PlanToolsInput`).
+
+    Planning runs the tools' own code (argument parsing, `needs_approval`, requests, approver
+    callbacks), so it runs in an activity; done in the model call's activity it costs no
+    second activity (and no marker in history) per turn with such calls.
+    """
+
+    tools: list[str]
+    """The agent's tools that may need a person (MCP tools excluded: their server is needed)."""
+    run_approver: str | None = None
+    skip_policy: list[str] = Field(default_factory=list)
+    pre_approval_guardrails: bool = False
 
 
 class InputFilterRecord(WireModel):
@@ -112,6 +130,9 @@ class ModelResponse(WireModel):
     response_id: str | None = None
     input_filter: InputFilterRecord | None = None
     """What the run's `call_model_input_filter` did to this call (`None`: no filter ran)."""
+    plans: list[CallPlan] | None = None
+    """With `CallModelInput.plan`: a plan for each call to those tools (`None`: not planned
+    here; the run plans them with `plan_tools`)."""
 
 
 class PlanCall(WireModel):
@@ -383,3 +404,7 @@ class NotifyOutput(WireModel):
     """Output of `notify`: it never fails; each notifier's result is here (and in the log)."""
 
     results: list[NotifierResult] = Field(default_factory=list)
+
+
+CallModelInput.model_rebuild()
+ModelResponse.model_rebuild()

@@ -27,6 +27,7 @@ from tests.agents import cancel_order, support_agent, weather_agent
 from tests.helpers import (
     Ledger,
     activity_count,
+    local_markers,
     event_count,
     serving,
     state_events,
@@ -101,6 +102,44 @@ async def test_a_pause_reaches_runner_run_with_its_items_and_no_query(
     assert answers[True]["input_items"] == [{"role": "user", "content": "Please cancel order 7"}]
     assert "new_items" not in answers[False], "a large transcript stays out of history"
     assert ledger.count() == 0
+
+
+async def test_calls_are_planned_with_the_model_call(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    """The model call's activity plans the calls it returns (predicates, the approval request):
+    no `plan_tools` local activity and no marker of its own; an edit is still planned apart."""
+    import json
+
+    client = ts_env.client
+    async with serving(client, support_agent) as tq:
+        result = await Runner.run(
+            support_agent, "Please cancel order 7", client=client, task_queue=tq, serve=False
+        )
+        (item,) = result.interruptions
+        assert item.request is not None and "cancel_order" in item.request.title
+        handle = client.get_workflow_handle(result.workflow_id)
+        before = await handle.fetch_history()
+        state = result.to_state()
+        state.approve(item, arguments={"order_id": 8})
+        done = await Runner.run(support_agent, state, client=client, task_queue=tq, serve=False)
+        after = await handle.fetch_history()
+
+    def kinds(hist: object) -> list[str]:
+        return [
+            json.loads(m.details["data"].payloads[0].data)["activity_type"]
+            for m in local_markers(hist)  # type: ignore[arg-type]
+        ]
+
+    assert kinds(before) == ["resolve_agent", "call_model"]
+    (model,) = [
+        m for m in local_markers(before) if b"call_model" in m.details["data"].payloads[0].data
+    ]
+    plans = json.loads(model.details["result"].payloads[0].data)["plans"]
+    assert [(p["call_id"], p["needs_approval"]) for p in plans] == [(item.call_id, True)]
+    assert kinds(after).count("plan_tools") == 1, "the edited arguments are planned apart"
+    assert str(done.final_output).endswith("Cancelled order 8")
+    assert [json.loads(r[2]) for r in ledger.rows()] == [{"order_id": 8}]
 
 
 async def test_reject_schedules_no_tool_activity(
