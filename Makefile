@@ -46,7 +46,11 @@ else
 	$(PY) -m pytest $(PYTEST_ARGS)
 endif
 
-bench: $(STAMP) ## Benchmarks against the peer (about 9 minutes; installs the peer on first use)
+$(VENV)/.bench-installed: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
+	@touch $@
+
+bench: $(VENV)/.bench-installed ## Benchmarks against the peer, tables and charts (under 6 min; installs the peer on first use)
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 screenshots: $(STAMP) ## Retake the docs' screenshots with the browser tests (needs Chromium)

@@ -99,10 +99,13 @@ def stop_pid(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> Non
 class Worker:
     """A worker subprocess; ready once its log shows `worker ready`."""
 
-    def __init__(self, name: str, argv: list[str], log: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log = log
+        self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -116,7 +119,7 @@ class Worker:
             self.proc = subprocess.Popen(
                 self.argv,
                 cwd=ROOT,
-                env=clean_env(),
+                env=clean_env(**self.env),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -76,6 +76,7 @@ async def amain(args: argparse.Namespace) -> int:
             if args.no_search_attributes:
                 server.search_attributes = {}
             stack.server = server.start()
+            stack.start_wire()
             stack.start_worker(v.worker, v.worker, v.worker)
             await stack.start_driver(v.side)
             driver = stack.drivers[v.side]

@@ -100,7 +100,7 @@ async def peer(address: str, n: int) -> list[dict[str, Any]]:
     from bench.peer.worker import plugin
     from bench.peer.workflow import ACTIVITIES, Decision, PeerAgentRun, PeerInput
 
-    client = await Client.connect(address, plugins=[plugin(False)])
+    client = await Client.connect(address, plugins=[plugin(False, scripted=True)])
     queue = f"replay-{uuid.uuid4().hex[:6]}"
     wid = f"peer-replay-{uuid.uuid4().hex[:6]}"
     async with Worker(client, task_queue=queue, workflows=[PeerAgentRun], activities=ACTIVITIES):
@@ -123,7 +123,9 @@ async def peer(address: str, n: int) -> list[dict[str, Any]]:
     print(f"peer: one-approval history, {len(history.events)} events")
 
     def replayer(runner: WorkflowRunner) -> Replayer:
-        return Replayer(workflows=[PeerAgentRun], plugins=[plugin(False)], workflow_runner=runner)
+        return Replayer(
+            workflows=[PeerAgentRun], plugins=[plugin(False, scripted=True)], workflow_runner=runner
+        )
 
     runners: list[tuple[str, WorkflowRunner]] = [
         ("sandboxed, as OpenAIAgentsPlugin configures it", SandboxedWorkflowRunner()),

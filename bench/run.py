@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import proto, report
+from bench import charts, proto, report
 from bench.procs import (
     BENCH,
     PEER_PYTHON,
@@ -52,7 +52,8 @@ BOUNDED_CACHE = 50
 HEADLINE = ("ours", "peer", "ours-client")
 PARK_CONCURRENCY = 32
 DEFAULT_SERVER_SECONDS = 75
-RUNNER_PROBE_SECONDS = 15.0
+BURST_TIMEOUT_SECONDS = 180.0
+"""A burst still running after this is cut off (its unfinished runs are reported)."""
 # Our worker with the SDK's 100 workflow tasks in flight (our default before 0.1.0 capped it at 20).
 UNCAPPED_WORKER_ARGS = ("--max-concurrent-workflow-tasks", "100")
 
@@ -69,56 +70,76 @@ class Variant:
 
 
 VARIANTS: dict[str, Variant] = {
+    # The headline: the real model path on both sides (the `openai` client against `bench.wire`).
     "ours": Variant(
         "ours",
-        "local",
+        "openai",
         "ours",
         "runner",
-        "ours, public API `Runner.run` + `RunState`, defaults (ScriptedModel = local activity)",
+        "ours, public API `Runner.run` + `RunState`, defaults: `OpenAIModel` (Responses API, a "
+        "regular activity)",
     ),
     "ours-client": Variant(
         "ours",
-        "local",
+        "openai",
         "ours",
         "client",
-        "ours, operator path (update-with-start `wait`, `approve` update, result), defaults",
+        "ours, operator path (update-with-start `wait`, `approve` update, result), `OpenAIModel`",
     ),
     "peer": Variant(
         "peer",
         "activity",
         "peer",
         "client",
-        "peer, defaults (model activity; tool via `activity_as_tool`, `needs_approval=True`)",
+        "peer, defaults: the OpenAI Responses model (a regular activity); tool via "
+        "`activity_as_tool`, `needs_approval=True`",
+    ),
+    # Secondary rows: an instant scripted model instead of the wire.
+    "ours-scripted": Variant(
+        "ours",
+        "local",
+        "ours",
+        "client",
+        "ours, operator path, `ScriptedModel` (its default: a local activity)",
     ),
     "ours-regular": Variant(
         "ours",
         "regular",
         "ours",
         "client",
-        "ours, operator path, model as a regular activity (like the peer's default)",
+        "ours, operator path, `ScriptedModel` as a regular activity",
+    ),
+    "peer-scripted": Variant(
+        "peer",
+        "activity",
+        "peer-scripted",
+        "client",
+        "peer, a scripted `ModelProvider` (a regular activity)",
     ),
     "peer-local": Variant(
         "peer",
         "activity",
         "peer-local",
         "client",
-        "peer, model as a local activity (`use_local_activity=True`, like our ScriptedModel)",
+        "peer, a scripted `ModelProvider` as a local activity (`use_local_activity=True`)",
     ),
     "ours-uncapped": Variant(
         "ours",
-        "local",
+        "openai",
         "ours-uncapped",
         "client",
-        "ours, operator path, worker with `--max-concurrent-workflow-tasks 100` (the SDK default)",
+        "ours, operator path, `OpenAIModel`, worker with `--max-concurrent-workflow-tasks 100`",
     ),
     "peer-inline": Variant(
         "peer",
         "inline",
         "peer",
         "client",
-        "peer, tool inline in the workflow (`@function_tool(needs_approval=True)`, no activity)",
+        "peer, OpenAI model, tool inline in the workflow (`@function_tool(needs_approval=True)`, "
+        "no activity)",
     ),
 }
+LONG_KEYS = {"ours": "long-openai", "ours-scripted": "long-local", "ours-regular": "long-regular"}
 
 
 @dataclass
@@ -131,6 +152,8 @@ class Plan:
         "ours",
         "peer",
         "ours-client",
+        "ours-scripted",
+        "peer-scripted",
         "ours-regular",
         "peer-local",
         "peer-inline",
@@ -139,24 +162,25 @@ class Plan:
     throughput_variants: tuple[str, ...] = (
         "ours-client",
         "peer",
+        "ours",
+        "ours-scripted",
+        "peer-scripted",
         "ours-uncapped",
-        "ours-regular",
-        "peer-local",
     )
     throughput_runs_secondary: int = 60
-    # `Runner.run(serve=False)` under the same load, last (its no-worker timeout fires, and the
-    # runs it gave up on still park afterwards, which would disturb the other sections).
-    runner_probe_runs: int = 200
+    # Throughput against concurrency (the chart), besides `throughput_runs` above.
+    scaling_levels: tuple[int, ...] = (25, 50, 100)
     parked_runs: int = 1000
     parked_query_sample: int = 100
     parked_replay_sample: int = 300
-    long_turns: tuple[int, ...] = (10, 50, 100)
-    long_variants: tuple[str, ...] = ("ours", "peer", "ours-regular", "peer-local")
+    long_turns: tuple[int, ...] = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
+    long_variants: tuple[str, ...] = ("ours", "peer", "ours-scripted", "peer-local")
     floor_runs: int = 50
     default_server: bool = True
     default_latency_runs: int = 20
     default_throughput_runs: int = 100
     sections: tuple[str, ...] = ("latency", "throughput", "parked", "history", "floor")
+    scaling_variants: tuple[str, ...] = ("ours-client", "peer")
     only: str | None = None
 
     def sides(self) -> set[str]:
@@ -176,6 +200,8 @@ class Stack:
     server: Any = None
     workers: dict[str, Worker] = field(default_factory=dict)
     drivers: dict[str, Driver] = field(default_factory=dict)
+    wire: Worker | None = None
+    wire_port: int = 0
 
     @property
     def address(self) -> str:
@@ -197,9 +223,11 @@ class Stack:
             if cache is not None:
                 argv += ["--max-cached-workflows", str(cache)]
             return argv + list(self.extra_worker_args)
-        if kind in ("peer", "peer-local"):
+        if kind in ("peer", "peer-scripted", "peer-local"):
             argv = [str(PEER_PYTHON), "-m", "bench.peer.worker", "--address", self.address]
             argv += ["--task-queue", queue]
+            if kind != "peer":
+                argv.append("--scripted")
             if kind == "peer-local":
                 argv.append("--local-model")
             if cache is not None:
@@ -220,11 +248,35 @@ class Stack:
     def start_worker(self, name: str, kind: str, queue: str, cache: int | None = None) -> Worker:
         return self.start_workers([(name, kind, queue, cache)])[0]
 
+    def start_wire(self) -> None:
+        """The scripted model behind the OpenAI wire format, one process for both sides."""
+        from hitl.worker.devserver import free_port
+
+        self.wire_port = free_port()
+        argv = [sys.executable, "-m", "bench.wire", "--port", str(self.wire_port)]
+        self.wire = Worker("wire", argv, self.logs / "wire.log").spawn().wait_ready()
+
+    def worker_env(self) -> dict[str, str]:
+        """Both sides' `openai` clients reach `bench.wire`. The peer's tracing is off: its
+        default exporter would post every trace to api.openai.com, which this machine cannot
+        reach (and a benchmark should not)."""
+        return {
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{self.wire_port}/v1",
+            "OPENAI_API_KEY": "bench-not-a-key",
+            "OPENAI_AGENTS_DISABLE_TRACING": "1",
+            **({"HITL_EXP_UNSANDBOXED": "1"} if os.environ.get("HITL_EXP_UNSANDBOXED") else {}),
+        }
+
     def start_workers(self, specs: list[tuple[str, str, str, int | None]]) -> list[Worker]:
         """Start several workers at once (their imports overlap), wait until all are ready."""
         started = []
         for name, kind, queue, cache in specs:
-            w = Worker(name, self.worker_argv(kind, queue, cache), self.logs / f"worker-{name}.log")
+            w = Worker(
+                name,
+                self.worker_argv(kind, queue, cache),
+                self.logs / f"worker-{name}.log",
+                env=self.worker_env(),
+            )
             self.workers[name] = w.spawn()
             started.append(w)
         for w in started:
@@ -261,6 +313,8 @@ class Stack:
         self.drivers.clear()
         for name in list(self.workers):
             self.stop_worker(name)
+        if self.wire is not None:
+            self.wire.stop()
         if self.server is not None:
             self.server.stop()
 
@@ -364,6 +418,9 @@ async def section_latency(
             "start_pending_ms": proto.summarize(raw[name]["start_pending"]),
             "decide_complete_ms": proto.summarize(raw[name]["decide_complete"]),
             "sample_workflow_id": raw[name]["workflow_ids"][-1],
+            "samples_ms": {
+                k: [round(x, 2) for x in raw[name][k]] for k in ("start_pending", "decide_complete")
+            },
         }
         log(
             f"  latency {name:13s} start->pending p50 {out[name]['start_pending_ms']['p50']:6.1f} "
@@ -446,6 +503,21 @@ async def section_throughput(
     return out
 
 
+async def section_scaling(stack: Stack, plan: Plan, headline: dict[str, Any]) -> dict[str, Any]:
+    """Runs per second against runs at once, for the chart (the headline burst is the top)."""
+    out: dict[str, Any] = {}
+    for name in plan.keep(plan.scaling_variants):
+        levels: dict[str, float] = {}
+        for n in plan.scaling_levels:
+            got = await section_throughput(stack, n, [name], timeout_s=BURST_TIMEOUT_SECONDS)
+            levels[str(n)] = got[name]["runs_per_s"]
+        top = headline.get(name)
+        if top and "runs_per_s" in top:
+            levels[str(top["runs"])] = top["runs_per_s"]
+        out[name] = levels
+    return out
+
+
 async def _listing(
     stack: Stack, side: str, queue: str, n: int, pid: int, limit: int | None
 ) -> dict[str, Any]:
@@ -469,6 +541,24 @@ async def _listing(
     listing["server_cpu_ms_per_run"] = cpu_delta_ms(before, after, "server") / queried
     listing["worker_rss_mb_after"] = after["worker"]["rss"] / 2**20
     return listing
+
+
+def hitl_pending(stack: Stack, queue: str, n: int) -> dict[str, Any]:
+    """`hitl pending --json` over the parked runs with no worker running: the operator's inbox,
+    read from the runs' memos (wall time includes starting the `hitl` process)."""
+    argv = [sys.executable, "-m", "hitl.cli", "--address", stack.address]
+    argv += ["pending", "--queue", queue, "--json", "--limit", str(n)]
+    t0 = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    wall = time.monotonic() - t0
+    if done.returncode != 0:
+        raise BenchError(f"hitl pending failed: {done.stderr.strip()[:300]}")
+    rows = json.loads(done.stdout)
+    return {
+        "wall_s": wall,
+        "calls": len(rows),
+        "runs": len({r["workflow_id"] for r in rows}),
+    }
 
 
 async def section_parked(stack: Stack, plan: Plan) -> dict[str, Any]:
@@ -513,6 +603,7 @@ async def section_parked(stack: Stack, plan: Plan) -> dict[str, Any]:
             listing = await _listing(stack, side, queue, n, worker.pid, limit)
         finally:
             stack.stop_worker(name)
+        inbox = hitl_pending(stack, queue, n) if side == "ours" else None
         base_rss = base["worker"]["rss"]
         half = next((s for s in res["samples"] if s["parked"] == checkpoints[1]), None)
         out[name] = {
@@ -536,8 +627,14 @@ async def section_parked(stack: Stack, plan: Plan) -> dict[str, Any]:
             "server_cpu_ms_per_start": cpu_delta_ms(base, final, "server") / n,
             "worker_cpu_ms_per_start": cpu_delta_ms(base, final, "worker") / n,
             "listing": listing,
+            "hitl_pending": inbox,
         }
         o = out[name]
+        if inbox is not None:
+            log(
+                f"  parked {name:13s} `hitl pending`, no worker: {inbox['calls']} calls of "
+                f"{inbox['runs']} runs in {inbox['wall_s']:.2f} s"
+            )
         log(
             f"  parked {name:13s} {n} runs at {o['starts_per_s']:.1f}/s; worker RSS "
             f"{o['worker_rss_base_mb']:.0f} -> {o['worker_rss_final_mb']:.0f} MB "
@@ -587,7 +684,7 @@ async def section_long(stack: Stack, plan: Plan, names: list[str]) -> dict[str, 
     turns = max(plan.long_turns)
     for name in names:
         v = VARIANTS[name]
-        key = {"ours": "long-local", "ours-regular": "long-regular"}.get(name, v.key)
+        key = LONG_KEYS.get(name, v.key)
         res = await stack.drivers[v.side].call(
             "long_run",
             key=key,
@@ -659,6 +756,7 @@ async def run_setting(setting: str, plan: Plan, logs: Path, budget: Budget) -> d
             result["server_command"] = " ".join(proc_cmdline(stack.server.pid)[1:]).replace(
                 str(stack.tmp), "$TMP"
             )
+            stack.start_wire()
             lat_names = plan.keep(plan.latency_variants if full else ("ours", "peer"))
             tp_names = plan.keep(plan.throughput_variants if full else ("ours-client", "peer"))
             long_names = plan.keep(plan.long_variants)
@@ -708,7 +806,12 @@ async def run_setting(setting: str, plan: Plan, logs: Path, budget: Budget) -> d
                     )
             if "throughput" in plan.sections:
                 n = plan.throughput_runs if full else plan.default_throughput_runs
-                await section("throughput", section_throughput(stack, n, head_tp))
+                await section(
+                    "throughput",
+                    section_throughput(stack, n, head_tp, timeout_s=BURST_TIMEOUT_SECONDS),
+                )
+                if full and optional("throughput against concurrency", 40):
+                    await section("scaling", section_scaling(stack, plan, result["throughput"]))
             if full and "parked" in plan.sections:
                 await section("parked", section_parked(stack, plan))
             if full and "history" in plan.sections:
@@ -731,18 +834,6 @@ async def run_setting(setting: str, plan: Plan, logs: Path, budget: Budget) -> d
                 for name in extra_long:
                     if optional(f"long run {name}", 30):
                         await section("long_run", section_long(stack, plan, [name]))
-            if (
-                full
-                and "throughput" in plan.sections
-                and "ours" in plan.sides()
-                and optional("Runner.run under load", 25)
-            ):
-                await section(
-                    "runner_under_load",
-                    section_throughput(
-                        stack, plan.runner_probe_runs, ["ours"], timeout_s=RUNNER_PROBE_SECONDS
-                    ),
-                )
             result["db_bytes_at_end"] = sqlite_used_bytes(stack.db)
         finally:
             await stack.close()
@@ -801,7 +892,7 @@ def our_versions() -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small N, for development (~1-2 min)")
+    p.add_argument("--quick", action="store_true", help="headline rows, small N (under 90 s)")
     p.add_argument("--runs", type=int, help="sequential runs per latency variant (default 50)")
     p.add_argument("--throughput", type=int, help="concurrent runs for throughput (default 200)")
     p.add_argument("--parked", type=int, help="parked runs per case (default 1000)")
@@ -815,7 +906,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--budget",
         type=float,
-        default=570.0,
+        default=330.0,
         help="seconds: skip the untuned-server pass when the tuned one left too little time",
     )
     p.add_argument("--out", type=Path, help="result file stem (default bench/results/latest)")
@@ -825,16 +916,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def make_plan(args: argparse.Namespace) -> Plan:
     plan = Plan()
     if args.quick:
+        # The headline rows only, small N: under 90 s (`make bench BENCH_ARGS=--quick`).
         plan = Plan(
+            latency_variants=HEADLINE,
+            throughput_variants=("ours-client", "peer", "ours"),
+            long_variants=("ours", "peer"),
+            default_server=False,
             latency_runs=10,
             latency_runs_secondary=5,
             throughput_runs=40,
             throughput_runs_secondary=20,
-            runner_probe_runs=40,
+            scaling_levels=(),
             parked_runs=100,
             parked_query_sample=40,
             parked_replay_sample=100,
-            long_turns=(5, 10, 20),
+            long_turns=(5, 10, 15, 20),
             floor_runs=10,
             default_latency_runs=5,
             default_throughput_runs=20,
@@ -844,13 +940,12 @@ def make_plan(args: argparse.Namespace) -> Plan:
         plan.latency_runs_secondary = max(args.runs // 2, 1)
     if args.throughput:
         plan.throughput_runs = plan.default_throughput_runs = args.throughput
-        plan.runner_probe_runs = args.throughput
         plan.throughput_runs_secondary = max(args.throughput // 2, 1)
     if args.parked:
         plan.parked_runs = args.parked
     plan.only = args.only
     plan.sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
-    plan.default_server = not args.no_default_server
+    plan.default_server = plan.default_server and not args.no_default_server
     return plan
 
 
@@ -906,6 +1001,8 @@ async def amain(args: argparse.Namespace) -> int:
     md_path.write_text(md)
     if not args.quick and args.out is None and plan.only is None:
         report.update_docs(report.DOCS_PAGE, md)
+        for path in charts.draw(results):
+            log(f"bench: chart {path.relative_to(ROOT)}")
     print()
     print(md)
     log(f"bench: done in {meta['duration_s']:.0f}s; wrote {json_path} and {md_path}")

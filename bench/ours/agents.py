@@ -5,9 +5,10 @@ refund, the refund tool needs approval, after the decision the tool runs (an act
 model gives one final answer. The long run calls a tool without approval that returns 5 KB, N
 times, then answers.
 
-`agent` uses `ScriptedModel`'s default (a local activity: an instant, deterministic script);
-`agent_regular` runs the same script as a regular activity, the way a real model runs (and the
-way the peer runs every model call by default).
+`agent_openai` is the headline: the real model path, `OpenAIModel` (the Responses API through the
+real `openai` client, a regular activity) pointed by `OPENAI_BASE_URL` at `bench.wire`, which
+answers at once with the same script. `agent` runs the script as `ScriptedModel`'s default (a
+local activity); `agent_regular` runs it as a regular activity.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 
 from bench.proto import chunk_text
-from hitl import Agent, ModelReply, ModelRequest, ScriptedModel, function_tool
+from hitl import Agent, ModelReply, ModelRequest, OpenAIModel, ScriptedModel, function_tool
 
 PROMPT = "Refund order 1001"
 
@@ -85,8 +86,29 @@ long_agent_regular = Agent(
     model=ScriptedModel(long_script, "bench.long.regular", local_activity=False),
 )
 
-agents = [agent, agent_regular, long_agent, long_agent_regular]
+# The real path: the model name is only recorded; `bench.wire` answers whatever it is called.
+WIRE_MODEL = OpenAIModel("gpt-4.1-mini", api="responses")
+agent_openai = Agent(
+    name="Bench desk (OpenAI)", instructions=INSTRUCTIONS, tools=[refund], model=WIRE_MODEL
+)
+long_agent_openai = Agent(
+    name="Bench reader (OpenAI)",
+    instructions="Read every chunk.",
+    tools=[fetch_chunk],
+    model=WIRE_MODEL,
+)
+
+agents = [
+    agent,
+    agent_regular,
+    agent_openai,
+    long_agent,
+    long_agent_regular,
+    long_agent_openai,
+]
 BY_KEY = {
+    "openai": agent_openai,
+    "long-openai": long_agent_openai,
     "local": agent,
     "regular": agent_regular,
     "long-local": long_agent,

@@ -204,7 +204,7 @@ async def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--address", required=True)
     args = p.parse_args()
-    client = await Client.connect(args.address, plugins=[plugin(False)])
+    client = await Client.connect(args.address, plugins=[plugin(False, scripted=True)])
     await proto.serve(
         {
             "latency": latency,
