@@ -169,14 +169,15 @@ class Plan:
     )
     throughput_runs_secondary: int = 60
     # Throughput against concurrency (the chart), besides `throughput_runs` above.
-    scaling_levels: tuple[int, ...] = (25, 50, 100)
+    scaling_levels: tuple[int, ...] = (5, 25, 50, 100)
     parked_runs: int = 1000
     parked_query_sample: int = 100
     parked_replay_sample: int = 300
     long_turns: tuple[int, ...] = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
     long_variants: tuple[str, ...] = ("ours", "peer", "ours-scripted", "peer-local")
     floor_runs: int = 50
-    default_server: bool = True
+    default_server: bool = False
+    """Also measure on the dev server's untuned defaults (`--default-server`, about 75 s)."""
     default_latency_runs: int = 20
     default_throughput_runs: int = 100
     sections: tuple[str, ...] = ("latency", "throughput", "parked", "history", "floor")
@@ -902,7 +903,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="latency,throughput,parked,history,floor",
         help="comma-separated subset of latency,throughput,parked,history,floor",
     )
-    p.add_argument("--no-default-server", action="store_true", help="skip the untuned server")
+    p.add_argument(
+        "--default-server",
+        action="store_true",
+        help="also measure on the untuned dev server (adds about 75 s)",
+    )
+    p.add_argument("--no-default-server", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "--budget",
         type=float,
@@ -921,7 +927,6 @@ def make_plan(args: argparse.Namespace) -> Plan:
             latency_variants=HEADLINE,
             throughput_variants=("ours-client", "peer", "ours"),
             long_variants=("ours", "peer"),
-            default_server=False,
             latency_runs=10,
             latency_runs_secondary=5,
             throughput_runs=40,
@@ -945,7 +950,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         plan.parked_runs = args.parked
     plan.only = args.only
     plan.sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
-    plan.default_server = plan.default_server and not args.no_default_server
+    plan.default_server = args.default_server and not args.no_default_server
     return plan
 
 

@@ -134,7 +134,8 @@ HANDLER_HELP: dict[str, str] = {
     '"approver": "you", "message": "why, for the model", "always": false}',
     UPDATE_DECIDE: 'Several decisions at once. {"decisions": [{"kind": "approve", '
     '"call_id": "call_..."}], "wait": true}',
-    UPDATE_WAIT: "Returns once the run waits for a person or finishes. {}",
+    UPDATE_WAIT: "Returns once the run waits for a person or finishes. {} "
+    '(or {"items": true}: with the transcript too, when small)',
     UPDATE_RESOLVE: 'Settle an uncertain call. {"call_id": "call_...", "outcome": '
     '"happened|retry|give_up", "output": "what the tool did", "approver": "you"}',
     UPDATE_ANSWER: 'Answer the question a tool asks. {"call_id": "call_...", "content": '
