@@ -27,8 +27,8 @@ from tests.agents import cancel_order, support_agent, weather_agent
 from tests.helpers import (
     Ledger,
     activity_count,
-    local_markers,
     event_count,
+    local_markers,
     serving,
     state_events,
     tool_activity_count,
