@@ -301,7 +301,46 @@ async def history_of(client: Any, workflow_id: str) -> dict[str, Any]:
         **history_sizes(hist.events),
         "server_history_length": info.history_length,
         "server_history_size_bytes": info.history_size_bytes,
+        "steps": steps(hist.events),
     }
+
+
+def steps(events: Sequence[Any]) -> list[dict[str, Any]]:
+    """Where a run's time went, by the server's event times: each workflow task (started ->
+    completed: the worker's turn) and activity (scheduled -> completed), with the wait before
+    it (the previous step's end -> this one's start: dispatch, or a person deciding)."""
+    from temporalio.api.enums.v1 import EventType as T
+
+    def ms(e: Any) -> float:
+        return float(e.event_time.ToMicroseconds()) / 1000.0
+
+    out: list[dict[str, Any]] = []
+    open_: dict[int, tuple[str, float]] = {}
+    last_end = ms(events[0]) if events else 0.0
+    for e in events:
+        t = e.event_type
+        if t == T.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            open_[e.event_id] = ("workflow task", ms(e))
+        elif t == T.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = e.activity_task_scheduled_event_attributes.activity_type.name
+            open_[e.event_id] = (name, ms(e))
+        elif t == T.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            key = e.workflow_task_completed_event_attributes.started_event_id
+        elif t == T.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            key = e.activity_task_completed_event_attributes.scheduled_event_id
+        else:
+            continue
+        if t in (T.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, T.EVENT_TYPE_ACTIVITY_TASK_COMPLETED):
+            name, began = open_.pop(key, ("?", ms(e)))
+            out.append(
+                {
+                    "step": name,
+                    "wait_ms": round(max(began - last_end, 0.0), 2),
+                    "ms": round(ms(e) - began, 2),
+                }
+            )
+            last_end = ms(e)
+    return out
 
 
 def now_ms() -> float:

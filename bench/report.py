@@ -489,6 +489,29 @@ def bytes_table(res: dict[str, Any]) -> list[str]:
     return lines
 
 
+def steps_table(res: dict[str, Any]) -> list[str]:
+    """The sample one-approval run, step by step (the server's event times)."""
+    h = res["settings"].get("tuned", {}).get("history_one_approval", {})
+    lines = []
+    for name in ("ours", "peer"):
+        st = _get(h, name, "steps")
+        if not st:
+            continue
+        cells = " → ".join(
+            (f"[{_num(x['wait_ms'], 1)}] " if x["wait_ms"] >= 0.5 else "")
+            + f"{x['step']} {_num(x['ms'], 1)}"
+            for x in st
+        )
+        tasks = sum(x["ms"] for x in st if x["step"] == "workflow task")
+        acts = sum(x["ms"] for x in st if x["step"] != "workflow task")
+        n_tasks = sum(1 for x in st if x["step"] == "workflow task")
+        lines.append(
+            f"- {name}: {cells} (workflow tasks: {n_tasks}, {_num(tasks, 1)} ms; activities: "
+            f"{len(st) - n_tasks}, {_num(acts, 1)} ms)"
+        )
+    return lines
+
+
 def notes(res: dict[str, Any]) -> list[str]:
     s = res["settings"].get("tuned", {})
     out = []
@@ -519,6 +542,16 @@ def markdown(res: dict[str, Any]) -> str:
             "Where the one-approval run's history bytes go (bytes by event type):",
             "",
             *hb,
+        ]
+    tt = steps_table(res)
+    if tt:
+        parts += [
+            "",
+            "Where the sample one-approval run's time went (ms, by the server's event times: each "
+            "workflow task from started to completed, each activity from scheduled to completed, "
+            "[the wait before a step]; the long wait is the driver deciding):",
+            "",
+            *tt,
         ]
     vt = variants_table(res)
     if vt:
