@@ -519,8 +519,8 @@ def notes(res: dict[str, Any]) -> list[str]:
     if "ours-client" in tp:
         out.append(
             "- ours' throughput, CPU and server-work rows use the operator path (client updates, "
-            "as the peer's driver does); the public `Runner.run` is measured under the same load "
-            "below."
+            "as the peer's driver does); the public `Runner.run` under the same load has its own "
+            "row above and in the variants table."
         )
     for setting, r in res["settings"].items():
         for what in r.get("skipped", []):
