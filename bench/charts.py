@@ -35,6 +35,13 @@ def _plt() -> Any:
     return plt
 
 
+def _save(plt: Any, fig: Any, out: Path) -> bool:
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def history_chart(s: dict[str, Any], out: Path) -> bool:
     runs = s.get("long_run", {})
     if not any(k in runs for k in SIDES):
@@ -53,10 +60,7 @@ def history_chart(s: dict[str, Any], out: Path) -> bool:
     ax.set_ylabel("history size (KB)")
     ax.set_title("History against turns: linear (ours) vs the whole conversation per call")
     ax.legend(frameon=False)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return True
+    return _save(plt, fig, out)
 
 
 def latency_chart(s: dict[str, Any], out: Path) -> bool:
@@ -80,10 +84,7 @@ def latency_chart(s: dict[str, Any], out: Path) -> bool:
     axes[0].set_ylabel("share of runs at most this fast")
     axes[0].legend(frameon=False, loc="lower right")
     fig.suptitle("Latency, real model path, sequential runs (cumulative distribution)")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return True
+    return _save(plt, fig, out)
 
 
 def scaling_chart(s: dict[str, Any], out: Path) -> bool:
@@ -106,10 +107,7 @@ def scaling_chart(s: dict[str, Any], out: Path) -> bool:
     ax.set_ylim(bottom=0)
     ax.set_title("Throughput against concurrency (one approval each, operator path)")
     ax.legend(frameon=False)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return True
+    return _save(plt, fig, out)
 
 
 def draw(res: dict[str, Any], img: Path = IMG) -> list[Path]:
