@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
     from hitl.limits import TRANSCRIPT_INLINE_BYTES
@@ -112,25 +112,49 @@ def spoofed() -> bool:
 
 
 def publish(
-    visible: Visible, agent: str, details: str, search_attributes: bool, outcomes: bool = False
+    visible: Visible,
+    agent: str,
+    details: str,
+    search_attributes: bool,
+    outcomes: bool = False,
+    before: Visible | None = None,
 ) -> None:
-    """Write what operators see (search attributes when registered, the UI's details)."""
+    """Write what operators see (search attributes when registered, the UI's details).
+
+    `before`: what this run published last; only the attributes that changed since are sent
+    (`None`: all of them, as a run's first publish must, over whatever it started with).
+    """
     if search_attributes:
-        extra = [OUTCOMES_KEY.value_set(list(visible.outcomes))] if outcomes else []
-        workflow.upsert_search_attributes(
-            [
-                *extra,
+        updates: list[tuple[bool, SearchAttributeUpdate[Any]]] = [
+            (
+                outcomes and (before is None or visible.outcomes != before.outcomes),
+                OUTCOMES_KEY.value_set(list(visible.outcomes)),
+            ),
+            (
+                before is None or visible.status != before.status,
                 STATUS_KEY.value_set(visible.status),
+            ),
+            (
+                before is None or visible.tools != before.tools,
                 PENDING_TOOLS_KEY.value_set(list(visible.tools)),
-                AGENT_KEY.value_set(agent),
+            ),
+            (before is None, AGENT_KEY.value_set(agent)),
+            (
+                before is None or visible.since != before.since,
                 PENDING_SINCE_KEY.value_set(visible.since)
                 if visible.since is not None
                 else PENDING_SINCE_KEY.value_unset(),
+            ),
+            (
+                before is None or visible.deadline != before.deadline,
                 DEADLINE_KEY.value_set(visible.deadline)
                 if visible.deadline is not None
                 else DEADLINE_KEY.value_unset(),
-            ]
-        )
+            ),
+        ]
+        changed = [update for wanted, update in updates if wanted]
+        if changed:
+            workflow.upsert_search_attributes(changed)
     workflow.set_current_details(details)
 
 
@@ -225,6 +249,7 @@ def publish_run(run: AgentRun) -> None:
             run._shown = refusals
             workflow.set_current_details(details_of(run, visible))
         return
+    before = run._published if run._published is not STARTED else None
     run._published, run._shown = visible, refusals
     run.events.note_pause()
     publish(
@@ -233,6 +258,7 @@ def publish_run(run: AgentRun) -> None:
         details_of(run, visible),
         run.s.search_attributes,
         run.s.outcomes_attribute,
+        before,
     )
 
 

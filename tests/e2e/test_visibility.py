@@ -70,3 +70,40 @@ async def test_outcomes_are_searchable_an_expired_call_apart_from_a_rejected_one
         await wait_for(lambda: _eq(listed("approved"), {approved.workflow_id}), what="approved")
         assert await listed("rejected") == set(), "an expiry is not a rejection"
     assert out.decisions[0].expired and ledger.count("wire_soon") == 1
+
+
+async def test_later_upserts_carry_only_what_changed_and_the_attributes_stay_whole(
+    dev_client: Client, ledger: Ledger
+) -> None:
+    """A run's first publish sets every attribute; later ones send only the changed keys, and
+    the server's merged view is what a person would see at each stage."""
+    import json
+
+    from temporalio.api.enums.v1 import EventType
+
+    client = dev_client
+    async with serving(client, support_agent) as tq:
+        paused = await Runner.run(
+            support_agent, "cancel order 79", client=client, task_queue=tq, serve=False
+        )
+        handle = client.get_workflow_handle(paused.workflow_id)
+        sa = (await handle.describe()).search_attributes
+        assert sa["HitlStatus"] == ["awaiting_approval"]
+        assert sa["HitlPendingTools"] == ["cancel_order"] and sa["HitlAgent"]
+        state = paused.to_state()
+        state.approve(state.get_interruptions()[0])
+        await Runner.run(support_agent, state, client=client, task_queue=tq, serve=False)
+        done = (await handle.describe()).search_attributes
+        hist = await handle.fetch_history()
+    assert done["HitlStatus"] == ["completed"] and done["HitlOutcomes"] == ["approved"]
+    assert done["HitlAgent"] == sa["HitlAgent"], "kept from the first publish"
+    assert done.get("HitlPendingTools") in (None, []) and done.get("HitlPendingSince") is None
+    sent = [
+        set(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+    ]
+    assert len(sent) == 3 and "HitlAgent" in sent[0]
+    assert all("HitlAgent" not in keys for keys in sent[1:])
+    assert sent[2] == {"HitlStatus"}, json.dumps([sorted(k) for k in sent])
+    assert ledger.count() == 1
