@@ -47,6 +47,7 @@ class ModelActivities:
     def __init__(self, registry: AgentRegistry, openai: Any = None) -> None:
         self.registry = registry
         self.openai = openai
+        self.planner = ToolActivities(registry)
 
     @activity.defn(name=ACT_CALL_MODEL)
     async def call_model(self, inp: CallModelInput) -> ModelResponse:
@@ -141,7 +142,7 @@ class ModelActivities:
         if not calls or len({c.call_id for c in calls}) != len(calls):
             return None
         try:
-            out = await ToolActivities(self.registry).plan(
+            out = await self.planner.plan(
                 PlanToolsInput(
                     root_agent=inp.root_agent,
                     agent_id=inp.agent_id,

@@ -67,7 +67,6 @@ with workflow.unsafe.imports_passed_through():
         FromRoot,
         InputAnswer,
         Phase,
-        PlanToolsOutput,
         Resolution,
         RunErrorInfo,
         RunInput,
@@ -77,7 +76,6 @@ with workflow.unsafe.imports_passed_through():
         TranscriptPage,
         TranscriptQuery,
         TurnInfo,
-        WaitInput,
     )
     from hitl.workflows import elicitation, hooks, nested, tracing, turn, uncertain, visibility
     from hitl.workflows.approvers import edit_note
@@ -90,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
         initial_state,
         query_text,
         read_one,
+        read_wait,
         refusal,
         start_problem,
     )
@@ -344,13 +343,12 @@ class AgentRun:
             if ready is None:
                 skip = turn.skip_policy(agent, self.book, cfg, planned)
                 ready = (await self.steps.plan(agent, planned, skip)).plans
-            out = PlanToolsOutput(plans=ready)
-            for plan in out.plans:
+            for plan in ready:
                 if plan.tripwire is not None:
                     t = plan.tripwire
                     raise RunFailure(t.type, t.message, t.details)
-            turn.apply_plans(opened, planned, out.plans)
-            plans = {p.call_id: p for p in out.plans}
+            turn.apply_plans(opened, planned, ready)
+            plans = {p.call_id: p for p in ready}
         for rec in turn.settle(agent, opened, plans, self.book, cfg, workflow.now()):
             self.events.announce_request(rec.call_id, rec.tool_name, rec.request)
             self.trace.open_wait(rec)
@@ -551,14 +549,14 @@ class AgentRun:
     @workflow.update(name=UPDATE_WAIT, description=HANDLER_HELP[UPDATE_WAIT])
     async def wait(self, *args: Any) -> RunStatus:
         """Return once the run waits for a person, finishes, or continues as new."""
-        req = _wait_input(args)
+        req = read_wait(args)
         await self._wait_settled()
         return visibility.settled_status(self, [], items=req.items)
 
     @wait.validator
     def _validate_wait(self, *args: Any) -> None:
         # An accepted update is echoed in history: keep it small.
-        _wait_input(args)
+        read_wait(args)
         self._waiters.check()
 
     async def _wait_settled(self) -> None:
@@ -692,16 +690,3 @@ class AgentRun:
     def announce_request(self, call_id: str, tool: str, request: Any) -> None:
         """An `approval_requested` event, once per call (for nested runs' calls)."""
         self.events.announce_request(call_id, tool, request)
-
-
-def _wait_input(args: tuple[Any, ...]) -> WaitInput:
-    """The `wait` update's payload (none at all is `{}`)."""
-    return read_one(
-        args,
-        WaitInput,
-        what="a wait",
-        example="{}",
-        max_bytes=MAX_SIGNAL_BYTES,
-        error_type="InvalidMessage",
-        optional=True,
-    )

@@ -20,9 +20,9 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from hitl.codec import UNDECRYPTABLE
-from hitl.limits import MAX_CONTEXT_BYTES, MAX_NAME_CHARS, run_config_problems
+from hitl.limits import MAX_CONTEXT_BYTES, MAX_NAME_CHARS, MAX_SIGNAL_BYTES, run_config_problems
 from hitl.storage import UNRETRIEVABLE
-from hitl.wire import REFUSAL_MARK, CarriedState, RunContextData, RunInput
+from hitl.wire import REFUSAL_MARK, CarriedState, RunContextData, RunInput, WaitInput
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -275,3 +275,16 @@ def initial_state(inp: RunInput) -> CarriedState:
         state.tracing = bool(inp.parent and inp.parent.tracing)
         state.notify = bool(inp.parent and inp.parent.notify)
     return state
+
+
+def read_wait(args: tuple[Any, ...]) -> WaitInput:
+    """The `wait` update's payload (none at all is `{}`); it is echoed in history, so small."""
+    return read_one(
+        args,
+        WaitInput,
+        what="a wait",
+        example="{}",
+        max_bytes=MAX_SIGNAL_BYTES,
+        error_type="InvalidMessage",
+        optional=True,
+    )

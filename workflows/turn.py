@@ -106,11 +106,10 @@ def plan_request(agent: AgentSpec, book: ApprovalBook, cfg: RunConfigSpec) -> Pl
     tools = [t for t in agent.tools if t.approval != "never" and t.mcp_server is None]
     if not tools:
         return None
-    approvers = {t.name: t.approvers or cfg.approvers for t in tools}
     return PlanRequest(
         tools=[t.name for t in tools],
         run_approver=cfg.approver,
-        skip_policy=book.ruled_tools(agent.id, approvers),
+        skip_policy=_ruled(agent, book, cfg, tools),
         pre_approval_guardrails=cfg.pre_approval_tool_input_guardrails,
     )
 
@@ -129,8 +128,14 @@ def skip_policy(
     agent: AgentSpec, book: ApprovalBook, cfg: RunConfigSpec, records: list[CallRecord]
 ) -> list[str]:
     """Tools whose approver callbacks need not run: a standing rule decides their calls."""
-    approvers = {r.tool_name: tool_of(agent, r).approvers or cfg.approvers for r in records}
-    return book.ruled_tools(agent.id, approvers)
+    return _ruled(agent, book, cfg, [tool_of(agent, r) for r in records])
+
+
+def _ruled(
+    agent: AgentSpec, book: ApprovalBook, cfg: RunConfigSpec, tools: list[ToolSpec]
+) -> list[str]:
+    """Which of `tools` a standing rule decides (by each tool's approvers, else the run's)."""
+    return book.ruled_tools(agent.id, {t.name: t.approvers or cfg.approvers for t in tools})
 
 
 def apply_plans(opened: OpenedTurn, planned: list[CallRecord], plans: list[CallPlan]) -> None:
