@@ -97,6 +97,11 @@ class FunctionTool:
         called_on_rejection: A tool that takes a `UserAction` is also called when its call is
             rejected or expires (with `primary_confirmed=False`), and what it returns is what
             the model sees. Off by default: a rejected call runs no tool code.
+        local_activity: Run calls as local activities: on the worker that runs the run, inside
+            the workflow task that decided them (an approval's, or the model answer's), which
+            saves a workflow task and an activity task per call. For quick, retry-safe tools:
+            a call holds its workflow task while it runs, shows no pending activity in the UI,
+            has no heartbeat timeout, and ignores `RunConfig.tool_task_queue`.
     """
 
     name: str
@@ -123,6 +128,7 @@ class FunctionTool:
     escalate_after: float | None = None
     escalate_to: list[str] = field(default_factory=list)
     retry_safe: bool = True
+    local_activity: bool = False
     _args_model: type[BaseModel] | None = field(default=None, repr=False)
     _takes_context: bool = field(default=False, repr=False)
     _user_action_param: str | None = field(default=None, repr=False)
@@ -164,6 +170,7 @@ class FunctionTool:
             escalate_after_seconds=self.escalate_after,
             escalate_to=list(self.escalate_to),
             retry_safe=self.retry_safe,
+            local_activity=self.local_activity,
         )
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
@@ -347,6 +354,7 @@ def function_tool(
     escalate_after: float | None = None,
     escalate_to: list[str] | None = None,
     retry_safe: bool = True,
+    local_activity: bool = False,
 ) -> Callable[[ToolFunction], FunctionTool]: ...
 
 
@@ -376,6 +384,7 @@ def function_tool(
     escalate_after: float | None = None,
     escalate_to: list[str] | None = None,
     retry_safe: bool = True,
+    local_activity: bool = False,
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
     """Turn a function into a tool; its JSON schema comes from the signature and docstring.
 
@@ -426,6 +435,13 @@ def function_tool(
         retry_safe: `False`: the tool runs a single attempt, and an attempt that dies midway
             (worker crash, timeout) parks the call as *uncertain*: a person says whether the
             effect happened (with its result), to run it again, or to give up.
+        local_activity: Run calls as local activities, inside the workflow task that decided
+            them: one workflow task and one activity task fewer per call (an approved call
+            runs in the approval's own task). For quick, retry-safe tools (a lookup, an
+            idempotent API call): while a call runs it holds its workflow task, shows no
+            pending activity, has no heartbeat timeout, and always runs on the run's worker
+            (`RunConfig.tool_task_queue` does not apply). Needs `retry_safe=True`: a worker
+            that dies midway reruns the call without asking anyone.
 
     A parameter annotated `UserAction` receives the person's action at execution (and is not
     shown to the model); the tool must act only when `action.primary_confirmed` is true.
@@ -438,6 +454,11 @@ def function_tool(
             raise UserError("needs_approval must be True, False or a callable")
         _check_required_approvals(required_approvals, needs_approval)
         name = name_override or fn.__name__
+        if local_activity and not retry_safe:
+            raise UserError(
+                f"local_activity=True needs retry_safe=True on {name!r}: a local activity "
+                "whose worker dies midway runs again without a person's call"
+            )
         description, param_docs = parse_docstring(fn.__doc__)
         model, takes_context, user_action = _build_args_model(fn, name, param_docs)
         if called_on_rejection and user_action is None:
@@ -474,6 +495,7 @@ def function_tool(
             escalate_after=escalate_after,
             escalate_to=list(escalate_to or []),
             retry_safe=retry_safe,
+            local_activity=local_activity,
             _args_model=model,
             _takes_context=takes_context,
             _user_action_param=user_action,

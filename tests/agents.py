@@ -74,6 +74,43 @@ support_agent = Agent(
 )
 
 
+# ----------------------------------------------------------------------------- local tools
+
+
+@function_tool(needs_approval=True, local_activity=True, name_override="cancel_order")
+async def cancel_order_here(ctx: ToolContext[object], order_id: int) -> str:
+    """Cancel an order (as a local activity).
+
+    Args:
+        order_id: The order to cancel.
+    """
+    record(ctx, "cancel_order")
+    return f"Cancelled order {order_id}"
+
+
+@function_tool(local_activity=True, name_override="send_email", max_attempts=2)
+async def flaky_email_here(ctx: ToolContext[object], subject: str, body: str) -> str:
+    """Send an email to the customer (as a local activity; the first attempt fails).
+
+    Args:
+        subject: Subject line.
+        body: Message body.
+    """
+    record(ctx, "send_email")
+    if ctx.attempt == 1:
+        raise ConnectionError("the mail server hung up")
+    return f"Sent '{subject}'"
+
+
+local_support_agent = Agent(
+    name="Local support agent",
+    instructions="Handle tickets and ask for approval when needed.",
+    tools=[cancel_order_here, flaky_email_here],
+    model=ScriptedModel(support_script, "tests.support-local"),
+)
+"""`support_agent`'s job and script, with both tools as local activities."""
+
+
 # ----------------------------------------------------------------------------- weather (JS seed)
 
 

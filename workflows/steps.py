@@ -409,39 +409,52 @@ class Steps:
         """Run one approved (or approval-free) call; a failure becomes text for the model."""
         info = workflow.info()
         timeout = tool.timeout_seconds
+        inp = ExecuteToolInput(
+            root_agent=self.inp.agent,
+            agent_id=agent.id,
+            tool_name=rec.tool_name,
+            call_id=rec.call_id,
+            arguments=rec.arguments,
+            idempotency_key=f"{info.workflow_id}:{rec.call_id}",
+            workflow_id=info.workflow_id,
+            context=self.s.context,
+            decision=rec.decision,
+            max_output_bytes=self.inp.run_config.max_tool_output_bytes,
+            answers=rec.answers,
+            mcp_server=tool.mcp_server,
+        )
+        retry = RetryPolicy(
+            # A tool that is not safe to retry gets one attempt: a second one is a person's
+            # call (see `Uncertain`).
+            maximum_attempts=tool.max_attempts if tool.retry_safe else 1,
+            non_retryable_error_types=TOOL_NON_RETRYABLE,
+        )
         try:
-            out: ToolOutput = await workflow.execute_activity(
-                ACT_EXECUTE_TOOL,
-                ExecuteToolInput(
-                    root_agent=self.inp.agent,
-                    agent_id=agent.id,
-                    tool_name=rec.tool_name,
-                    call_id=rec.call_id,
-                    arguments=rec.arguments,
-                    idempotency_key=f"{info.workflow_id}:{rec.call_id}",
-                    workflow_id=info.workflow_id,
-                    context=self.s.context,
-                    decision=rec.decision,
-                    max_output_bytes=self.inp.run_config.max_tool_output_bytes,
-                    answers=rec.answers,
-                    mcp_server=tool.mcp_server,
-                ),
-                result_type=ToolOutput,
-                start_to_close_timeout=timedelta(seconds=timeout),
-                heartbeat_timeout=(
-                    timedelta(seconds=tool.heartbeat_timeout_seconds)
-                    if tool.heartbeat_timeout_seconds
-                    else None
-                ),
-                retry_policy=RetryPolicy(
-                    # A tool that is not safe to retry gets one attempt: a second one is a
-                    # person's call (see `Uncertain`).
-                    maximum_attempts=tool.max_attempts if tool.retry_safe else 1,
-                    non_retryable_error_types=TOOL_NON_RETRYABLE,
-                ),
-                summary=rec.tool_name,
-                task_queue=self.inp.run_config.tool_task_queue,  # None: the run's own queue
-            )
+            if tool.local_activity and tool.kind == "function" and tool.retry_safe:
+                # Runs inside this workflow task, on this worker (see `function_tool`).
+                out: ToolOutput = await workflow.execute_local_activity(
+                    ACT_EXECUTE_TOOL,
+                    inp,
+                    result_type=ToolOutput,
+                    start_to_close_timeout=timedelta(seconds=timeout),
+                    retry_policy=retry,
+                    summary=rec.tool_name,
+                )
+            else:
+                out = await workflow.execute_activity(
+                    ACT_EXECUTE_TOOL,
+                    inp,
+                    result_type=ToolOutput,
+                    start_to_close_timeout=timedelta(seconds=timeout),
+                    heartbeat_timeout=(
+                        timedelta(seconds=tool.heartbeat_timeout_seconds)
+                        if tool.heartbeat_timeout_seconds
+                        else None
+                    ),
+                    retry_policy=retry,
+                    summary=rec.tool_name,
+                    task_queue=self.inp.run_config.tool_task_queue,  # None: the run's own
+                )
         except ActivityError as err:
             cause: BaseException | None = err.cause
             if isinstance(cause, ApplicationError) and cause.type == "ToolEffectUnknown":

@@ -109,6 +109,9 @@ class ToolSpec(WireModel):
     """Approvers or `group:<name>`s added to a call's approvers when it escalates."""
     retry_safe: bool = True
     """`False`: one attempt; an attempt that dies midway makes the call uncertain."""
+    local_activity: bool = False
+    """Run calls as local activities, on the run's worker, inside the workflow task that
+    decided them (quick, retry-safe function tools only)."""
 
 
 class HandoffSpec(WireModel):

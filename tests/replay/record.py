@@ -22,7 +22,7 @@ from hitl import RunConfig, Runner
 from hitl.client import data_converter
 from hitl.wire import DecisionInput
 from hitl.worker.devserver import DevServer
-from tests.agents import support_agent, weather_agent
+from tests.agents import local_support_agent, support_agent, weather_agent
 from tests.helpers import serving
 from tests.workflows.test_approvals import sequential_agent
 from tests.workflows.test_compaction import desk, grow_until_continued, park_on_the_wire
@@ -36,6 +36,7 @@ SCENARIOS = (
     "completed_rejected",
     "continued_as_new",
     "continued_while_parked",
+    "completed_local_tools",
 )
 
 
@@ -48,11 +49,15 @@ async def record(address: str, only: str | None = None) -> None:
         (OUT / f"{name}.json").write_text(hist.to_json())
         print(f"saved {name}: {len(hist.events)} events")
 
-    async with serving(client, support_agent, weather_agent, sequential_agent, desk) as tq:
+    agents = (support_agent, local_support_agent, weather_agent, sequential_agent, desk)
+    async with serving(client, *agents) as tq:
+        opts = {"client": client, "task_queue": tq, "serve": False}
         if only == "continued_while_parked":
             await record_parked_compaction(client, tq, save)
             return
-        opts = {"client": client, "task_queue": tq, "serve": False}
+        if only == "completed_local_tools":
+            await record_local_tools(opts, save)
+            return
         r = await Runner.run(
             support_agent, "cancel order 7", workflow_id="replay-completed", **opts
         )
@@ -98,6 +103,21 @@ async def record(address: str, only: str | None = None) -> None:
         (OUT / "continued_as_new.json").write_text(hist.to_json())
         print(f"saved continued_as_new: {len(hist.events)} events")
         await record_parked_compaction(client, tq, save)
+        await record_local_tools(opts, save)
+
+
+async def record_local_tools(opts: dict[str, Any], save: Any) -> None:
+    """Both tools as local activities: an approved call, and one retried after a failure."""
+    r = await Runner.run(
+        local_support_agent,
+        "cancel order 7 and email the customer",
+        workflow_id="replay-local-tools",
+        **opts,
+    )
+    state = r.to_state()
+    state.approve(r.interruptions[0])
+    await Runner.run(local_support_agent, state, **opts)
+    await save("completed_local_tools", "replay-local-tools")
 
 
 async def record_parked_compaction(client: Client, tq: str, save: Any) -> None:

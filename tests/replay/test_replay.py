@@ -31,6 +31,7 @@ def test_histories_are_present() -> None:
         "continued_as_new",
         "continued_while_parked",
         "carried_on_after_parked_compaction",
+        "completed_local_tools",
     } <= names
 
 
