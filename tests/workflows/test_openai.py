@@ -478,6 +478,7 @@ AGENT_SETTINGS = ModelSettings(
     tool_choice="auto",
     parallel_tool_calls=False,
     reasoning_effort="low",
+    extra_args={"service_tier": "flex"},
 )
 RUN_SETTINGS = ModelSettings(temperature=0.7, max_tokens=64)
 
@@ -502,6 +503,7 @@ async def test_run_settings_override_agent_settings_and_usage_adds_up(
             "tool_choice": "auto",
             "parallel_tool_calls": False,
             "reasoning": {"effort": "low"},
+            "service_tier": "flex",
         }
     else:
         path = CHAT
@@ -517,6 +519,7 @@ async def test_run_settings_override_agent_settings_and_usage_adds_up(
             "tool_choice": "auto",
             "parallel_tool_calls": False,
             "reasoning_effort": "low",
+            "service_tier": "flex",
         }
     async with serving(ts_env.client, agent) as tq:
         result = await Runner.run(
@@ -549,6 +552,7 @@ async def test_run_settings_override_agent_settings_and_usage_adds_up(
     assert len(requests) == 2
     for request in requests:  # the run's override holds on every turn, also after the pause
         assert {k: request.body.get(k) for k in wanted} == wanted
+        assert "extra_body" not in request.body, "extra_args merge into the body"
 
 
 async def test_gateway_headers_query_and_timeout_reach_the_wire(
