@@ -325,6 +325,77 @@ def main_table(res: dict[str, Any]) -> list[str]:
         ):
             if key in fl:
                 lines.append(f"| {label} | {_num(fl[key]['p50'], 1)} | {_num(fl[key]['p95'], 1)} |")
+        peer_lat = lat.get("peer", {})
+        for key, what in (
+            ("raw_steps", "no-op regular activities"),
+            ("raw_steps_local_tool", "no-op activities, the tool a local one"),
+        ):
+            for leg, name in (
+                ("start_pending_ms", "start → pending"),
+                ("decide_complete_ms", "decision → completed"),
+            ):
+                x = _get(fl, key, leg)
+                if not x:
+                    continue
+                r = _ratio(x["p50"], _get(peer_lat, leg, "p50"))
+                lines.append(
+                    f"| the one-approval run's steps and nothing else ({what}; bare workflow): "
+                    f"{name} (p50 = {_num(r, 2)}x the peer's) | {_num(x['p50'], 1)} | "
+                    f"{_num(x['p95'], 1)} |"
+                )
+    return lines
+
+
+def local_tool_table(res: dict[str, Any]) -> list[str]:
+    """The opt-in local tool (`ours-local-tool`) against the same peer run, with the targets."""
+    s = res["settings"].get("tuned", {})
+    lat, tp, hist = s.get("latency", {}), s.get("throughput", {}), s.get("history_one_approval", {})
+    if "ours-local-tool" not in lat and "ours-local-tool" not in tp:
+        return []
+    o = "ours-local-tool"
+    lines = [
+        "| metric (tuned dev server, real model path; ours: `Runner.run`, the tool as a local "
+        "activity) | ours | peer | ours/peer | target | |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for leg, name in (
+        ("start_pending_ms", "start → pending visible"),
+        ("decide_complete_ms", "decision → completed"),
+    ):
+        lines.append(
+            _row(
+                f"{name}, p50 (ms)",
+                _get(lat, o, leg, "p50"),
+                _get(lat, "peer", leg, "p50"),
+                0,
+                "<=0.7",
+            )
+        )
+    runs = _get(tp, o, "runs")
+    for key, label, digits, target in (
+        ("runs_per_s", f"throughput, {runs} runs at once (runs/s)", 2, ">=1.5"),
+        ("server_cpu_ms_per_run", "server CPU per run (ms)", 0, "<=0.7"),
+        ("worker_cpu_ms_per_run", "worker CPU per run (ms)", 0, None),
+    ):
+        lines.append(_row(label, _get(tp, o, key), _get(tp, "peer", key), digits, target))
+    for key in ("events", "bytes"):
+        lines.append(
+            _row(
+                f"one-approval run: history {key}",
+                _get(hist, o, key),
+                _get(hist, "peer", key),
+                0,
+                "<=0.8",
+            )
+        )
+    lines.append(
+        _row(
+            "one-approval run: workflow tasks",
+            _get(hist, o, "workflow_tasks"),
+            _get(hist, "peer", "workflow_tasks"),
+            0,
+        )
+    )
     return lines
 
 
@@ -342,6 +413,7 @@ def _growth(run: dict[str, Any] | None, a: int, b: int, c: int) -> float | None:
 VARIANT_ORDER = (
     "ours",
     "ours-client",
+    "ours-local-tool",
     "ours-uncapped",
     "peer",
     "peer-inline",
@@ -493,7 +565,7 @@ def steps_table(res: dict[str, Any]) -> list[str]:
     """The sample one-approval run, step by step (the server's event times)."""
     h = res["settings"].get("tuned", {}).get("history_one_approval", {})
     lines = []
-    for name in ("ours", "peer"):
+    for name in ("ours", "ours-local-tool", "peer"):
         st = _get(h, name, "steps")
         if not st:
             continue
@@ -532,6 +604,16 @@ def notes(res: dict[str, Any]) -> list[str]:
 
 def markdown(res: dict[str, Any]) -> str:
     parts = [*header(res), "", *main_table(res)]
+    lt = local_tool_table(res)
+    if lt:
+        parts += [
+            "",
+            "The same job with the refund tool as a local activity (opt-in, "
+            "`function_tool(local_activity=True)`: an approved call runs inside the decision's "
+            "workflow task), against the same peer runs:",
+            "",
+            *lt,
+        ]
     extra = notes(res)
     if extra:
         parts += ["", *extra]

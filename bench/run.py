@@ -49,7 +49,7 @@ from bench.procs import (
 
 RESULTS = BENCH / "results"
 BOUNDED_CACHE = 50
-HEADLINE = ("ours", "peer", "ours-client")
+HEADLINE = ("ours", "peer", "ours-client", "ours-local-tool")
 PARK_CONCURRENCY = 32
 DEFAULT_SERVER_SECONDS = 75
 BURST_TIMEOUT_SECONDS = 180.0
@@ -85,6 +85,14 @@ VARIANTS: dict[str, Variant] = {
         "ours",
         "client",
         "ours, operator path (update-with-start `wait`, `approve` update, result), `OpenAIModel`",
+    ),
+    "ours-local-tool": Variant(
+        "ours",
+        "openai-local-tool",
+        "ours",
+        "runner",
+        "ours, public API `Runner.run`, `OpenAIModel`, the tool as a local activity "
+        "(`function_tool(local_activity=True)`, opt-in)",
     ),
     "peer": Variant(
         "peer",
@@ -152,6 +160,7 @@ class Plan:
         "ours",
         "peer",
         "ours-client",
+        "ours-local-tool",
         "ours-scripted",
         "peer-scripted",
         "ours-regular",
@@ -163,9 +172,9 @@ class Plan:
         "ours-client",
         "peer",
         "ours",
+        "ours-local-tool",
         "ours-scripted",
         "peer-scripted",
-        "ours-uncapped",
     )
     throughput_runs_secondary: int = 60
     # Throughput against concurrency (the chart), besides `throughput_runs` above.
@@ -265,7 +274,6 @@ class Stack:
             "OPENAI_BASE_URL": f"http://127.0.0.1:{self.wire_port}/v1",
             "OPENAI_API_KEY": "bench-not-a-key",
             "OPENAI_AGENTS_DISABLE_TRACING": "1",
-            **({"HITL_EXP_UNSANDBOXED": "1"} if os.environ.get("HITL_EXP_UNSANDBOXED") else {}),
         }
 
     def start_workers(self, specs: list[tuple[str, str, str, int | None]]) -> list[Worker]:
@@ -712,10 +720,21 @@ async def section_floor(stack: Stack, plan: Plan) -> dict[str, Any]:
         stack.start_worker("raw", "raw", "raw")
         try:
             res = await stack.drivers["ours"].call("raw", n=plan.floor_runs, queue="raw")
+            steps = {
+                local: await stack.drivers["ours"].call(
+                    "raw_steps", n=plan.floor_runs, queue="raw", local_tool=local
+                )
+                for local in (False, True)
+            }
         finally:
             stack.stop_worker("raw")
         out["raw_update_ms"] = proto.summarize(res["update_ms"])
         out["raw_update_with_start_ms"] = proto.summarize(res["update_with_start_ms"])
+        for local, name in ((False, "raw_steps"), (True, "raw_steps_local_tool")):
+            out[name] = {
+                "start_pending_ms": proto.summarize(steps[local]["start_pending"]),
+                "decide_complete_ms": proto.summarize(steps[local]["decide_complete"]),
+            }
     for k, v in out.items():
         if "p50" in v:
             log(f"  floor {k:24s} p50 {v['p50']:6.1f} p95 {v['p95']:6.1f} ms")
@@ -925,7 +944,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         # The headline rows only, small N: under 90 s (`make bench BENCH_ARGS=--quick`).
         plan = Plan(
             latency_variants=HEADLINE,
-            throughput_variants=("ours-client", "peer", "ours"),
+            throughput_variants=("ours-client", "peer", "ours", "ours-local-tool"),
             long_variants=("ours", "peer"),
             latency_runs=10,
             latency_runs_secondary=5,

@@ -8,7 +8,9 @@ times, then answers.
 `agent_openai` is the headline: the real model path, `OpenAIModel` (the Responses API through the
 real `openai` client, a regular activity) pointed by `OPENAI_BASE_URL` at `bench.wire`, which
 answers at once with the same script. `agent` runs the script as `ScriptedModel`'s default (a
-local activity); `agent_regular` runs it as a regular activity.
+local activity); `agent_regular` runs it as a regular activity. `agent_openai_local_tool` is the
+headline's job with the refund tool as a local activity (`function_tool(local_activity=True)`,
+opt-in), which runs an approved call inside the decision's workflow task.
 """
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ PROMPT = "Refund order 1001"
 
 @function_tool(needs_approval=True)
 async def refund(order_id: int) -> str:
+    """Refund an order.
+
+    Args:
+        order_id: The order to refund.
+    """
+    return f"Refunded order {order_id}"
+
+
+@function_tool(needs_approval=True, local_activity=True, name_override="refund")
+async def refund_here(order_id: int) -> str:
     """Refund an order.
 
     Args:
@@ -91,6 +103,12 @@ WIRE_MODEL = OpenAIModel("gpt-4.1-mini", api="responses")
 agent_openai = Agent(
     name="Bench desk (OpenAI)", instructions=INSTRUCTIONS, tools=[refund], model=WIRE_MODEL
 )
+agent_openai_local_tool = Agent(
+    name="Bench desk (OpenAI, local tool)",
+    instructions=INSTRUCTIONS,
+    tools=[refund_here],
+    model=WIRE_MODEL,
+)
 long_agent_openai = Agent(
     name="Bench reader (OpenAI)",
     instructions="Read every chunk.",
@@ -102,12 +120,14 @@ agents = [
     agent,
     agent_regular,
     agent_openai,
+    agent_openai_local_tool,
     long_agent,
     long_agent_regular,
     long_agent_openai,
 ]
 BY_KEY = {
     "openai": agent_openai,
+    "openai-local-tool": agent_openai_local_tool,
     "long-openai": long_agent_openai,
     "local": agent,
     "regular": agent_regular,

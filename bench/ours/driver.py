@@ -232,6 +232,33 @@ async def raw(n: int, queue: str) -> dict[str, Any]:
     return {"update_ms": update_ms, "update_with_start_ms": uws_ms}
 
 
+async def raw_steps(n: int, queue: str, local_tool: bool = False) -> dict[str, Any]:
+    """The floor of the one-approval run's steps (`bench.raw.BenchRawSteps`), timed like a run."""
+    pending, complete = [], []
+    for i in range(n + 2):  # the first two warm the worker and are not counted
+        op = WithStartWorkflowOperation(
+            "BenchRawSteps",
+            local_tool,
+            id=f"raw-steps-{uuid.uuid4().hex[:10]}",
+            task_queue=queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        )
+        t0 = proto.now_ms()
+        await client.execute_update_with_start_workflow(
+            "wait", start_workflow_operation=op, result_type=bool
+        )
+        t1 = proto.now_ms()
+        h = await op.workflow_handle()
+        t2 = proto.now_ms()
+        await h.execute_update("approve")
+        await h.result()
+        t3 = proto.now_ms()
+        if i >= 2:
+            pending.append(t1 - t0)
+            complete.append(t3 - t2)
+    return {"start_pending": pending, "decide_complete": complete}
+
+
 async def warmup(key: str, n: int, queue: str, api: str = "runner") -> dict[str, Any]:
     for _ in range(n):
         await one_run(key, queue, api)
@@ -253,6 +280,7 @@ async def main() -> None:
             "history": history,
             "long_run": long_run,
             "raw": raw,
+            "raw_steps": raw_steps,
             "warmup": warmup,
         }
     )
