@@ -343,6 +343,32 @@ def main_table(res: dict[str, Any]) -> list[str]:
                     f"{name} (p50 = {_num(r, 2)}x the peer's) | {_num(x['p50'], 1)} | "
                     f"{_num(x['p95'], 1)} |"
                 )
+        burst = fl.get("raw_steps_throughput")
+        peer_tp = s.get("throughput", {}).get("peer", {})
+        if burst:
+            lines += [
+                "",
+                f"| the floor under load: the bare workflow's steps, {burst['runs']} runs at once "
+                "(no-op regular activities) | bare workflow | peer | bare/peer |",
+                "|---|---:|---:|---:|",
+            ]
+            bare = _get(fl, "raw_steps", "history") or {}
+            peer_h = s.get("history_one_approval", {}).get("peer", {})
+            for label, b, p, digits in (
+                ("runs/s", burst.get("runs_per_s"), peer_tp.get("runs_per_s"), 2),
+                (
+                    "server CPU per run (ms)",
+                    burst.get("server_cpu_ms_per_run"),
+                    peer_tp.get("server_cpu_ms_per_run"),
+                    0,
+                ),
+                ("one run's history events", bare.get("events"), peer_h.get("events"), 0),
+                ("one run's history bytes", bare.get("bytes"), peer_h.get("bytes"), 0),
+            ):
+                lines.append(
+                    f"| {label} | {_num(b, digits)} | {_num(p, digits)} | "
+                    f"{_num(_ratio(b, p), 2)}x |"
+                )
     return lines
 
 

@@ -138,6 +138,13 @@ VARIANTS: dict[str, Variant] = {
         "client",
         "ours, operator path, `OpenAIModel`, worker with `--max-concurrent-workflow-tasks 100`",
     ),
+    "raw-steps": Variant(
+        "ours",
+        "raw",
+        "raw",
+        "raw",
+        "the floor: a bare workflow taking the one-approval run's steps with no-op activities",
+    ),
     "peer-inline": Variant(
         "peer",
         "inline",
@@ -718,6 +725,7 @@ async def section_floor(stack: Stack, plan: Plan) -> dict[str, Any]:
         }
     if "ours" in stack.drivers:
         stack.start_worker("raw", "raw", "raw")
+        burst: dict[str, Any] = {}
         try:
             res = await stack.drivers["ours"].call("raw", n=plan.floor_runs, queue="raw")
             steps = {
@@ -726,16 +734,23 @@ async def section_floor(stack: Stack, plan: Plan) -> dict[str, Any]:
                 )
                 for local in (False, True)
             }
+            # The same burst as the headline's, for the floor of runs/s and server CPU per run.
+            burst = await section_throughput(stack, plan.throughput_runs, ["raw-steps"])
         finally:
             stack.stop_worker("raw")
         out["raw_update_ms"] = proto.summarize(res["update_ms"])
         out["raw_update_with_start_ms"] = proto.summarize(res["update_with_start_ms"])
+        out["raw_steps_throughput"] = burst["raw-steps"]
         for local, name in ((False, "raw_steps"), (True, "raw_steps_local_tool")):
+            h = steps[local]["history"]
             out[name] = {
                 "start_pending_ms": proto.summarize(steps[local]["start_pending"]),
                 "decide_complete_ms": proto.summarize(steps[local]["decide_complete"]),
+                "history": {k: h[k] for k in ("events", "bytes", "workflow_tasks") if k in h},
             }
     for k, v in out.items():
+        if k == "raw_steps_throughput":
+            continue  # logged by `section_throughput`
         if "p50" in v:
             log(f"  floor {k:24s} p50 {v['p50']:6.1f} p95 {v['p95']:6.1f} ms")
         else:

@@ -33,6 +33,8 @@ async def one_run(key: str, queue: str, api: str = "runner") -> tuple[float, flo
     """Start -> pending (ms), decision -> completed (ms), workflow id."""
     if api == "client":
         return await one_run_client(key, queue)
+    if api == "raw":
+        return await one_raw_steps(queue)
     agent = BY_KEY[key]
     t0 = proto.now_ms()
     result = await Runner.run(agent, PROMPT, client=client, task_queue=queue, serve=False)
@@ -232,31 +234,38 @@ async def raw(n: int, queue: str) -> dict[str, Any]:
     return {"update_ms": update_ms, "update_with_start_ms": uws_ms}
 
 
+async def one_raw_steps(queue: str, local_tool: bool = False) -> tuple[float, float, str]:
+    """One run of `bench.raw.BenchRawSteps`, timed like a run of the job."""
+    op = WithStartWorkflowOperation(
+        "BenchRawSteps",
+        local_tool,
+        id=f"raw-steps-{uuid.uuid4().hex[:10]}",
+        task_queue=queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+    )
+    t0 = proto.now_ms()
+    await client.execute_update_with_start_workflow(
+        "wait", start_workflow_operation=op, result_type=bool
+    )
+    t1 = proto.now_ms()
+    h = await op.workflow_handle()
+    t2 = proto.now_ms()
+    await h.execute_update("approve")
+    await h.result()
+    t3 = proto.now_ms()
+    return t1 - t0, t3 - t2, h.id
+
+
 async def raw_steps(n: int, queue: str, local_tool: bool = False) -> dict[str, Any]:
     """The floor of the one-approval run's steps (`bench.raw.BenchRawSteps`), timed like a run."""
-    pending, complete = [], []
+    pending, complete, wid = [], [], ""
     for i in range(n + 2):  # the first two warm the worker and are not counted
-        op = WithStartWorkflowOperation(
-            "BenchRawSteps",
-            local_tool,
-            id=f"raw-steps-{uuid.uuid4().hex[:10]}",
-            task_queue=queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-        )
-        t0 = proto.now_ms()
-        await client.execute_update_with_start_workflow(
-            "wait", start_workflow_operation=op, result_type=bool
-        )
-        t1 = proto.now_ms()
-        h = await op.workflow_handle()
-        t2 = proto.now_ms()
-        await h.execute_update("approve")
-        await h.result()
-        t3 = proto.now_ms()
+        a, b, wid = await one_raw_steps(queue, local_tool)
         if i >= 2:
-            pending.append(t1 - t0)
-            complete.append(t3 - t2)
-    return {"start_pending": pending, "decide_complete": complete}
+            pending.append(a)
+            complete.append(b)
+    hist = await proto.history_of(client, wid)
+    return {"start_pending": pending, "decide_complete": complete, "history": hist}
 
 
 async def warmup(key: str, n: int, queue: str, api: str = "runner") -> dict[str, Any]:
