@@ -199,6 +199,34 @@ refund_agent = Agent(
     model=ScriptedModel(refund_script, "tests.refund"),
 )
 
+
+@function_tool(needs_approval=True, local_activity=True, name_override="slow_refund")
+def slow_refund_here(ctx: ToolContext[object], order_id: int) -> str:
+    """Refund an order slowly, as a local activity (tests kill the worker while it runs).
+
+    Args:
+        order_id: The order to refund.
+    """
+    # As `slow_refund`, but a local activity that dies is run again from its first attempt:
+    # the first execution in any process (no `HITL_TEST_STARTED` file yet) is the one that
+    # lingers.
+    record(ctx, "slow_refund")
+    started = Path(os.environ["HITL_TEST_STARTED"])
+    first = not started.exists()
+    runs = int(started.read_text()) if not first else 0
+    started.write_text(str(runs + 1))
+    if first:
+        time.sleep(float(os.environ.get("HITL_TEST_TOOL_SECONDS", "0")))
+    return f"Refunded order {order_id}"
+
+
+local_refund_agent = Agent(
+    name="Local refunder",
+    instructions="Refund what is asked.",
+    tools=[slow_refund_here],
+    model=ScriptedModel(refund_script, "tests.refund-local"),
+)
+
 # ----------------------------------------------------------------------------- scale-out
 
 
