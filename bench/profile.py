@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench import proto
 from bench.procs import BENCH, ensure_peer_venv
-from bench.run import VARIANTS, Stack, log
+from bench.stack import VARIANTS, Stack, log
 
 IDLE_LEAVES = ("_worker (concurrent/futures/thread.py", "EpollSelector.select", "wait (threading")
 

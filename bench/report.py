@@ -374,55 +374,32 @@ def main_table(res: dict[str, Any]) -> list[str]:
 
 def local_tool_table(res: dict[str, Any]) -> list[str]:
     """The opt-in local tool (`ours-local-tool`) against the same peer run, with the targets."""
-    s = res["settings"].get("tuned", {})
+    s, o = res["settings"].get("tuned", {}), "ours-local-tool"
     lat, tp, hist = s.get("latency", {}), s.get("throughput", {}), s.get("history_one_approval", {})
-    if "ours-local-tool" not in lat and "ours-local-tool" not in tp:
+    if o not in lat and o not in tp:
         return []
-    o = "ours-local-tool"
-    lines = [
+    rows: list[tuple[str, dict[str, Any], tuple[str, ...], int, str | None]] = [
+        ("start → pending visible, p50 (ms)", lat, ("start_pending_ms", "p50"), 0, "<=0.7"),
+        ("decision → completed, p50 (ms)", lat, ("decide_complete_ms", "p50"), 0, "<=0.7"),
+        (
+            f"throughput, {_get(tp, o, 'runs')} runs at once (runs/s)",
+            tp,
+            ("runs_per_s",),
+            2,
+            ">=1.5",
+        ),
+        ("server CPU per run (ms)", tp, ("server_cpu_ms_per_run",), 0, "<=0.7"),
+        ("worker CPU per run (ms)", tp, ("worker_cpu_ms_per_run",), 0, None),
+        ("one-approval run: history events", hist, ("events",), 0, "<=0.8"),
+        ("one-approval run: history bytes", hist, ("bytes",), 0, "<=0.8"),
+        ("one-approval run: workflow tasks", hist, ("workflow_tasks",), 0, None),
+    ]
+    return [
         "| metric (tuned dev server, real model path; ours: `Runner.run`, the tool as a local "
         "activity) | ours | peer | ours/peer | target | |",
         "|---|---:|---:|---:|---|---|",
+        *(_row(label, _get(d, o, *k), _get(d, "peer", *k), n, t) for label, d, k, n, t in rows),
     ]
-    for leg, name in (
-        ("start_pending_ms", "start → pending visible"),
-        ("decide_complete_ms", "decision → completed"),
-    ):
-        lines.append(
-            _row(
-                f"{name}, p50 (ms)",
-                _get(lat, o, leg, "p50"),
-                _get(lat, "peer", leg, "p50"),
-                0,
-                "<=0.7",
-            )
-        )
-    runs = _get(tp, o, "runs")
-    for key, label, digits, target in (
-        ("runs_per_s", f"throughput, {runs} runs at once (runs/s)", 2, ">=1.5"),
-        ("server_cpu_ms_per_run", "server CPU per run (ms)", 0, "<=0.7"),
-        ("worker_cpu_ms_per_run", "worker CPU per run (ms)", 0, None),
-    ):
-        lines.append(_row(label, _get(tp, o, key), _get(tp, "peer", key), digits, target))
-    for key in ("events", "bytes"):
-        lines.append(
-            _row(
-                f"one-approval run: history {key}",
-                _get(hist, o, key),
-                _get(hist, "peer", key),
-                0,
-                "<=0.8",
-            )
-        )
-    lines.append(
-        _row(
-            "one-approval run: workflow tasks",
-            _get(hist, o, "workflow_tasks"),
-            _get(hist, "peer", "workflow_tasks"),
-            0,
-        )
-    )
-    return lines
 
 
 def _kb(x: Any) -> float | None:
