@@ -17,7 +17,7 @@ from temporalio.client import Client
 
 from hitl.wire import RunOutput
 from hitl.worker.devserver import DevServer
-from tests.e2e.test_cli import hitl, start, start_worker
+from tests.e2e.cli_support import hitl, start, start_worker
 from tests.helpers import Ledger, WorkerProcess, queue_name, wait_for
 
 

@@ -15,7 +15,7 @@ from hitl.codec import KEY_ENV, new_key
 from hitl.wire import INBOX_MEMO, DecisionInput
 from hitl.worker.devserver import DevServer
 from tests.agents import support_agent
-from tests.e2e.test_cli import hitl, pending_json
+from tests.e2e.cli_support import hitl, pending_json
 from tests.helpers import queue_name, serving, temporal_cli, wait_for
 
 RUNS = 12

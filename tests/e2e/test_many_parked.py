@@ -20,7 +20,7 @@ from temporalio.client import Client
 
 from hitl.wire import DecisionInput, RunOutput
 from hitl.worker.devserver import DevServer
-from tests.e2e.test_cli import hitl
+from tests.e2e.cli_support import hitl
 from tests.e2e.test_scale_out import start_parked
 from tests.helpers import Ledger, WorkerProcess, queue_name, wait_for
 

@@ -24,7 +24,7 @@ from hitl.examples.mcp_desk import mcp_desk_script, refund_request
 from hitl.mcp import MCPServerStdio, MCPServerStreamableHttp
 from hitl.wire import AnswerInput, DecisionInput, RunOutput, RunStatus
 from hitl.worker.devserver import DevServer, free_port
-from tests.e2e.test_cli import hitl
+from tests.e2e.cli_support import hitl
 from tests.helpers import (
     ROOT,
     WorkerProcess,

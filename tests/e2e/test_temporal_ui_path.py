@@ -16,7 +16,7 @@ from temporalio.client import Client
 from hitl import connect
 from hitl.codec import KEY_ENV, new_key
 from hitl.worker.devserver import DevServer
-from tests.e2e.test_cli import hitl
+from tests.e2e.cli_support import hitl
 from tests.helpers import WorkerProcess, queue_name, temporal_cli, wait_for
 
 

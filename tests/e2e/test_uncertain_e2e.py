@@ -14,7 +14,7 @@ from hitl import Runner
 from hitl.wire import DecisionInput, RunOutput, RunStatus
 from hitl.worker.devserver import DevServer
 from tests.agents import payout_agent
-from tests.e2e.test_cli import hitl
+from tests.e2e.cli_support import hitl
 from tests.helpers import Ledger, WorkerProcess, queue_name, tool_activity_count, wait_for
 
 
