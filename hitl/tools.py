@@ -133,6 +133,13 @@ class FunctionTool:
     _takes_context: bool = field(default=False, repr=False)
     _user_action_param: str | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        if self.local_activity and not self.retry_safe:
+            raise UserError(
+                f"local_activity=True needs retry_safe=True on {self.name!r}: a local activity "
+                "whose worker dies midway runs again without a person's call"
+            )
+
     @property
     def approval_mode(self) -> ApprovalMode:
         """How approval is decided: never, always, or by the predicate (in an activity)."""
@@ -454,11 +461,6 @@ def function_tool(
             raise UserError("needs_approval must be True, False or a callable")
         _check_required_approvals(required_approvals, needs_approval)
         name = name_override or fn.__name__
-        if local_activity and not retry_safe:
-            raise UserError(
-                f"local_activity=True needs retry_safe=True on {name!r}: a local activity "
-                "whose worker dies midway runs again without a person's call"
-            )
         description, param_docs = parse_docstring(fn.__doc__)
         model, takes_context, user_action = _build_args_model(fn, name, param_docs)
         if called_on_rejection and user_action is None:

@@ -12,6 +12,7 @@ Pure and deterministic: used by validators, signal handlers and the run's first 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -232,6 +233,19 @@ def start_problem(inp: Any) -> str | None:
 def encoded_size(value: Any) -> int:
     """A value's size as a payload (before the codec, which adds a few bytes)."""
     return len(workflow.payload_converter().to_payload(value).data)
+
+
+def fits(values: Sequence[Any], limit: int) -> bool:
+    """Whether `values`, each as a payload, take at most `limit` bytes together.
+
+    Counting stops past the limit, so a long transcript is not serialized whole to learn that.
+    """
+    total = 0
+    for value in values:
+        total += encoded_size(value) + 1
+        if total > limit:
+            return False
+    return True
 
 
 def query_text(args: tuple[Any, ...]) -> str:

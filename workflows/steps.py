@@ -72,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         TranscriptRef,
     )
+    from hitl.workflows.inputs import fits
 
 Out = TypeVar("Out", bound=BaseModel)
 
@@ -117,16 +118,6 @@ def _details(err: ApplicationError) -> Any:
         except Exception:
             return None
     return first
-
-
-def _fits(items: list[dict[str, Any]], limit: int) -> bool:
-    """Whether `items` as JSON take at most `limit` bytes (stops counting past it)."""
-    total = 0
-    for item in items:
-        total += len(json.dumps(item, separators=(",", ":"), default=str).encode()) + 1
-        if total > limit:
-            return False
-    return True
 
 
 def _server(agent: AgentSpec, tool_name: str) -> str | None:
@@ -338,7 +329,7 @@ class Steps:
                     retry_policy=MODEL_RETRY,
                 )
             else:
-                if _fits(transcript, MODEL_INPUT_INLINE_BYTES):
+                if fits(transcript, MODEL_INPUT_INLINE_BYTES):
                     inp.transcript = transcript  # a short run: no query from the activity
                 else:
                     # Keep history linear in turns: the activity reads the transcript by query
@@ -430,8 +421,9 @@ class Steps:
             non_retryable_error_types=TOOL_NON_RETRYABLE,
         )
         try:
-            if tool.local_activity and tool.kind == "function" and tool.retry_safe:
-                # Runs inside this workflow task, on this worker (see `function_tool`).
+            if tool.local_activity:
+                # Runs inside this workflow task, on this worker (`FunctionTool` allows it only
+                # for retry-safe tools).
                 out: ToolOutput = await workflow.execute_local_activity(
                     ACT_EXECUTE_TOOL,
                     inp,

@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
         SettledStatus,
     )
     from hitl.workflows.events import preview
-    from hitl.workflows.inputs import encoded_size
+    from hitl.workflows.inputs import encoded_size, fits
 
 if TYPE_CHECKING:
     from hitl.workflows.agent_run import AgentRun
@@ -445,7 +445,11 @@ def settled_status(
     `items` (a `wait` from `Runner.run`): a paused run whose whole status and transcript are
     small returns them, so the caller needs no `snapshot` query.
     """
-    if items and run.phase() == "awaiting_approval":
+    if (
+        items
+        and run.phase() == "awaiting_approval"
+        and fits([*run.s.input_items, *run.s.new_items], TRANSCRIPT_INLINE_BYTES)
+    ):
         whole = status(run, SettledStatus)
         assert isinstance(whole, SettledStatus)
         whole.refused, whole.final_output = [], None
