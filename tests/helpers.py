@@ -416,11 +416,19 @@ def payload_texts(history_json: str) -> str:
     return "\n".join(found)
 
 
-def local_markers(hist: WorkflowHistory) -> list[Any]:
-    """The local-activity markers of a history (not the patch markers versioning records)."""
+def local_markers(hist: WorkflowHistory, activity: str | None = None) -> list[Any]:
+    """The local-activity markers of a history (not the patch markers versioning records),
+    optionally of one activity type only."""
     return [
         e.marker_recorded_event_attributes
         for e in hist.events
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
         and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+        and (
+            activity is None
+            or json.loads(e.marker_recorded_event_attributes.details["data"].payloads[0].data)[
+                "activity_type"
+            ]
+            == activity
+        )
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -17,11 +18,7 @@ from tests.helpers import Ledger, local_markers, serving, tool_activity_count
 
 def tool_markers(hist: WorkflowHistory) -> list[Any]:
     """The `execute_tool` local activities a history recorded."""
-    return [
-        m
-        for m in local_markers(hist)
-        if json.loads(m.details["data"].payloads[0].data)["activity_type"] == "execute_tool"
-    ]
+    return local_markers(hist, "execute_tool")
 
 
 def workflow_tasks(hist: WorkflowHistory) -> int:
@@ -134,5 +131,7 @@ def test_a_local_tool_must_be_retry_safe() -> None:
 
     with pytest.raises(UserError, match="local_activity=True needs retry_safe=True on 'pay'"):
         function_tool(local_activity=True, retry_safe=False)(pay)
+    with pytest.raises(UserError, match="needs retry_safe=True"):  # however it is built
+        dataclasses.replace(function_tool(local_activity=True)(pay), retry_safe=False)
     assert function_tool(local_activity=True)(pay).spec().local_activity is True
     assert function_tool(pay).spec().local_activity is False
