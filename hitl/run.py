@@ -234,46 +234,22 @@ async def _resume(conn: RunnerConnection, state: RunState, approver: str | None)
         )
     handle = client.get_workflow_handle(state.workflow_id)
     decisions = _decisions(state, approver)
-    # A decided run usually finishes: ask for its result while the decisions travel, so it is
-    # here when the run answers that it completed (no round trip after the run has closed).
-    early = asyncio.create_task(_result_of(conn, state.workflow_id))
     try:
-        try:
-            status = await _send_decisions(
-                conn,
-                state.workflow_id,
-                decisions,
-                _state_context(state),
-                _answers(state, approver),
-            )
-        except WorkflowUpdateFailedError as exc:
-            raise _typed(exc) from None
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.NOT_FOUND:
-                raise
-            desc = await handle.describe()
-            if desc.status == WorkflowExecutionStatus.RUNNING:
-                raise
-            result = await _settle(conn, state.workflow_id, None, early)
-            _check_decisions_applied(result, decisions)
-            return result
-        return await _settle(conn, state.workflow_id, status, early)
-    finally:
-        early.cancel()
-        await asyncio.wait([early])  # (nothing is left waiting once `Runner.run` returns)
-        if not early.cancelled():
-            early.exception()  # read, so an unused failure is not reported as lost
-
-
-async def _result_of(conn: RunnerConnection, workflow_id: str) -> RunOutput:
-    """The run's result, once it closes (following continue-as-new).
-
-    Through the base `WorkflowHandle.result`: a time-skipping test client's own `result` lets the
-    test server skip time while it waits, which would fire the run's deadlines while it works.
-    """
-    handle = conn.client.get_workflow_handle(workflow_id, result_type=RunOutput)
-    out: RunOutput = await WorkflowHandle.result(handle)
-    return out
+        status = await _send_decisions(
+            conn, state.workflow_id, decisions, _state_context(state), _answers(state, approver)
+        )
+    except WorkflowUpdateFailedError as exc:
+        raise _typed(exc) from None
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        desc = await handle.describe()
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            raise
+        result = await _settle(conn, state.workflow_id, None)
+        _check_decisions_applied(result, decisions)
+        return result
+    return await _settle(conn, state.workflow_id, status)
 
 
 def _decisions(state: RunState, approver: str | None) -> list[DecisionRequest]:
@@ -355,16 +331,8 @@ def _check_decisions_applied(result: RunResult, decisions: list[DecisionRequest]
             )
 
 
-async def _settle(
-    conn: RunnerConnection,
-    workflow_id: str,
-    status: RunStatus | None,
-    early: asyncio.Task[RunOutput] | None = None,
-) -> RunResult:
-    """Turn a settled run into a `RunResult` (or raise its typed failure).
-
-    `early`: the run's result, asked for already (see `_resume`).
-    """
+async def _settle(conn: RunnerConnection, workflow_id: str, status: RunStatus | None) -> RunResult:
+    """Turn a settled run into a `RunResult` (or raise its typed failure)."""
     agent, task_queue = conn.agent, conn.task_queue
     handle: WorkflowHandle[Any, Any] = conn.client.get_workflow_handle(
         workflow_id, result_type=RunOutput
@@ -378,10 +346,10 @@ async def _settle(
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise
-                return await _closed_result(handle, agent, task_queue, early)
+                return await _closed_result(handle, agent, task_queue)
             continue
         if status.phase == "completed":
-            return await _closed_result(handle, agent, task_queue, early)
+            return await _closed_result(handle, agent, task_queue)
         if status.phase == "failed":
             err = status.error
             if err is None:
@@ -401,20 +369,10 @@ async def _settle(
 
 
 async def _closed_result(
-    handle: WorkflowHandle[Any, Any],
-    agent: Agent[Any],
-    task_queue: str,
-    early: asyncio.Task[RunOutput] | None = None,
+    handle: WorkflowHandle[Any, Any], agent: Agent[Any], task_queue: str
 ) -> RunResult:
-    out: RunOutput | None = None
     try:
-        if early is not None and not early.cancelled():
-            try:
-                out = await early
-            except RPCError:
-                out = None  # ask again below
-        if out is None:
-            out = await handle.result()
+        out: RunOutput = await handle.result()
     except WorkflowFailureError as exc:
         raise _typed(exc) from None
     last = resolve_agent(agent, out.last_agent, out.last_agent_name)
