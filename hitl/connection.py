@@ -235,25 +235,30 @@ class RunnerConnection:
         # Twice: a worker whose slots are all taken polls again only as it frees one, and it may
         # spend a while on runs already on its sticky queue. Taking a busy worker for a missing
         # one is the costly mistake (NoWorkerError, or a second worker); the other only waits.
+        # A failed look proves nothing either: an update-with-start whose deadline passed before
+        # the start was stored leaves no run to describe yet (NOT_FOUND), and a loaded server
+        # may refuse or time out a describe; only the pollers' silence means "no worker".
         for _ in range(BUSY_CHECKS):
-            try:
-                desc = await self.client.workflow_service.describe_workflow_execution(
-                    DescribeWorkflowExecutionRequest(
-                        namespace=self.client.namespace,
-                        execution=WorkflowExecution(workflow_id=workflow_id),
-                    )
-                )
-            except RPCError:
-                return False
-            task = desc.pending_workflow_task
-            if desc.HasField("pending_workflow_task") and (
-                task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
-            ):
-                return True
+            with contextlib.suppress(RPCError):
+                if await self.holds_task(workflow_id):
+                    return True
             with contextlib.suppress(RPCError):
                 if await pollers_advance(self.client, self.task_queue):
                     return True
         return False
+
+    async def holds_task(self, workflow_id: str) -> bool:
+        """Whether a worker has started the run's pending workflow task (it is working on it)."""
+        desc = await self.client.workflow_service.describe_workflow_execution(
+            DescribeWorkflowExecutionRequest(
+                namespace=self.client.namespace,
+                execution=WorkflowExecution(workflow_id=workflow_id),
+            )
+        )
+        task = desc.pending_workflow_task
+        return desc.HasField("pending_workflow_task") and (
+            task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
+        )
 
 
 def refusal_type(exc: WorkflowUpdateFailedError) -> str | None:

@@ -66,3 +66,23 @@ async def test_a_missing_worker_is_reported(
             Runner.run(slow_agent, "job", client=dev_client, task_queue=tq, serve=False),
             timeout=30,
         )
+
+
+async def test_a_run_not_yet_stored_does_not_read_as_no_worker(
+    dev_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under load an update-with-start can time out before its start is stored, and a worker's
+    # first polls may not have reached the queue's root partition yet: the run is not found and
+    # no poller is listed. That proves nothing; a worker that starts polling now is seen.
+    async def no_pollers_listed(client: Client, task_queue: str) -> int:
+        return 0
+
+    monkeypatch.setattr(hitl.connection, "live_pollers", no_pollers_listed)
+    tq = queue_name("unstored")
+    conn = hitl.connection.RunnerConnection(dev_client, slow_agent, tq, mode=False)
+    check = asyncio.create_task(conn.worker_is_busy("run-never-stored"))
+    await asyncio.sleep(0)  # the check has started looking before the worker exists
+    async with build_worker(dev_client, [slow_agent], WorkerOptions(task_queue=tq)):
+        assert await check is True
+    # And with no worker at all, the same check concludes there is none.
+    assert await conn.worker_is_busy("run-never-stored") is False
