@@ -49,6 +49,11 @@ class ModelActivities:
         self.openai = openai
         self.planner = ToolActivities(registry)
 
+    async def aclose(self) -> None:
+        """Release the provider's clients (the worker calls this once it has stopped)."""
+        if self.openai is not None and hasattr(self.openai, "aclose"):
+            await self.openai.aclose()
+
     @activity.defn(name=ACT_CALL_MODEL)
     async def call_model(self, inp: CallModelInput) -> ModelResponse:
         """Ask the agent's model for its next step and validate the answer."""

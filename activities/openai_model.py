@@ -94,6 +94,12 @@ class OpenAIProvider:
             headers[header] = value
         return headers
 
+    async def aclose(self) -> None:
+        """Close the clients built so far (their connection pools); later calls build anew."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
+
     def client(self, spec: ModelSpec) -> tuple[AsyncOpenAI, tuple[str, ...]]:
         """A client for this model spec and the secrets it sends (for scrubbing errors).
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import compileall
+import contextlib
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -131,6 +133,30 @@ def cache_workflow_bytecode(package_dir: Path | None = None) -> None:
         log.debug("workflow bytecode not cached: %s", exc)
 
 
+class ReleaseOnStop(SimplePlugin):
+    """Closes what the worker's activities opened (model clients) once the worker has stopped.
+
+    Its own type, so that a client carrying a `SimplePlugin` of its own draws no "same plugin
+    type" warning from the SDK.
+    """
+
+    def __init__(self, *closers: Callable[[], Awaitable[None]]) -> None:
+        @contextlib.asynccontextmanager
+        async def lifetime() -> AsyncIterator[None]:
+            try:
+                yield
+            finally:
+                for close in closers:
+                    try:
+                        await close()
+                    except Exception:  # (one failing close must not keep the rest open)
+                        log.warning(
+                            "closing %r after the worker stopped failed", close, exc_info=True
+                        )
+
+        super().__init__("hitl.ReleaseOnStop", run_context=lifetime)
+
+
 def build_worker(
     client: Client,
     agents: Iterable[Agent[Any]] | AgentRegistry,
@@ -206,5 +232,8 @@ def build_worker(
         # on, the server refuses just that update and the run goes on. Our own commands never
         # reach the limit (results and continue-as-new state are size-checked in the workflow).
         disable_payload_error_limit=True,
+        # Model clients hold connection pools: closed when the worker stops, not left for the
+        # garbage collector (which would schedule their close on whatever loop runs then).
+        plugins=[ReleaseOnStop(model.aclose)],
         **kwargs,
     )

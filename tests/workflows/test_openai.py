@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
+import openai
 import pytest
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
+import hitl.activities.openai_model
 from hitl import (
     Agent,
     ModelProviderError,
@@ -149,6 +152,29 @@ def model_inputs(hist: object) -> list[dict[str, object]]:
             if attrs.activity_type.name == "call_model":
                 out.append(json.loads(attrs.input.payloads[0].data))
     return out
+
+
+async def test_a_stopped_worker_closes_the_model_clients_it_opened(
+    ts_env: WorkflowEnvironment, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Left to the garbage collector, an open client's pool is closed on whatever event loop
+    # runs then (a workflow's, during an eviction, which refuses); a long-running script that
+    # serves agents in-process would also gather open pools, one per call.
+    opened: list[openai.AsyncOpenAI] = []
+
+    class Recording(openai.AsyncOpenAI):
+        def __init__(self, **kw: Any) -> None:
+            super().__init__(**kw)
+            opened.append(self)
+
+    monkeypatch.setattr(hitl.activities.openai_model, "AsyncOpenAI", Recording)
+    agent = make_agent(fake)
+    fake.queue(RESPONSES, Reply(response_body([responses_text("Hello.")])))
+    async with serving(ts_env.client, agent) as tq:
+        result = await Runner.run(agent, "hi", client=ts_env.client, task_queue=tq, serve=False)
+        assert result.final_output == "Hello."
+        assert [c.is_closed() for c in opened] == [False]  # one client, reused while serving
+    assert [c.is_closed() for c in opened] == [True]
 
 
 async def test_a_short_transcript_travels_inline_a_long_one_by_reference(
