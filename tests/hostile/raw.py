@@ -24,7 +24,7 @@ from temporalio.api.workflowservice.v1 import (
     UpdateWorkflowExecutionRequest,
 )
 from temporalio.client import Client, WorkflowHistory
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 
 def json_payload(value: Any) -> Payload:
@@ -47,21 +47,31 @@ class Answer:
     rpc: RPCError | None = None
 
 
+TRANSIENT = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE)
+"""What a loaded dev server may answer a call it did (or did not yet) carry out: ask again."""
+
+
 async def signal(client: Client, wid: str, name: str, payloads: list[Payload]) -> Answer:
-    try:
-        await client.workflow_service.signal_workflow_execution(
-            SignalWorkflowExecutionRequest(
-                namespace=client.namespace,
-                workflow_execution=WorkflowExecution(workflow_id=wid),
-                signal_name=name,
-                input=Payloads(payloads=payloads),
-                identity="hostile",
-                request_id=str(uuid.uuid4()),
-            )
-        )
-    except RPCError as exc:
-        return Answer(False, message=exc.message, rpc=exc)
-    return Answer(True)
+    """Send a signal; a transient failure is sent again with the same request id, which the
+    server dedupes (under load it can store a signal and still answer "operation was canceled",
+    as the `temporal` CLI's user would then try again)."""
+    request = SignalWorkflowExecutionRequest(
+        namespace=client.namespace,
+        workflow_execution=WorkflowExecution(workflow_id=wid),
+        signal_name=name,
+        input=Payloads(payloads=payloads),
+        identity="hostile",
+        request_id=str(uuid.uuid4()),
+    )
+    for attempt in range(3):
+        try:
+            await client.workflow_service.signal_workflow_execution(request)
+        except RPCError as exc:
+            if exc.status in TRANSIENT and attempt < 2:
+                continue
+            return Answer(False, message=exc.message, rpc=exc)
+        return Answer(True)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 async def update(
