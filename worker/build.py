@@ -134,25 +134,22 @@ def cache_workflow_bytecode(package_dir: Path | None = None) -> None:
 
 
 class ReleaseOnStop(SimplePlugin):
-    """Closes what the worker's activities opened (model clients) once the worker has stopped.
+    """Runs `close` (releasing what the worker's activities opened) once the worker has stopped.
 
     Its own type, so that a client carrying a `SimplePlugin` of its own draws no "same plugin
     type" warning from the SDK.
     """
 
-    def __init__(self, *closers: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, close: Callable[[], Awaitable[None]]) -> None:
         @contextlib.asynccontextmanager
         async def lifetime() -> AsyncIterator[None]:
             try:
                 yield
             finally:
-                for close in closers:
-                    try:
-                        await close()
-                    except Exception:  # (one failing close must not keep the rest open)
-                        log.warning(
-                            "closing %r after the worker stopped failed", close, exc_info=True
-                        )
+                try:
+                    await close()
+                except Exception:  # (logged: it must not hide how the worker itself ended)
+                    log.warning("releasing after the worker stopped failed", exc_info=True)
 
         super().__init__("hitl.ReleaseOnStop", run_context=lifetime)
 
