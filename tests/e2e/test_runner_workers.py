@@ -8,6 +8,7 @@ import pytest
 from temporalio.client import Client
 
 import hitl.connection
+import hitl.serving
 from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel
 from hitl.errors import NoWorkerError
 from hitl.worker.build import WorkerOptions, build_worker
@@ -77,11 +78,22 @@ async def test_a_run_not_yet_stored_does_not_read_as_no_worker(
     async def no_pollers_listed(client: Client, task_queue: str) -> int:
         return 0
 
+    # The worker starts only once the check has read the queue's pollers (its "before"): an
+    # idle worker long-polls, so one already listed then would not be seen to poll again.
+    looked = asyncio.Event()
+    last_polls = hitl.serving._last_polls
+
+    async def reading_polls(client: Client, task_queue: str) -> dict[str, int]:
+        polls = await last_polls(client, task_queue)
+        looked.set()
+        return polls
+
     monkeypatch.setattr(hitl.connection, "live_pollers", no_pollers_listed)
+    monkeypatch.setattr(hitl.serving, "_last_polls", reading_polls)
     tq = queue_name("unstored")
     conn = hitl.connection.RunnerConnection(dev_client, slow_agent, tq, mode=False)
     check = asyncio.create_task(conn.worker_is_busy("run-never-stored"))
-    await asyncio.sleep(0)  # the check has started looking before the worker exists
+    await asyncio.wait_for(looked.wait(), 30)
     async with build_worker(dev_client, [slow_agent], WorkerOptions(task_queue=tq)):
         assert await check is True
     # And with no worker at all, the same check concludes there is none.

@@ -63,15 +63,15 @@ async def signal(client: Client, wid: str, name: str, payloads: list[Payload]) -
         identity="hostile",
         request_id=str(uuid.uuid4()),
     )
-    for attempt in range(3):
+    sends = 3
+    while True:
         try:
             await client.workflow_service.signal_workflow_execution(request)
+            return Answer(True)
         except RPCError as exc:
-            if exc.status in TRANSIENT and attempt < 2:
-                continue
-            return Answer(False, message=exc.message, rpc=exc)
-        return Answer(True)
-    raise AssertionError("unreachable")  # pragma: no cover
+            sends -= 1
+            if exc.status not in TRANSIENT or not sends:
+                return Answer(False, message=exc.message, rpc=exc)
 
 
 async def update(
