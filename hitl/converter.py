@@ -49,9 +49,9 @@ from temporalio.converter import (
 )
 from temporalio.exceptions import ApplicationError
 
-from hitl.codec import UNDECRYPTABLE
 from hitl.errors import StoredPayloadMissing
-from hitl.storage import UNRETRIEVABLE, unretrievable
+from hitl.markers import UNDECRYPTABLE, UNRETRIEVABLE
+from hitl.storage import unretrievable
 from hitl.wire import REFUSAL_MARK
 
 _SERIALIZER = SchemaSerializer(core_schema.any_schema())

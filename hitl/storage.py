@@ -45,11 +45,9 @@ from temporalio.converter import (
 from typing_extensions import override
 
 from hitl.errors import UserError
+from hitl.markers import UNRETRIEVABLE as UNRETRIEVABLE  # also public here
 
 log = logging.getLogger("hitl")
-
-UNRETRIEVABLE = b"binary/unretrievable"
-"""Encoding of the stand-in for a stored payload that could not be read (`reason` says why)."""
 
 DEFAULT_THRESHOLD = 256 * 1024
 """Payloads at least this large (bytes, after encryption) are stored by reference."""

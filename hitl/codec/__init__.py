@@ -21,6 +21,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
 from hitl.errors import UserError
+from hitl.markers import UNDECRYPTABLE as UNDECRYPTABLE  # also public here
 
 ENCODING = b"binary/encrypted"
 KEY_ENV = "HITL_ENCRYPTION_KEY"
@@ -122,10 +123,6 @@ class EncryptionCodec(PayloadCodec):
             except Exception:
                 out.append(undecryptable(f"does not decrypt with key {kid[:40]!r}"))
         return out
-
-
-UNDECRYPTABLE = b"binary/undecryptable"
-"""Encoding of a payload the codec could not decrypt (metadata `reason` says why)."""
 
 
 def undecryptable(reason: str) -> Payload:
