@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 from hitl.context import ToolContext
 from hitl.errors import UserError
+from hitl.extras import require_extra
 from hitl.limits import MAX_TEXT_CHARS
 from hitl.schema import schema_problem
 from hitl.tools import ApprovalPredicate, FunctionTool, ToolArgumentsError
@@ -209,6 +210,7 @@ class MCPServer:
         self, elicitation: Callable[..., Any] | None = None
     ) -> AsyncIterator[ClientSession]:
         """A connected, initialized client session (closed on exit)."""
+        require_extra("mcp", "an MCP server", "mcp")
         from mcp import ClientSession
 
         try:
@@ -300,6 +302,7 @@ class MCPServer:
         The server's questions are answered from `answers` in order; one beyond them raises
         `InputRequired`.
         """
+        require_extra("mcp", "an MCP server", "mcp")
         from mcp import types
 
         answers = answers or []

@@ -1,6 +1,7 @@
 """Serving agents in this process: the one place the client API reaches worker code.
 
-(Also the local dev server's bootstrap, for `hitl dev`: `DevServer`, `free_port`, `port_free`.)
+(Also the local dev server's bootstrap, for `hitl dev`: `DevServer`, `free_port`, `port_free`,
+loaded from `hitl.worker.devserver` when first named, so `import hitl` does not load it.)
 
 `Runner.run` serves a script's own agents for the duration of a call when no worker polls the
 task queue (`serve="auto"`); `serve_agents` does it for a block. Production runs dedicated
@@ -17,7 +18,7 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import TaskQueueType
@@ -30,7 +31,9 @@ from hitl.agent import Agent
 from hitl.client import connect
 from hitl.run_config import RunConfig, RunErrorHandler
 from hitl.wire import DEFAULT_TASK_QUEUE
-from hitl.worker.devserver import DevServer, free_port, port_free
+
+if TYPE_CHECKING:
+    from hitl.worker.devserver import DevServer, free_port, port_free
 
 __all__ = [
     "DevServer",
@@ -41,6 +44,18 @@ __all__ = [
     "port_free",
     "serve_agents",
 ]
+
+_DEV_SERVER_NAMES = frozenset({"DevServer", "free_port", "port_free"})
+
+
+def __getattr__(name: str) -> Any:
+    # The dev server's bootstrap, loaded on first use (PEP 562): a client never pays for it.
+    if name in _DEV_SERVER_NAMES:
+        from hitl.worker import devserver
+
+        return getattr(devserver, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 POLLER_FRESH_SECONDS = 90.0
 

@@ -45,6 +45,7 @@ from temporalio.converter import (
 from typing_extensions import override
 
 from hitl.errors import UserError
+from hitl.extras import missing_extra
 from hitl.markers import UNRETRIEVABLE as UNRETRIEVABLE  # also public here
 
 log = logging.getLogger("hitl")
@@ -255,9 +256,7 @@ def _aioboto3_client() -> object:
         import aioboto3
         from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client
     except ImportError:
-        raise UserError(
-            "HITL_STORAGE=s3://... needs aioboto3: pip install 'hitl-temporal[s3]'"
-        ) from None
+        raise UserError(missing_extra("s3", "HITL_STORAGE=s3://...")) from None
     return _LazyS3(aioboto3, new_aioboto3_client)
 
 

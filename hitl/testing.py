@@ -17,8 +17,9 @@ assert await check.execute({"order": 7, "amount": 40}) == "refunded $40"
 `decide` runs the same code a run does: the planning step (argument validation, the approval
 predicate, `required_approvals`, `approvers`, pre-approval guardrails, the approval request,
 the approver callbacks) and then the run's decision order (the pinned approval mode, standing
-rules, approver callbacks, two-key auto-approval, then a person), in-process. This module is
-the second declared in-process entry point to worker code (with `hitl.serving`).
+rules, approver callbacks, two-key auto-approval, then a person), in-process. So this module
+is worker-side code (it imports the planning activity and the run's decision core): tests
+import it, the client API never does (`make lint` checks that).
 """
 
 from __future__ import annotations
@@ -189,8 +190,7 @@ class ToolCheck:
                 turn.skip_policy(spec, book, cfg_spec, planned),
                 cfg.pre_approval_tool_input_guardrails,
             )
-            turn.apply_plans(opened, planned, [plan])
-            plans = {plan.call_id: plan}
+            plans = turn.apply_plans(opened, planned, [plan])
         turn.settle(spec, opened, plans, book, cfg_spec, datetime.now(UTC))
         rec = opened.records[0]
         verdict = Verdict(

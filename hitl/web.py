@@ -11,18 +11,20 @@ import threading
 from typing import Any
 
 from hitl.errors import UserError
+from hitl.extras import require_extra
 
 
-def require_web() -> None:
-    """A clear error when the `console` extra is not installed."""
-    try:
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
-        raise UserError(
-            "the web console and codec server need the console extra: "
-            "pip install 'hitl-temporal[console]'"
-        ) from None
+def require_web(what: str = "the approval console") -> None:
+    """A one-line `UserError` naming the `console` extra when any of its packages is missing."""
+    require_extra(
+        "console",
+        what,
+        "starlette",
+        "uvicorn",
+        "jinja2",
+        "python_multipart",  # Starlette's form parsing
+        "cryptography",  # signing decisions, the codec
+    )
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-from hitl.client import check_namespace, connect
+from hitl.client import check_namespace, connect, hard_exit
 from hitl.errors import UserError
 from hitl.registry import AgentRegistry, load_agents, load_object
 from hitl.storage import close_storage
@@ -216,6 +216,4 @@ async def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from hitl.cli import hard_exit
-
     hard_exit(asyncio.run(main()))

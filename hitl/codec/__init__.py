@@ -21,6 +21,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
 from hitl.errors import UserError
+from hitl.extras import missing_extra
 from hitl.markers import UNDECRYPTABLE as UNDECRYPTABLE  # also public here
 
 ENCODING = b"binary/encrypted"
@@ -57,10 +58,8 @@ class EncryptionCodec(PayloadCodec):
         try:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ImportError:
-            raise UserError(
-                f"{KEY_ENV} is set but the `cryptography` package is not installed: "
-                "pip install 'hitl-temporal[encryption]'"
-            ) from None
+            what = f"payload encryption ({KEY_ENV})"
+            raise UserError(missing_extra("encryption", what)) from None
 
         if active_key_id not in keys:
             raise UserError(f"active key {active_key_id!r} is not among the keys")
@@ -144,7 +143,7 @@ def serve_codec(
     """
     from hitl.web import BackgroundServer, require_web
 
-    require_web()
+    require_web("the codec server")
     from hitl.codec.server import codec_app
 
     return BackgroundServer(codec_app(codec, cors_origins), host, port)
