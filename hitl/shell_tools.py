@@ -10,15 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import inspect
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
+import sys
 import tempfile
 from asyncio.subprocess import DEVNULL, PIPE
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -74,30 +77,200 @@ class _Capture:
         return f"{text[: self.limit]}\n[output cut: {cut} more characters]" if cut else text
 
 
-async def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float, limit: int) -> str:
+# The supervisor a command runs under on Linux (`python -I -S -c _SUPERVISOR status_fd worker_pid
+# lc_ctype argv...`). It is a child subreaper, so descendants orphaned by a double fork or setsid
+# are reparented to it rather than to init, and it can still find them by walking /proc. It kills
+# them all when the command exits, when the worker asks (SIGTERM) and when the worker dies
+# (PR_SET_PDEATHSIG sends it SIGTERM). A string run by the worker's own interpreter, not a module:
+# `-I -S` starts in ~50 ms and imports nothing from the worker's environment.
+_SUPERVISOR = r"""
+import os, resource, signal, subprocess, sys, time
+
+
+def descendants():
+    children = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/" + name + "/stat", "rb") as f:
+                    state, ppid = f.read().rsplit(b")", 1)[1].split()[:2]
+            except (OSError, ValueError):
+                continue  # it exited while the list was read
+            children.setdefault(int(ppid), []).append((int(name), state))
+    living, todo, seen = [], [os.getpid()], set()
+    while todo:
+        for pid, state in children.get(todo.pop(), ()):
+            if pid not in seen:
+                seen.add(pid)
+                todo.append(pid)
+                if state not in (b"Z", b"X"):
+                    living.append(pid)
+    return living
+
+
+def kill_all():
+    # Again until none is left: a process may fork between one scan and its kill.
+    deadline = time.monotonic() + 3
+    while True:
+        living = descendants()
+        for pid in living:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        if not living or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
+
+
+def stop(signum, frame):
+    kill_all()
+    os._exit(128 + signal.SIGTERM)
+
+
+signal.signal(signal.SIGTERM, stop)
+status_fd, worker, lc_ctype, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+try:
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    args = [ctypes.c_ulong(0)] * 3
+    prctl(36, ctypes.c_ulong(1), *args)  # PR_SET_CHILD_SUBREAPER
+    prctl(1, ctypes.c_ulong(signal.SIGTERM), *args)  # PR_SET_PDEATHSIG
+except (ImportError, OSError, AttributeError):
+    pass  # best effort: the worker still kills the process group
+if os.getppid() != worker:
+    os._exit(128 + signal.SIGTERM)  # the worker died before PR_SET_PDEATHSIG took effect
+env = dict(os.environ)
+# Python coerces a C locale by setting LC_CTYPE; the command gets the environment it was given.
+if lc_ctype:
+    env["LC_CTYPE"] = lc_ctype[1:]
+else:
+    env.pop("LC_CTYPE", None)
+try:
+    child = subprocess.Popen(argv, env=env)
+except OSError as exc:
+    os.write(status_fd, b"%d %s" % (exc.errno or 0, (exc.strerror or str(exc)).encode()))
+    os._exit(127)
+os.close(status_fd)
+while True:
+    pid, status = os.waitpid(-1, 0)  # reaps orphans too, while the command runs
+    if pid == child.pid:
+        break
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # already stopping
+kill_all()
+if os.WIFSIGNALED(status):
+    # Die of the same signal, so the worker reads the same status as without a supervisor.
+    sig = os.WTERMSIG(status)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     try:
-        # A new session (its own process group), so a timeout kills its children too.
-        proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=cwd, env=env, stdin=DEVNULL, stdout=PIPE, stderr=PIPE, start_new_session=True
-        )
-    except FileNotFoundError:
-        return f"refused: {argv[0]!r} is not installed on the worker (not found on PATH)"
-    except OSError as exc:
-        return f"could not start {argv[0]!r}: {exc.strerror or exc}"
+        signal.signal(sig, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass
+    os.kill(os.getpid(), sig)
+    os._exit(128 + sig)
+os._exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+# Linux: commands run under `_SUPERVISOR`, which kills every descendant, detached ones included.
+# Elsewhere (no prctl, no /proc), or with no interpreter to run it (an embedded Python), the
+# command's own process group is all that can be killed.
+_SUPERVISED = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
+_SUPERVISED = _SUPERVISED and bool(sys.executable)
+_STOP_GRACE = 5.0  # seconds the supervisor gets to kill the tree before its group is SIGKILLed
+
+
+def _under_supervisor(argv: list[str], env: Mapping[str, str], status_w: int) -> list[str]:
+    lc_ctype = f"={env['LC_CTYPE']}" if "LC_CTYPE" in env else ""
+    head = [sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(status_w), str(os.getpid())]
+    return [*head, lc_ctype, *argv]
+
+
+def _start_failure(status_r: int, program: str) -> str | None:
+    """What the supervisor reported when the command could not start (it has exited)."""
+    os.set_blocking(status_r, False)
+    try:
+        report = os.read(status_r, 4096).decode("utf-8", "replace")
+    except BlockingIOError:  # held open elsewhere: nothing was reported
+        return None
+    if not report:
+        return None
+    code, _, reason = report.partition(" ")
+    if code == str(errno.ENOENT):
+        return f"refused: {program!r} is not installed on the worker (not found on PATH)"
+    return f"could not start {program!r}: {reason}"
+
+
+async def _stop(proc: asyncio.subprocess.Process, supervised: bool) -> None:
+    """Kill the command and everything it started; returns once its process was reaped."""
+    if supervised and proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)  # the supervisor kills the whole tree, then exits
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), _STOP_GRACE)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group
+    await proc.wait()
+
+
+async def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float, limit: int) -> str:
+    status_r, status_w = os.pipe() if _SUPERVISED else (-1, -1)
+    supervised = status_w >= 0
+    try:
+        try:
+            # A new session (its own process group), so that a timeout can kill the group.
+            proc = await asyncio.create_subprocess_exec(
+                *(_under_supervisor(argv, env, status_w) if supervised else argv),
+                cwd=cwd,
+                env=env,
+                stdin=DEVNULL,
+                stdout=PIPE,
+                stderr=PIPE,
+                start_new_session=True,
+                pass_fds=(status_w,) if supervised else (),
+            )
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError) and not supervised:
+                return f"refused: {argv[0]!r} is not installed on the worker (not found on PATH)"
+            return f"could not start {argv[0]!r}: {exc.strerror or exc}"
+        finally:
+            if supervised:
+                os.close(status_w)  # the supervisor's copy is left: EOF once it exits
+        return await _collect(proc, argv[0], status_r, timeout, limit)
+    finally:
+        if supervised:
+            os.close(status_r)
+
+
+async def _collect(
+    proc: asyncio.subprocess.Process, program: str, status_r: int, timeout: float, limit: int
+) -> str:
+    supervised = status_r >= 0
     out, err = _Capture(limit), _Capture(limit)
     reading = asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr), proc.wait())
     reading.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen, if cancelled
-    parts = [""]
+    finished = False
     try:
         await asyncio.wait_for(reading, timeout)
-        parts = [f"exit code {proc.returncode}"]
+        finished = True
     except TimeoutError:
-        parts = [f"timed out after {timeout:g} s (the command and its children were killed)"]
+        pass
     finally:
-        if not parts[0].startswith("exit"):  # timed out, or the activity was cancelled
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+        if not finished:  # timed out, or the activity was cancelled
+            await _stop(proc, supervised)
+    if finished and supervised and (failure := _start_failure(status_r, program)):
+        return failure
+    if finished:
+        parts = [f"exit code {proc.returncode}"]
+    else:
+        parts = [f"timed out after {timeout:g} s (the command and its children were killed)"]
     for label, capture in (("stdout", out), ("stderr", err)):
         if text := capture.text():
             parts.append(f"--- {label} ---\n{text.rstrip(chr(10))}")
@@ -131,7 +304,8 @@ def shell_tool(
         name: The tool's name.
         needs_approval: `True`, `False` or a predicate `(ctx, params, call_id) -> bool`.
         on_approval: An approver `(ctx, ApprovalCall) -> ToolApproved | ToolDenied | None`.
-        timeout: Seconds a command may run before its process group is killed.
+        timeout: Seconds a command may run before it is killed, with every process it started
+            (on Linux; elsewhere, with its process group).
         max_output_chars: Characters kept of stdout, and of stderr.
         dry_run: Run nothing; say what would have run.
         env: Variables set over the worker's `PATH`, `HOME` and `LANG` (and nothing else).
@@ -205,7 +379,17 @@ def shell_tool(
 
 
 class PatchError(ValueError):
-    """A patch that cannot be read or does not apply (nothing was changed)."""
+    """A patch that cannot be read, does not apply, or could not be written.
+
+    Attributes:
+        nothing_changed: True (the usual case) when every file is as it was before the call. False
+            only when writing failed and undoing the files already written failed too; the
+            message then says which paths were left in which state.
+    """
+
+    def __init__(self, message: str, *, nothing_changed: bool = True) -> None:
+        super().__init__(message)
+        self.nothing_changed = nothing_changed
 
 
 @dataclass(frozen=True)
@@ -264,11 +448,16 @@ class FilePatch:
 
 @dataclass(frozen=True)
 class PatchResult:
-    """What `apply_patch` did: files `changed`, and those `unchanged` (already patched)."""
+    """What `apply_patch` did: files `changed`, and those `unchanged` (already patched).
+
+    `left_behind`: backup copies (root-relative) that could not be removed once every file was
+    written; the patch itself was applied.
+    """
 
     changed: tuple[FilePatch, ...]
     unchanged: tuple[FilePatch, ...] = ()
     dry_run: bool = False
+    left_behind: tuple[str, ...] = ()
 
     @property
     def already_applied(self) -> bool:
@@ -291,6 +480,8 @@ class PatchResult:
             text = f"applied the patch: {changes}"
         if self.changed and already:
             text += f"; already applied, left unchanged: {already}"
+        if self.left_behind:
+            text += f"; could not remove the old files' copies {', '.join(self.left_behind)}"
         return f"dry run: {text}" if self.dry_run else text
 
 
@@ -463,38 +654,251 @@ def _plan_file(root: Path, patch: FilePatch) -> tuple[Path, str | None]:
     return target, None
 
 
-def _write(target: Path, content: str | None) -> None:
-    if content is None:
-        return target.unlink()
-    target.parent.mkdir(parents=True, exist_ok=True)
+def _check_conflicts(root: Path, patches: Sequence[FilePatch]) -> None:
+    """`PatchError` if two sections of one patch would step on each other.
+
+    Each file is planned against the file system as it is, so only the patch as a whole shows
+    that one section makes `pkg` a file while another puts `pkg/__init__.py` inside it.
+    """
+    claimed: dict[Path, FilePatch] = {}
+    for patch in patches:
+        target = _inside(root, patch.path)
+        if (other := claimed.get(target)) is not None:
+            raise PatchError(
+                f"{other.path} and {patch.path} are the same file "
+                f"({target.relative_to(root).as_posix()}); give each file one section"
+            )
+        claimed[target] = patch
+    does = {"create": "creates", "modify": "modifies", "delete": "deletes"}
+    for target, patch in claimed.items():
+        for folder in target.parents:
+            if folder == root:
+                break
+            if (other := claimed.get(folder)) is not None:
+                raise PatchError(
+                    f"{patch.path} needs {other.path} to be a folder, but the same patch "
+                    f"{does[other.action]} {other.path} as a file; split the patch in two"
+                )
+
+
+@dataclass
+class _Change:
+    """One file's way through `_write_all`, recorded step by step so that it can be undone."""
+
+    target: Path
+    content: str | None  # None: delete the file
+    existed: bool  # modified or deleted, not created
+    tmp: Path | None = None  # the new content, staged next to the target
+    backup: Path | None = None  # a second name for the old file, to restore it from
+    moved: bool = False  # the backup is the old file's only name (renamed, not hard-linked)
+    done: bool = False  # the target holds the new content, or is gone
+
+
+def _set_aside(target: Path) -> tuple[Path, bool]:
+    """Give the old file a second name next to it; whether it had to be moved there."""
+    while True:
+        backup = target.with_name(f".{target.name}.{secrets.token_hex(4)}.bak")
+        try:
+            # A hard link leaves the file in place: readers see the old file or the new one.
+            os.link(target, backup)
+            return backup, False
+        except FileExistsError:
+            continue
+        except OSError:
+            break  # no hard links here (or not allowed): move it instead
+    os.rename(target, backup)
+    return backup, True
+
+
+def _make_folders(target: Path, made: list[Path]) -> None:
+    missing = []
+    folder = target.parent
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
+            continue  # made by someone else meanwhile: not ours to remove
+        made.append(folder)
+
+
+def _stage(change: _Change, made: list[Path]) -> None:
+    target, content = change.target, change.content
+    assert content is not None
+    _make_folders(target, made)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    change.tmp = Path(tmp)
+    with open(fd, "w", encoding="utf-8", newline="") as f:
+        f.write(content)
+    shutil.copymode(target, tmp) if change.existed else os.chmod(tmp, 0o644)
+
+
+def _commit(change: _Change) -> None:
+    target = change.target
+    if change.existed:
+        change.backup, change.moved = _set_aside(target)
+    if change.content is None:
+        if not change.moved:
+            os.unlink(target)
+        change.done = True
+        return
+    assert change.tmp is not None
+    if change.existed:
+        os.replace(change.tmp, target)  # atomic: the old file or the new one, never half
+        change.tmp, change.done = None, True
+        return
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(content)
-        shutil.copymode(target, tmp) if target.exists() else os.chmod(tmp, 0o644)
-        os.replace(tmp, target)  # readers see the old file or the new one, never half of it
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        os.link(change.tmp, target)  # unlike a rename, never over a file that appeared since
+    except FileExistsError:
+        raise FileExistsError(errno.EEXIST, "it appeared after the patch was checked") from None
+    except OSError:
+        if os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, "it appeared after the patch was checked") from None
+        os.replace(change.tmp, target)
+        change.tmp, change.done = None, True
+        return
+    change.done = True
+    os.unlink(change.tmp)
+    change.tmp = None
+
+
+def _undo(root: Path, changes: list[_Change], made: list[Path]) -> list[str]:
+    """Undo every step taken, newest first; what could not be undone, and where it is."""
+    rel = _relative(root)
+    left: list[str] = []
+    for change in reversed(changes):
+        try:
+            if change.backup is not None and (change.done or change.moved):
+                os.replace(change.backup, change.target)
+                change.backup, change.moved, change.done = None, False, False
+            elif change.backup is not None:
+                # A hard link of a target still in place (renaming one link of a file over
+                # another would do nothing): drop the extra name.
+                os.unlink(change.backup)
+                change.backup = None
+            elif change.done:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(change.target)
+                change.done = False
+        except OSError as exc:
+            left.append(_left_state(rel, change, exc))
+        if change.tmp is not None:
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(change.tmp)
+            except OSError as exc:
+                left.append(f"{rel(change.tmp)} (a temporary file) is left ({exc.strerror})")
+    for folder in reversed(made):  # deepest first: a folder was made after its parent
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(folder)
+        except OSError as exc:
+            left.append(f"{rel(folder)}/ (a folder the patch created) is left ({exc.strerror})")
+    return left
+
+
+def _relative(root: Path) -> Callable[[Path], str]:
+    return lambda path: path.relative_to(root).as_posix()
+
+
+def _left_state(rel: Callable[[Path], str], change: _Change, exc: OSError) -> str:
+    why = f" ({exc.strerror or exc})"
+    name = rel(change.target)
+    if change.backup is None:
+        return f"{name} was created and is still there{why}"
+    kept = rel(change.backup)
+    if not change.done:
+        return (
+            f"{name} is missing; its old content is in {kept}{why}"
+            if change.moved
+            else f"{name} is unchanged, with an extra copy in {kept}{why}"
+        )
+    now = "is deleted" if change.content is None else "has the patch's new content"
+    return f"{name} {now}; its old content is in {kept}{why}"
+
+
+def _write_all(root: Path, writes: Sequence[tuple[Path, str | None, bool]]) -> tuple[str, ...]:
+    """Write every file or none; the backups that could not be removed (after success).
+
+    Staging first (new content in temporary files next to their targets, missing folders
+    made), then the commit (old files set aside, new ones renamed into place). Any failure,
+    expected or not, undoes every step taken; if undoing fails too, `PatchError` says where
+    things were left (`nothing_changed=False`).
+    """
+    rel = _relative(root)
+    changes = [_Change(target, content, existed) for target, content, existed in writes]
+    made: list[Path] = []
+    doing = ""
+    try:
+        for change in changes:
+            if change.content is not None:
+                doing = f"write {rel(change.target)}"
+                _stage(change, made)
+        for change in changes:
+            verb = "delete" if change.content is None else "replace" if change.existed else "create"
+            doing = f"{verb} {rel(change.target)}"
+            _commit(change)
+    except BaseException as exc:
+        left = _undo(root, changes, made)
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or repr(exc)
+        if left:
+            detail = "; ".join(left)
+            message = (
+                f"could not {doing} ({reason}), and undoing the files already written failed: "
+                f"{detail}; every other file is as it was"
+            )
+        else:
+            message = f"could not {doing} ({reason})"
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: still theirs
+            exc.add_note(message)
+            raise
+        raise PatchError(message, nothing_changed=not left) from exc
+    leftovers = []
+    for change in changes:
+        if change.backup is not None:
+            try:
+                os.unlink(change.backup)
+            except OSError:
+                leftovers.append(rel(change.backup))
+    return tuple(leftovers)
 
 
 def apply_patch(root: str | os.PathLike[str], text: str, *, dry_run: bool = False) -> PatchResult:
     """Apply a unified diff to the files under `root`: every file, or none.
 
-    Every hunk is checked before anything is written. A file whose changes are already there
-    (the reverse patch applies, e.g. on a retried attempt) is left as it is (`unchanged`).
-    `PatchError`: the patch cannot be read, or a file would not apply; nothing was written.
+    Every hunk of every file is checked, and the sections are checked against each other (one
+    file twice, a file that another section needs as a folder), before anything is written.
+    Writing is a transaction: if any step fails, the steps already taken are undone. A file
+    whose changes are already there (the reverse patch applies, e.g. on a retried attempt) is
+    left as it is (`unchanged`).
+
+    Args:
+        root: The folder the patch's paths are relative to.
+        text: The unified diff.
+        dry_run: Check everything, write nothing.
+
+    Returns:
+        What changed (or would change), and what was already applied.
+
+    Raises:
+        PatchError: The patch cannot be read, a file would not apply, or writing failed. Nothing
+            was changed unless `nothing_changed` is false (see its message).
     """
     base = Path(root).resolve()
     if not base.is_dir():
         raise PatchError(f"the root {os.fspath(root)!r} is not a directory")
-    writes: list[tuple[Path, str | None]] = []
+    patches = parse_patch(text)
+    _check_conflicts(base, patches)
+    writes: list[tuple[Path, str | None, bool]] = []
     changed: list[FilePatch] = []
     unchanged: list[FilePatch] = []
-    for patch in parse_patch(text):
+    for patch in patches:
         try:
-            writes.append(_plan_file(base, patch))
+            writes.append((*_plan_file(base, patch), patch.old_path is not None))
             changed.append(patch)
         except PatchError as forward:
             try:
@@ -502,9 +906,8 @@ def apply_patch(root: str | os.PathLike[str], text: str, *, dry_run: bool = Fals
             except PatchError:
                 raise forward from None
             unchanged.append(patch)
-    for target, content in [] if dry_run else writes:
-        _write(target, content)
-    return PatchResult(tuple(changed), tuple(unchanged), dry_run=dry_run)
+    left = () if dry_run or not writes else _write_all(base, writes)
+    return PatchResult(tuple(changed), tuple(unchanged), dry_run=dry_run, left_behind=left)
 
 
 def apply_patch_tool(
@@ -541,7 +944,9 @@ def apply_patch_tool(
         try:
             return apply_patch(base, patch, dry_run=dry)
         except PatchError as exc:
-            return f"patch not applied: {exc}. Nothing was changed."
+            if exc.nothing_changed:
+                return f"patch not applied: {exc}. Nothing was changed."
+            return f"patch failed midway and could not be fully undone: {exc}."
 
     def patch_request(params: dict[str, Any]) -> ApprovalRequest:
         patch = str(params["patch"])
