@@ -14,7 +14,12 @@ from hitl.tools import FunctionTool
 
 
 class AgentRegistry:
-    """Agents a worker serves. Runs name their root agent; every reachable agent can be a root.
+    """Agents a worker serves. Runs name their root agent: one registered here, by its name.
+
+    Only registered agents start runs. An agent reached from one (by a handoff, or as an agent
+    tool) runs inside that root's run, under its rules: an agent offered only through
+    `as_tool(needs_approval=True)` is never started on its own, so its gate cannot be skipped.
+    Register it too if runs may start with it.
 
     Graphs are captured once, when an agent is registered, so a broken agent definition fails
     at worker start rather than in the middle of a run.
@@ -33,26 +38,25 @@ class AgentRegistry:
     ):
         self._default_model = default_model
         self._graphs: dict[str, CapturedGraph] = {}
-        self._explicit: set[str] = set()
+        self._reached_from: dict[str, str] = {}
+        """Agents reached from a root but not registered themselves: name -> a root's name."""
         self.allowed = Allowed(allow)
         for agent in agents:
             self.register(agent)
 
     def register(self, agent: Agent[Any]) -> None:
-        """Serve `agent` (by its name) and, where names are unambiguous, the agents it reaches."""
-        captured = capture_graph(agent, default_model=self._default_model)
+        """Serve `agent` (by its name): runs may start with it."""
         existing = self._graphs.get(agent.name)
-        if existing is not None and agent.name in self._explicit:
+        if existing is not None:
             if existing.agents[existing.graph.root] is not agent:
                 raise UserError(f"two different agents are registered as {agent.name!r}")
             return
+        captured = capture_graph(agent, default_model=self._default_model)
         self._graphs[agent.name] = captured
-        self._explicit.add(agent.name)
+        self._reached_from.pop(agent.name, None)
         for reachable in captured.agents.values():
             if reachable.name not in self._graphs:
-                self._graphs[reachable.name] = capture_graph(
-                    reachable, default_model=self._default_model
-                )
+                self._reached_from.setdefault(reachable.name, agent.name)
             self.allowed.add(*_context_types_of(reachable))
         self.allowed.add_models(a.model for a in captured.graph.agents.values())
 
@@ -62,14 +66,21 @@ class AgentRegistry:
         return sorted(self._graphs)
 
     def resolve(self, name: str) -> CapturedGraph:
-        """The captured graph whose root is the agent called `name`."""
+        """The captured graph whose root is the registered agent called `name`."""
         try:
             return self._graphs[name]
         except KeyError:
-            known = ", ".join(repr(n) for n in self.names) or "none"
+            pass
+        known = ", ".join(repr(n) for n in self.names) or "none"
+        root = self._reached_from.get(name)
+        if root is not None:
             raise UserError(
-                f"no agent named {name!r} is registered on this worker (it serves: {known})"
-            ) from None
+                f"agent {name!r} runs only inside runs of {root!r} on this worker (it is not "
+                f"registered to start runs; it serves: {known})"
+            )
+        raise UserError(
+            f"no agent named {name!r} is registered on this worker (it serves: {known})"
+        )
 
     def agent(self, root: str, agent_id: str) -> Agent[Any]:
         """The live agent `agent_id` of the graph rooted at `root`."""

@@ -537,8 +537,7 @@ async def test_an_agent_no_worker_serves_is_a_user_error_at_run_start(
         hist = await ts_env.client.get_workflow_handle(f"{tq}-stranger").fetch_history()
     elapsed = time.monotonic() - started
     assert err.value.message == (
-        "no agent named 'Stranger' is registered on this worker (it serves: "
-        "'Guarded', 'PlainPair', 'PlainPair second')"
+        "no agent named 'Stranger' is registered on this worker (it serves: 'Guarded', 'PlainPair')"
     )
     # Said at once, by the run (not `NoWorkerError` after the grace period, not retried).
     assert elapsed < WORKER_GRACE_SECONDS
