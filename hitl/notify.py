@@ -17,6 +17,7 @@ import json
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
@@ -88,6 +89,19 @@ def verify_webhook(
     return hmac.compare_digest(signature_header(secret, timestamp, body), signature)
 
 
+def webhook_host(url: str) -> str:
+    """`scheme://host[:port]` of a webhook URL: what may be shown of it (no user, path, query)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or "?"
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}"
+
+
 class WebhookError(Exception):
     """A webhook was not delivered (after its attempts)."""
 
@@ -126,7 +140,9 @@ class WebhookNotifier:
         self.attempts = max(1, attempts)
         self.backoff = backoff
         self.headers = dict(headers or {})
-        self.name = name or f"webhook {url.split('?')[0][:80]}"
+        # Never the path or query: a chat webhook's URL is its secret, and the name is
+        # recorded (in the `notify` activity's result, in history) and logged.
+        self.name = name or f"webhook {webhook_host(url)}"
         self.last_attempts = 0
 
     def _secret(self) -> str | None:

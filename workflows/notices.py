@@ -16,13 +16,40 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from hitl.wire import ACT_NOTIFY, CallRecord, NotifyEvent, NotifyInput, NotifyOutput
+    from hitl.wire import (
+        ACT_NOTIFY,
+        CallRecord,
+        DecisionRecord,
+        NotifyEvent,
+        NotifyInput,
+        NotifyOutput,
+    )
 
 if TYPE_CHECKING:
     from hitl.workflows.agent_run import AgentRun
 
 NOTIFY_TIMEOUT = timedelta(seconds=120)
 """Webhooks retry inside the activity (their own timeouts and backoff); this bounds the whole."""
+
+
+def without_arguments(rec: DecisionRecord) -> DecisionRecord:
+    """A decision as a notification tells it: nothing that holds or names tool arguments.
+
+    Neither its own edit nor any approval's: an approval that edited the call carries the
+    edited arguments (`Approval.arguments`). Digests go too (a short argument is guessable
+    from its hash).
+    """
+    return rec.model_copy(
+        update={
+            "arguments": None,
+            "original_arguments": None,
+            "arguments_sha256": None,
+            "approvals": [
+                a.model_copy(update={"arguments": None, "arguments_sha256": None})
+                for a in rec.approvals
+            ],
+        }
+    )
 
 
 class Notices:
@@ -51,11 +78,7 @@ class Notices:
             approvers=list(rec.approvers),
             deadline=rec.deadline,
             at=workflow.now(),
-            decision=(
-                rec.decision.model_copy(update={"arguments": None, "original_arguments": None})
-                if rec.decision is not None
-                else None
-            ),
+            decision=without_arguments(rec.decision) if rec.decision is not None else None,
         )
         task = asyncio.create_task(self._send(inp))
         self._tasks.add(task)
