@@ -18,7 +18,8 @@ from hitl.activities.tools import ToolActivities
 from hitl.agent import Agent, output_is_wrapped
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
-from hitl.items import OVERSIZED_KEY, message_text
+from hitl.items import OVERSIZED_KEY, PROBLEM_KEY, message_text, nesting_depth
+from hitl.limits import MAX_ARGUMENT_DEPTH, MAX_MODEL_ITEM_DEPTH
 from hitl.model import ModelRequest, ScriptedModel
 from hitl.refs import Allowed
 from hitl.registry import AgentRegistry
@@ -247,16 +248,39 @@ MAX_OUTPUT_BYTES = 1_500_000
 """Model output is recorded in history; a payload over 2 MB would break the run."""
 
 
+def _depth(value: Any, limit: int) -> int:
+    """How deeply `value` nests lists and dicts, counted without recursion up to `limit` + 1."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth > limit:
+                return depth
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def _cap_output(output: list[dict[str, Any]], max_argument_bytes: int) -> list[dict[str, Any]]:
-    """Drop oversized tool arguments (the workflow refuses those calls) and huge outputs."""
+    """Make the model's output safe to record and to read back in the workflow.
+
+    Tool arguments become JSON text; arguments that are too large, nested too deeply or not
+    writable as JSON are dropped and marked, so the run answers the model with the problem
+    (and asks no one). Other items nested deeper than `MAX_MODEL_ITEM_DEPTH` are dropped: the
+    workflow's decoder would fail on them (every workflow task, forever). A huge output fails
+    the call as `ModelBehaviorError`.
+    """
     capped = []
     for item in output:
-        args = item.get("arguments")
-        if item.get("type") == "function_call" and isinstance(args, str):
-            size = len(args.encode("utf-8"))
-            if size > max_argument_bytes:
-                item = {**item, "arguments": "", OVERSIZED_KEY: size}
-        capped.append(item)
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call":
+            item = _checked_call(item, max_argument_bytes)
+        elif _depth(item, MAX_MODEL_ITEM_DEPTH) > MAX_MODEL_ITEM_DEPTH:
+            activity.logger.warning("dropped a model output item nested too deeply")
+            continue
+        capped.append(_clean(item))
     total = len(json.dumps(capped).encode("utf-8"))
     if total > MAX_OUTPUT_BYTES:
         raise ApplicationError(
@@ -265,6 +289,44 @@ def _cap_output(output: list[dict[str, Any]], max_argument_bytes: int) -> list[d
             non_retryable=True,
         )
     return capped
+
+
+def _clean(value: Any) -> Any:
+    """`value` with every lone surrogate replaced (UTF-8 cannot carry them into history)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "replace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _checked_call(item: dict[str, Any], max_argument_bytes: int) -> dict[str, Any]:
+    """A function call item with its arguments as bounded JSON text, or dropped and marked."""
+    shape = {k: v for k, v in item.items() if k != "arguments"}
+    if _depth(shape, MAX_MODEL_ITEM_DEPTH) > MAX_MODEL_ITEM_DEPTH:
+        shape = {k: v for k, v in shape.items() if not isinstance(v, dict | list)}
+    args = item.get("arguments", "")
+    if not isinstance(args, str):
+        if _depth(args, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
+            return {**shape, "arguments": "", PROBLEM_KEY: "nested too deeply"}
+        try:
+            args = json.dumps(args, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
+            return {**shape, "arguments": "", PROBLEM_KEY: "not writable as JSON"}
+    size = len(args.encode("utf-8", "surrogatepass"))
+    if size > max_argument_bytes:
+        return {**shape, "arguments": "", OVERSIZED_KEY: size}
+    depth = nesting_depth(args)
+    if depth > MAX_ARGUMENT_DEPTH:
+        problem = f"nested {depth} levels deep (the limit is {MAX_ARGUMENT_DEPTH})"
+        return {**shape, "arguments": "", PROBLEM_KEY: problem}
+    return {**shape, "arguments": args}
 
 
 async def _apply_input_filter(

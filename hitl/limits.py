@@ -59,6 +59,13 @@ linear in turns. Inline saves that query: a round trip through the server to the
 holds the run (about a third of the server's work for a short run) and several milliseconds
 per call; the price is at most this many bytes of history per model call."""
 
+MAX_ARGUMENT_DEPTH = 64
+"""How deeply a tool call's arguments may nest arrays and objects (JSON's parsers recurse; real
+arguments nest a few levels). Deeper arguments go back to the model as an error."""
+MAX_MODEL_ITEM_DEPTH = 64
+"""How deeply one model output item may nest (JSON decoders of activity results give up near
+200 levels, which would fail the run's workflow task); the model activity drops deeper items."""
+
 MAX_EXTEND_SECONDS = 365 * 24 * 3600.0
 """How far one `extend` may move a call's deadline (a year)."""
 MAX_REQUIRED_APPROVALS = 10

@@ -16,6 +16,7 @@ from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenie
 from hitl.context import RunContextWrapper, ToolContext, is_context_annotation
 from hitl.errors import UserError
 from hitl.guardrails import ToolInputGuardrail
+from hitl.items import strict_json
 from hitl.limits import MAX_REQUIRED_APPROVALS
 from hitl.schema import ensure_strict_json_schema, parse_docstring
 from hitl.wire import ApprovalMode, ToolSpec
@@ -183,9 +184,11 @@ class FunctionTool:
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
         """Validate the model's JSON arguments (`ToolArgumentsError` says what is wrong)."""
         try:
-            raw = json.loads(arguments) if arguments and arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ToolArgumentsError(f"arguments are not valid JSON: {exc}") from None
+            # Strict: `NaN` or `Infinity` would compare false with every number, so a predicate
+            # such as "amount > 100 needs approval" would let them through.
+            raw = strict_json(arguments) if arguments and arguments.strip() else {}
+        except ValueError as exc:
+            raise ToolArgumentsError(f"arguments are {exc}") from None
         if not isinstance(raw, dict):
             raise ToolArgumentsError("arguments must be a JSON object")
         if self._args_model is None:
