@@ -193,6 +193,7 @@ class AgentActivities:
             directory=self.directory,
             notify=self.notify,
             inbox_memo=True,
+            run_call_ids=True,
         )
 
     @activity.defn(name=ACT_HANDLE_RUN_ERROR)

@@ -237,6 +237,9 @@ class ToolActivities:
                     notes.append(f"{_callable_name(fn)} failed ({exc!r}), so a person must decide")
                     break
                 if policy is not None:
+                    # The run's approver is named by whoever started the run: the workflow
+                    # lets it approve only tools that name no approvers of their own.
+                    policy.run_level = fn is run_approver and fn is not tool.approver
                     break
         return CallPlan(
             call_id=call.call_id,

@@ -1,14 +1,22 @@
-"""Signed decisions: who approved becomes a fact, not a claim.
+"""Signed decisions: who decided becomes a fact, not a claim, and it binds what they saw.
 
 Temporal authorizes per namespace, so anyone who may send an update may write any `approver`
 name. With signed decisions, an approver holds an Ed25519 private key; the worker holds the
 approver directory (`HITL_APPROVERS`: each approver's groups and public keys, never taken from a
 payload), which a run pins when it starts; and the run accepts a decision only when its
 signature, made with a key of the named approver, covers exactly what is decided: the run, the
-call, approve or reject, the approver, the message, the edited arguments, `always` and an expiry.
+call, the kind (`approve`, `reject`, `answer`, `resolve`, `extend`), the approver, a digest of
+the call's arguments as the person saw them (`seen_sha256`), what the decision says (message,
+edited arguments, `always`, an answer's content, an extension's length...), the call's round
+(for answers, resolutions and extensions, which a call takes one after another) and an expiry.
+A signed approval therefore counts only for the arguments it signed: once anyone edits the
+call, it no longer applies, and a signature copied from history cannot be replayed on a later
+question, attempt or deadline of the same call.
 
 `verify_decision` runs inside workflow code: it is pure (no I/O, no clock, no randomness, no
-logging). Everything else here (keys, files, the environment) is for clients and workers.
+logging). `cryptography` is imported only when a key is used, so `import hitl` needs only the
+core dependencies; a worker that must check signatures without it refuses them, saying which
+extra to install. Everything else here (keys, files, the environment) is for clients and workers.
 """
 
 from __future__ import annotations
@@ -20,35 +28,52 @@ import json
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from hitl.errors import UserError
-from hitl.wire import ApproverDirectory, DecisionInput
+from hitl.wire import (
+    AnswerInput,
+    ApproverDirectory,
+    DecisionInput,
+    ExtendInput,
+    ResolveInput,
+)
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 DOMAIN = b"hitl-decision\n"
 """Prefix of every signed message: a signature over anything else never verifies here."""
+VERSION = 2
+"""The signed body's version (`v`). Version 1 (2026-11-24) did not bind the arguments a person
+saw, so a plain approval stayed valid after an edit; it is no longer accepted."""
 MAX_SIGNATURE_LIFETIME = timedelta(days=7)
 """A signature may be valid for at most this long (a stolen one expires)."""
 MAX_NAME_CHARS = 200
 """Longest approver name, group name or key id the approver directory accepts."""
 SHOWN_CHARS = 100
 """At most this much of any input appears in an error message."""
+SIGNED_KINDS = ("approve", "reject", "answer", "resolve", "extend")
+"""Every kind of decision a person makes about a call; a call whose rules require signed
+decisions takes none of them unsigned."""
+CRYPTO_EXTRA = "pip install 'hitl-temporal[encryption]'"
 
 _PUBLIC_KEY_BYTES = 32
 _SIGNATURE_BYTES = 64
 _SIGNATURE_B64_CHARS = 88  # base64 of 64 bytes, padded
 
+Signed = DecisionInput | AnswerInput | ResolveInput | ExtendInput
+"""A payload that can carry a signature."""
+
 
 class SignatureError(Exception):
-    """A decision's signature is missing, unknown, expired or wrong.
+    """A decision's signature is missing, unknown, expired, unbound or wrong.
 
     Attributes:
-        type: Why: `Unsigned`, `UnknownKey`, `WrongApprover`, `SignatureExpired` or
-            `BadSignature` (the run refuses the decision with this type).
+        type: Why: `Unsigned`, `UnknownKey`, `WrongApprover`, `SignatureExpired`, `Unbound`
+            (it does not say which arguments or round it is about), `BadSignature`, or
+            `SigningUnavailable` (this worker cannot check signatures). The run refuses the
+            decision with this type.
         message: One line for an operator, never more than 100 characters of any input.
     """
 
@@ -74,11 +99,13 @@ def _canonical_json(value: Any) -> str:
 
 
 def arguments_digest(arguments: dict[str, Any] | None) -> str | None:
-    """Hex SHA-256 of the canonical JSON of edited arguments; `None` when there is no edit.
+    """Hex SHA-256 of the canonical JSON of edited arguments (or of an answer's content).
+
+    (A call's arguments as a person saw them are named by `text_digest` of their text.)
 
     Canonical JSON: keys sorted, no whitespace (`","` and `":"`), non-ASCII escaped
     (`json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=True)`), so
-    the digest does not depend on the order the arguments' keys arrive in.
+    the digest does not depend on the order the keys arrive in. `None` for no arguments.
     """
     if arguments is None:
         return None
@@ -95,86 +122,91 @@ def _iso(when: datetime | None) -> str | None:
     return None if when is None else _utc(when).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def decision_message(
-    *,
-    workflow_id: str,
-    call_id: str,
-    kind: str,
-    approver: str,
-    arguments: dict[str, Any] | None,
-    expires_at: datetime | None,
-    always: bool = False,
-    message: str | None = None,
-) -> bytes:
-    """The exact bytes a decision's signature covers.
+def kind_of(d: Signed, kind: str | None = None) -> str:
+    """The decision kind a payload is (`approve`/`reject` need `kind`; the others are theirs)."""
+    if isinstance(d, AnswerInput):
+        return "answer"
+    if isinstance(d, ResolveInput):
+        return "resolve"
+    if isinstance(d, ExtendInput):
+        return "extend"
+    if kind not in ("approve", "reject"):
+        raise ValueError(f"an approve/reject payload needs kind approve or reject, not {kind!r}")
+    return kind
 
-    `DOMAIN` followed by the canonical JSON (keys sorted, compact, ASCII) of
-    `{"v": 1, "workflow_id", "call_id", "kind", "approver", "always", "message",
-    "arguments_sha256": arguments_digest(arguments), "expires_at"}`, where `expires_at` is
-    ISO 8601 UTC with `Z`, to the second (a naive datetime counts as UTC; sub-second parts are
-    dropped), or `null`. A signer in another language builds the same bytes from this recipe.
 
-    Args:
-        workflow_id: The run's workflow id (a signature for one run is useless on another).
-        call_id: The pending call decided.
-        kind: `approve` or `reject`.
-        approver: Who decides; the signing key must be theirs in the approver directory.
-        arguments: Edited arguments approved instead of the model's (`None`: no edit).
-        expires_at: When the signature stops being accepted (by the run's clock).
-        always: Whether the decision also covers later calls of the tool.
-        message: The decision's message (for a rejection: what the model reads).
+def decision_body(d: Signed, *, kind: str | None = None, workflow_id: str) -> dict[str, Any]:
+    """What a signature covers, as a JSON object (see `decision_message`).
+
+    Common to every kind: `v` (2), `workflow_id`, `call_id`, `kind`, `approver`, `reason`,
+    `seen_sha256` (the call's arguments as the person saw them) and `expires_at` (ISO 8601
+    UTC with `Z`, to the second, or `null`). Then, by kind:
+
+    - `approve`, `reject`: `always`, `message`, `arguments_sha256` (`arguments_digest` of
+      edited arguments, else `null`);
+    - `answer`: `action`, `content_sha256` (`arguments_digest` of the content), `round`;
+    - `resolve`: `outcome`, `output`, `message`, `round`;
+    - `extend`: `milliseconds` (the extension, rounded to whole milliseconds), `round`.
+
+    `round` is the call's `PendingApproval.round` when the person decided: it changes with
+    every question, answer, uncertain attempt, resolution and extension, so a signature made
+    for one of them does not apply to the next.
+
+    Raises `ValueError` when `kind` is missing for an approve/reject payload, and `TypeError`
+    or `ValueError` when the payload cannot be written as canonical JSON.
     """
-    body = {
-        "v": 1,
+    kind = kind_of(d, kind)
+    body: dict[str, Any] = {
+        "v": VERSION,
         "workflow_id": workflow_id,
-        "call_id": call_id,
+        "call_id": d.call_id,
         "kind": kind,
-        "approver": approver,
-        "always": always,
-        "message": message,
-        "arguments_sha256": arguments_digest(arguments),
-        "expires_at": _iso(expires_at),
+        "approver": d.approver,
+        "reason": d.reason,
+        "seen_sha256": d.seen_sha256,
+        "expires_at": _iso(d.expires_at),
     }
+    if isinstance(d, DecisionInput):
+        body.update(
+            always=d.always,
+            message=d.message,
+            arguments_sha256=arguments_digest(d.arguments),
+        )
+    elif isinstance(d, AnswerInput):
+        body.update(action=d.action, content_sha256=arguments_digest(d.content), round=d.round)
+    elif isinstance(d, ResolveInput):
+        body.update(outcome=d.outcome, output=d.output, message=d.message, round=d.round)
+    else:
+        body.update(milliseconds=round(d.seconds * 1000), round=d.round)
+    return body
+
+
+def decision_message(d: Signed, *, kind: str | None = None, workflow_id: str) -> bytes:
+    """The exact bytes a decision's signature covers: `DOMAIN` + canonical JSON of the body.
+
+    The body is `decision_body(...)`; canonical JSON is `json.dumps(body, sort_keys=True,
+    separators=(",", ":"), ensure_ascii=True)`. A signer in another language builds the same
+    bytes from this recipe (copying `seen_sha256` and `round` from the run's `status`).
+    """
+    body = decision_body(d, kind=kind, workflow_id=workflow_id)
     return DOMAIN + _canonical_json(body).encode("ascii")
 
 
 def sign_decision(
-    private_key: Ed25519PrivateKey,
-    *,
-    workflow_id: str,
-    call_id: str,
-    kind: str,
-    approver: str,
-    arguments: dict[str, Any] | None = None,
-    expires_at: datetime | None,
-    always: bool = False,
-    message: str | None = None,
+    private_key: Ed25519PrivateKey, d: Signed, *, kind: str | None = None, workflow_id: str
 ) -> str:
-    """The base64 Ed25519 signature of a decision, made with `private_key`.
-
-    The fields are those of `decision_message`; put the same values, and the signature, its
-    key id and `expires_at`, in the `DecisionInput` sent to the run (or use `sign_input`).
-    """
-    data = decision_message(
-        workflow_id=workflow_id,
-        call_id=call_id,
-        kind=kind,
-        approver=approver,
-        arguments=arguments,
-        expires_at=expires_at,
-        always=always,
-        message=message,
-    )
+    """The base64 Ed25519 signature of payload `d` (as it is, `expires_at` included)."""
+    data = decision_message(d, kind=kind, workflow_id=workflow_id)
     return base64.b64encode(private_key.sign(data)).decode("ascii")
 
 
-D = TypeVar("D", bound=DecisionInput)
+D = TypeVar("D", bound=DecisionInput | AnswerInput | ResolveInput | ExtendInput)
 
 
 def sign_input(
     d: D,
     *,
-    kind: str,
+    kind: str | None = None,
     workflow_id: str,
     key_id: str,
     key: Ed25519PrivateKey,
@@ -183,29 +215,33 @@ def sign_input(
 ) -> D:
     """A copy of `d` signed with `key`, valid for `lifetime` from `now` (default: the clock).
 
-    `d.approver` must be set (it is signed). The copy carries `key_id`, the signature and
-    `expires_at` (to the second); everything `decision_message` covers is taken from `d`.
-    Raises `UserError` when `d` names no approver.
+    `d.approver` and `d.seen_sha256` must be set (both are signed: who decides, and the
+    arguments they saw), and `d.round` for answers, resolutions and extensions. The copy
+    carries `key_id`, the signature and `expires_at` (to the second). Raises `UserError` when
+    something the signature must cover is missing.
     """
     if not d.approver:
         raise UserError("a signed decision names its approver (--as NAME)")
+    if not d.seen_sha256:
+        raise UserError(
+            "a signed decision names the arguments it saw (seen_sha256: the call's "
+            "arguments_sha256 from the run's status)"
+        )
+    if _needs_round(d) and getattr(d, "round", None) is None:
+        raise UserError("a signed answer, resolution or extension names the call's round")
     expires = _utc((now or datetime.now(UTC)) + lifetime).replace(microsecond=0)
-    signature = sign_decision(
-        key,
-        workflow_id=workflow_id,
-        call_id=d.call_id,
-        kind=kind,
-        approver=d.approver,
-        arguments=d.arguments,
-        expires_at=expires,
-        always=d.always,
-        message=d.message,
-    )
-    return d.model_copy(update={"key_id": key_id, "signature": signature, "expires_at": expires})
+    stamped = d.model_copy(update={"key_id": key_id, "expires_at": expires, "signature": None})
+    signature = sign_decision(key, stamped, kind=kind, workflow_id=workflow_id)
+    return cast(D, stamped.model_copy(update={"signature": signature}))
 
 
 def verify_decision(
-    directory: ApproverDirectory, d: DecisionInput, *, kind: str, workflow_id: str, now: datetime
+    directory: ApproverDirectory,
+    d: Signed,
+    *,
+    kind: str | None = None,
+    workflow_id: str,
+    now: datetime,
 ) -> str:
     """The approver whose key signed decision `d`, or `SignatureError` saying why not.
 
@@ -220,9 +256,13 @@ def verify_decision(
       person it names, never for itself or another gateway.
     - `SignatureExpired`: `d.expires_at` is missing or before `now`, or more than
       `MAX_SIGNATURE_LIFETIME` (7 days) after it.
+    - `Unbound`: `d` does not say which arguments it saw (`seen_sha256`), or which round of
+      the call it answers (answers, resolutions, extensions). The caller checks these against
+      the call as it is now.
     - `BadSignature`: the signature is not base64 of 64 bytes, or it does not verify over
       `decision_message(...)` of `d` with this `kind` and `workflow_id` (forged, made with
       another key, or any covered field changed after signing).
+    - `SigningUnavailable`: this process cannot check signatures (`cryptography` missing).
     """
     if not d.signature or not d.key_id:
         raise SignatureError("Unsigned", "the decision carries no signature and key id")
@@ -257,15 +297,18 @@ def verify_decision(
             "SignatureExpired",
             f"the signature is valid until {_iso(expires)}, more than 7 days ahead; sign it again",
         )
+    if not d.seen_sha256:
+        raise SignatureError(
+            "Unbound",
+            "a signed decision names the arguments it saw (seen_sha256): sign it again with "
+            "a current hitl",
+        )
+    if _needs_round(d) and getattr(d, "round", None) is None:
+        raise SignatureError("Unbound", "a signed decision of this kind names the call's round")
     try:
         raw = base64.b64decode(directory.approvers[owner].keys[d.key_id], validate=True)
-        public = Ed25519PublicKey.from_public_bytes(raw)
     except (ValueError, binascii.Error):
-        raise SignatureError(
-            "UnknownKey",
-            f"key '{_shown(d.key_id)}' in the worker's approver directory is not a base64 "
-            "Ed25519 public key",
-        ) from None
+        raw = b""
     signature = b""
     if len(d.signature) <= _SIGNATURE_B64_CHARS:
         try:
@@ -277,46 +320,85 @@ def verify_decision(
             "BadSignature", "the signature is not an Ed25519 signature (64 bytes, base64)"
         )
     try:
-        data = decision_message(
-            workflow_id=workflow_id,
-            call_id=d.call_id,
-            kind=kind,
-            approver=d.approver,
-            arguments=d.arguments,
-            expires_at=expires,
-            always=d.always,
-            message=d.message,
-        )
+        data = decision_message(d, kind=kind, workflow_id=workflow_id)
     except (TypeError, ValueError, RecursionError):
         raise SignatureError(
-            "BadSignature", "the decision's arguments cannot be written as canonical JSON"
+            "BadSignature", "the decision cannot be written as canonical JSON"
         ) from None
-    try:
-        public.verify(signature, data)
-    except InvalidSignature:
+    if not _verifies(raw, signature, data):
         raise SignatureError(
             "BadSignature",
             "the signature does not match this decision (made with another key, for another "
-            "run or call, or altered since)",
-        ) from None
+            "run, call or version of its arguments, or altered since)",
+        )
     return d.approver if gateway else owner
+
+
+def _needs_round(d: Signed) -> bool:
+    """Answers, resolutions and extensions name the round of the call they are about."""
+    return not isinstance(d, DecisionInput)
+
+
+def _verifies(public: bytes, signature: bytes, data: bytes) -> bool:
+    """Whether `signature` is `public`'s Ed25519 signature of `data`."""
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    except ImportError:
+        raise SignatureError(
+            "SigningUnavailable",
+            f"this worker cannot check signatures: {CRYPTO_EXTRA}",
+        ) from None
+    try:
+        key = Ed25519PublicKey.from_public_bytes(public)
+    except ValueError:
+        raise SignatureError(
+            "UnknownKey",
+            "a key in the worker's approver directory is not a base64 Ed25519 public key",
+        ) from None
+    try:
+        key.verify(signature, data)
+    except InvalidSignature:
+        return False
+    return True
 
 
 def _gateways(directory: ApproverDirectory) -> set[str]:
     return {name for name, e in directory.approvers.items() if e.gateway}
 
 
+def signing_available() -> bool:
+    """Whether this process can sign and check signatures (`cryptography` is installed)."""
+    try:
+        import cryptography.hazmat.primitives.asymmetric.ed25519  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 # --------------------------------------------------------------------------- keys
+
+
+def _crypto() -> Any:
+    """The `cryptography` Ed25519 and serialization modules, or a `UserError` naming the extra."""
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError:
+        raise UserError(f"signing keys need the encryption extra: {CRYPTO_EXTRA}") from None
+    return ed25519, serialization
 
 
 def new_key_pair() -> tuple[Ed25519PrivateKey, str]:
     """A new Ed25519 private key and its public key (raw 32 bytes, base64)."""
-    key = Ed25519PrivateKey.generate()
+    ed25519, _ = _crypto()
+    key: Ed25519PrivateKey = ed25519.Ed25519PrivateKey.generate()
     return key, public_key_b64(key)
 
 
 def public_key_b64(key: Ed25519PrivateKey) -> str:
     """The public key of `key`: raw 32 bytes, base64 (as the approver directory holds it)."""
+    _, serialization = _crypto()
     raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return base64.b64encode(raw).decode("ascii")
 
@@ -331,19 +413,22 @@ def key_id_for(public_b64: str) -> str:
 
 def private_key_pem(key: Ed25519PrivateKey) -> bytes:
     """`key` as an unencrypted PKCS8 PEM (whoever reads the file can sign: keep it 0600)."""
-    return key.private_bytes(
+    _, serialization = _crypto()
+    pem: bytes = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
+    return pem
 
 
 def load_private_key(path: str | Path) -> Ed25519PrivateKey:
     """The Ed25519 private key in the unencrypted PEM file at `path`.
 
     Raises `UserError`, naming the file, when it is missing, unreadable, not a PEM private key,
-    encrypted, or a key of another type.
+    encrypted, or a key of another type (or when `cryptography` is not installed).
     """
+    ed25519, serialization = _crypto()
     shown = _printable(str(path))  # the operator's own path: shown whole
     try:
         pem = Path(path).read_bytes()
@@ -362,9 +447,10 @@ def load_private_key(path: str | Path) -> Ed25519PrivateKey:
         raise UserError(
             f"the signing key file {shown} is not a PEM private key (make one with `hitl keys new`)"
         ) from None
-    if not isinstance(key, Ed25519PrivateKey):
+    if not isinstance(key, ed25519.Ed25519PrivateKey):
         raise UserError(f"the signing key file {shown} holds a key that is not Ed25519")
-    return key
+    private: Ed25519PrivateKey = key
+    return private
 
 
 def signing_key_from_env() -> tuple[str, Ed25519PrivateKey] | None:

@@ -22,6 +22,7 @@ from hitl.wire import (
     DecisionRequest,
     InputRequest,
     PendingApproval,
+    text_digest,
 )
 
 CURRENT_SCHEMA_VERSION = 2
@@ -68,6 +69,7 @@ class ToolApprovalItem:
         kind: `approval`; `uncertain` (a person settles whether its effect happened, with
             `hitl resolve`); `input` (its tool asks `question`: answer with `RunState.answer`).
         question: For `input`: what the tool's server asks, and the form's schema.
+        model_call_id: The id the model gave the call (`call_id` is the run's own).
     """
 
     call_id: str
@@ -84,6 +86,7 @@ class ToolApprovalItem:
     approved_by: list[str] = field(default_factory=list)
     kind: str = "approval"
     question: InputRequest | None = None
+    model_call_id: str | None = None
 
     @property
     def tool_name(self) -> str:
@@ -95,7 +98,7 @@ class ToolApprovalItem:
         """The `function_call` item as the model produced it."""
         return {
             "type": "function_call",
-            "call_id": self.call_id,
+            "call_id": self.model_call_id or self.call_id,
             "name": self.name,
             "arguments": self.arguments,
         }
@@ -116,6 +119,7 @@ class ToolApprovalItem:
             "approved_by": list(self.approved_by),
             "kind": self.kind,
             "question": self.question.model_dump(mode="json") if self.question else None,
+            "model_call_id": self.model_call_id,
         }
 
 
@@ -140,6 +144,7 @@ def items_from_pending(
             approved_by=[a.approver for a in p.approvals],
             kind=p.kind,
             question=p.input_request,
+            model_call_id=p.model_call_id,
         )
         for p in pending
     ]
@@ -214,6 +219,7 @@ class RunState:
             approver=approver,
             reason=reason,
             arguments=arguments,
+            seen_sha256=text_digest(it.arguments),  # the run refuses it if they changed since
         )
 
     def answer(
@@ -257,6 +263,7 @@ class RunState:
             message=message,
             approver=approver,
             reason=reason,
+            seen_sha256=text_digest(it.arguments),
         )
 
     # ----------------------------------------------------------------- serialization
@@ -324,6 +331,7 @@ class RunState:
                     question=(
                         InputRequest.model_validate(i["question"]) if i.get("question") else None
                     ),
+                    model_call_id=i.get("model_call_id"),
                 )
                 for i in data.get("interruptions", [])
             ]

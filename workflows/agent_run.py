@@ -131,7 +131,7 @@ class AgentRun:
             inp = RunInput(agent="")
         self.inp = inp
         self.s = initial_state(inp)
-        self.book = ApprovalBook(self.s)
+        self.book = ApprovalBook(self.s, signed_run=inp.run_config.signed_decisions)
         self.steps = Steps(inp, self.s)
         self.decisions = Decisions(self)
         self.notices = Notices(self)
@@ -154,6 +154,7 @@ class AgentRun:
             None if visibility.spoofed() else visibility.STARTED
         )
         self._shown = 0  # refusals the UI's current details list
+        self._clear_memo = visibility.memo_spoofed()
 
     # ================================================================= main loop
 
@@ -212,6 +213,7 @@ class AgentRun:
             resolved = await self.steps.resolve()
             s.graph, s.search_attributes = resolved.graph, resolved.search_attributes
             s.directory, s.notify = resolved.directory, resolved.notify
+            s.run_call_ids = resolved.run_call_ids
             s.outcomes_attribute = resolved.search_attributes and resolved.outcomes_attribute
             s.current_agent, s.tracing = resolved.graph.root, resolved.tracing
             if inp.carried is None:
@@ -326,11 +328,17 @@ class AgentRun:
         assert s.graph is not None
         start = len(s.new_items)
         opened = turn.open_turn(
-            agent, calls, self.book, s.graph.agents, s.turn, cfg.max_tool_argument_bytes
+            agent,
+            calls,
+            self.book,
+            s.graph.agents,
+            s.turn,
+            cfg.max_tool_argument_bytes,
+            own_ids=s.run_call_ids,
         )
-        for call in calls:
+        for call, rec in zip(calls, opened.records, strict=True):
             kind = "handoff_call_item" if agent.handoff(call.name) else "tool_call_item"
-            self.events.add_item(kind, call.raw, agent)
+            self.events.add_item(kind, call.raw, agent, call_id=rec.call_id)
         self.book.begin_turn(opened.records)
         s.open_turn = TurnInfo(
             start=start, handoff_target=opened.handoff_target, handoff_call=opened.handoff_call
@@ -347,8 +355,7 @@ class AgentRun:
                 if plan.tripwire is not None:
                     t = plan.tripwire
                     raise RunFailure(t.type, t.message, t.details)
-            turn.apply_plans(opened, planned, ready)
-            plans = {p.call_id: p for p in ready}
+            plans = turn.apply_plans(opened, planned, ready)
         for rec in turn.settle(agent, opened, plans, self.book, cfg, workflow.now()):
             self.events.announce_request(rec.call_id, rec.tool_name, rec.request)
             self.trace.open_wait(rec)
@@ -374,13 +381,14 @@ class AgentRun:
         handoff_call = info.handoff_call if info else None
         for rec in records:
             kind = "handoff_output_item" if rec.call_id == handoff_call else "tool_call_output_item"
-            self.events.add_item(kind, function_output(rec.call_id, rec.output or ""), agent)
+            output = function_output(rec.model_id, rec.output or "")
+            self.events.add_item(kind, output, agent, call_id=rec.call_id)
         self.book.end_turn()
         if info is not None and info.handoff_target is not None:
             previous = agent.name
-            await hooks.filter_handoff(
-                self, agent, handoff_call or "", info.handoff_target, info.start
-            )
+            # (The transcript names the handoff's call by the model's id.)
+            model_id = next((r.model_id for r in records if r.call_id == handoff_call), "")
+            await hooks.filter_handoff(self, agent, model_id, info.handoff_target, info.start)
             self.s.current_agent = info.handoff_target
             self.events.emit("handoff", data={"from": previous, "to": self.agent_name()})
             self.trace.event(

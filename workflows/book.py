@@ -25,6 +25,7 @@ from hitl.limits import (
     text_problem,
 )
 from hitl.wire import (
+    AnswerInput,
     Approval,
     CallRecord,
     CarriedState,
@@ -38,7 +39,9 @@ from hitl.wire import (
     Extension,
     PendingApproval,
     PolicyDecision,
+    ResolveInput,
     StandingRule,
+    text_digest,
 )
 from hitl.workflows.approvers import check_approver, may_decide
 from hitl.workflows.inputs import refusal
@@ -64,6 +67,38 @@ def decision_problem(d: DecisionInput) -> str | None:
         or text_problem("reason", d.reason, MAX_TEXT_CHARS)
         or text_problem("approver", d.approver, MAX_APPROVER_CHARS)
     )
+
+
+def check_seen(
+    d: DecisionInput | ExtendInput | AnswerInput | ResolveInput, arguments: str, edits: int = 0
+) -> None:
+    """Refuse (`ArgumentsChanged`) a decision made on other arguments than the call has now.
+
+    `seen_sha256` is optional (the plain `temporal` CLI sends only a call id); when given, or
+    signed, it must name the arguments as they are: an approval counts only for what was seen.
+    """
+    seen = d.seen_sha256
+    if seen is not None and seen != text_digest(arguments):
+        edited = f" (edited {edits} time(s) since the model made it)" if edits else ""
+        raise refusal(
+            "ArgumentsChanged",
+            f"call '{d.call_id}': its arguments are not the ones you saw{edited}; read it "
+            "again (hitl show) and decide on what it holds now",
+        )
+
+
+def check_round(call_id: str, given: int | None, current: int) -> None:
+    """Refuse (`Stale`) an answer, resolution or extension made for an earlier round of a call.
+
+    Each of them moves the call to its next round, so a copy of one (say, from history) is
+    refused instead of applying again.
+    """
+    if given is not None and given != current:
+        raise refusal(
+            "Stale",
+            f"call '{call_id}' moved on since you saw it (round {given}, now {current}); read "
+            "it again and decide",
+        )
 
 
 def _check_deadline(
@@ -107,6 +142,21 @@ def _one_of_several(
         f"{d.approver} already approved call '{d.call_id}'; it needs "
         f"{required - len(approvals)} more approval(s) from someone else",
     )
+
+
+def counted(approvals: list[Approval], digest: str) -> list[Approval]:
+    """The approvals that count for arguments with this digest (one per person).
+
+    An approval is for the arguments it was given on: once they change (an edit), it no
+    longer counts, whatever else happened to the list.
+    """
+    seen: set[str] = set()
+    out = []
+    for a in approvals:
+        if a.arguments_sha256 in (None, digest) and a.approver not in seen:
+            seen.add(a.approver)
+            out.append(a)
+    return out
 
 
 @dataclass
@@ -155,7 +205,7 @@ class ChildView:
 class ApprovalBook:
     """Calls of the current turn plus every decision and standing rule of the run."""
 
-    def __init__(self, state: CarriedState) -> None:
+    def __init__(self, state: CarriedState, signed_run: bool = False) -> None:
         self.s = state
         if state.always_rules and not state.rules:
             # Rules of older runs named a tool only: they keep applying to any agent's tool of
@@ -167,18 +217,23 @@ class ApprovalBook:
         state.always_rules = {}
         self.calls: dict[str, CallRecord] = {c.call_id: c for c in state.calls}
         self.decisions: dict[str, DecisionRecord] = {d.call_id: d for d in state.decisions}
-        self.past_calls: set[str] = {
+        self.model_ids: set[str] = {
             str(i.raw_item.get("call_id"))
             for i in state.new_items
             if i.type in ("tool_call_item", "handoff_call_item")
-        } - set(self.calls)
+        }
+        """Call ids the model used so far (it may not use one twice)."""
+        self.past_calls: set[str] = (self.model_ids | set(self.decisions)) - set(self.calls)
         self.children: dict[str, ChildView] = {}
+        self.signed_run = signed_run
+        """The run takes only signed decisions (`RunConfig(signed_decisions=True)`)."""
 
     # ----------------------------------------------------------------- turn lifecycle
 
     def begin_turn(self, records: list[CallRecord]) -> None:
         """Start a turn with these calls."""
         self.past_calls.update(self.calls)
+        self.model_ids.update(r.model_id for r in records)
         self.s.calls = records
         self.calls = {r.call_id: r for r in records}
 
@@ -192,6 +247,31 @@ class ApprovalBook:
     def known(self, call_id: str) -> bool:
         """True when the run has seen this call id."""
         return call_id in self.calls or call_id in self.past_calls
+
+    def model_id_used(self, model_id: str) -> bool:
+        """True when the model already used this call id in the run (its outputs would clash)."""
+        return model_id in self.model_ids or model_id in self.calls
+
+    def new_call_id(self, turn: int, n: int) -> str:
+        """The run's own id for the `n`th call of model turn `turn`: `t<turn>.<n>`.
+
+        Short, and only letters, digits and dots: it fits every update, URL, file name and
+        terminal, whatever id the model gave the call (kept as `model_call_id`).
+        """
+        call_id, again = f"t{turn}.{n}", 1
+        while call_id in self.calls or call_id in self.past_calls or call_id in self.model_ids:
+            again += 1  # (only runs started before the run named its calls could clash)
+            call_id = f"t{turn}.{n}.{again}"
+        return call_id
+
+    def signed(self, agent_id: str, tool_name: str) -> bool:
+        """Whether decisions on this agent's tool must be signed (the pinned graph, the run)."""
+        if self.signed_run:
+            return True
+        graph = self.s.graph
+        agent = graph.agents.get(agent_id) if graph is not None else None
+        tool = agent.tool(tool_name) if agent is not None else None
+        return tool is not None and tool.signed_decisions
 
     def add_child(self, call_id: str, workflow_id: str) -> ChildView:
         """Track the nested run started for agent-tool call `call_id`."""
@@ -266,6 +346,10 @@ class ApprovalBook:
                 reminded_at=c.reminded_at,
                 escalated_at=c.escalated_at,
                 original_arguments=c.original_arguments,
+                arguments_sha256=text_digest(c.arguments),
+                round=c.round,
+                signed_decisions=self.signed(c.agent_id, c.tool_name),
+                model_call_id=c.model_call_id,
             )
             for c in self.calls.values()
             if c.state in WAITING_STATES
@@ -302,7 +386,12 @@ class ApprovalBook:
     # ----------------------------------------------------------------- decisions
 
     def check(
-        self, kind: DecisionKind, d: DecisionInput, now: datetime | None = None
+        self,
+        kind: DecisionKind,
+        d: DecisionInput,
+        now: datetime | None = None,
+        *,
+        edited: bool = False,
     ) -> DecisionRecord | None:
         """Validate a decision without changing anything.
 
@@ -310,7 +399,9 @@ class ApprovalBook:
         idempotent), `None` when the decision is new and acceptable. Raises a typed
         `ApplicationError` when it must be refused: fields out of bounds, unknown call,
         conflicting decision, a call that needs no decision, an approver not on the call's
-        list, a passed deadline (`DeadlinePassed`, also for a call that already expired).
+        list, a passed deadline (`DeadlinePassed`, also for a call that already expired),
+        arguments other than the ones the decision says it saw (`ArgumentsChanged`; `edited`:
+        the caller checked that before applying the decision's own edit).
         """
         problem = decision_problem(d)
         if problem is not None:
@@ -332,6 +423,7 @@ class ApprovalBook:
             view, rest = self._nested_target(d.call_id)
             pending = next(p for p in view.pending() if p.call_id == rest)
             check_approver(d, pending.tool_name, pending.approvers, self.s.directory)
+            check_seen(d, pending.arguments)
             _check_deadline(d, pending.deadline, now)
             if kind == "approve" and pending.required_approvals > 1:
                 return _one_of_several(
@@ -348,6 +440,8 @@ class ApprovalBook:
                 "NotPending", f"call '{d.call_id}' is not awaiting approval (it is {call.state})"
             )
         check_approver(d, call.tool_name, call.approvers, self.s.directory)
+        if not edited:
+            check_seen(d, call.arguments, len(call.edits))
         _check_deadline(d, call.deadline, now)
         if kind == "approve" and call.required_approvals > 1:
             return _one_of_several(d, call.tool_name, call.required_approvals, call.approvals)
@@ -377,6 +471,8 @@ class ApprovalBook:
         if call.deadline is None:
             raise refusal("NoDeadline", f"call '{d.call_id}' has no deadline: it waits forever")
         check_approver(d, call.tool_name, call.approvers, self.s.directory)
+        check_seen(d, call.arguments, len(call.edits))
+        check_round(d.call_id, d.round, call.round)
         _check_deadline(d, call.deadline, now)
         return call
 
@@ -393,6 +489,7 @@ class ApprovalBook:
         )
         call.deadline = ext.deadline
         call.extensions.append(ext)
+        call.round += 1
         return ext
 
     def _nested_target(self, call_id: str) -> tuple[ChildView, str]:
@@ -411,12 +508,14 @@ class ApprovalBook:
         source: DecisionSource = "person",
         via: DecisionVia = "update",
         verified: bool = False,
+        edited: bool = False,
     ) -> DecisionRecord:
         """Apply a decision that `check` accepted (synchronously; call before any `await`).
 
         `verified`: the caller checked the decision's signature against the run's directory.
+        `edited`: the decision's own edit was just applied (see `check`).
         """
-        existing = self.check(kind, d, now)
+        existing = self.check(kind, d, now, edited=edited)
         if existing is not None:
             return existing
         call = None if SEP in d.call_id else self.calls[d.call_id]
@@ -428,25 +527,30 @@ class ApprovalBook:
             given = view.approvals.setdefault(rest, [])
         else:
             target, given = call, call.approvals
+        digest = text_digest(target.arguments)
         required = target.required_approvals
         if kind == "approve" and required > 1:
             assert d.approver  # `check` refuses nameless approvals of such calls
-            edited = call.arguments if call is not None and d.arguments is not None else None
+            edit = call.arguments if call is not None and d.arguments is not None else None
             given.append(
                 Approval(
                     approver=d.approver,
                     reason=d.reason,
                     via=via,
                     approved_at=now,
-                    arguments=edited,
+                    arguments=edit,
                     verified=verified,
+                    arguments_sha256=digest,
+                    key_id=d.key_id if verified else None,
                 )
             )
-            if len(given) < required:
-                return DecisionRecord.partial(d.call_id, target.tool_name, given, required)
+            valid = counted(given, digest)
+            if len(valid) < required:
+                return DecisionRecord.partial(d.call_id, target.tool_name, valid, required)
         rec = self._new_record(d.call_id, target.tool_name, kind, d, now, source, via)
-        rec.approvals = list(given)
+        rec.approvals = counted(given, digest) if kind == "approve" else list(given)
         rec.verified, rec.key_id = verified, d.key_id if verified else None
+        rec.arguments_sha256 = digest
         if call is not None and call.original_arguments is not None and kind == "approve":
             rec.arguments, rec.original_arguments = call.arguments, call.original_arguments
         if call is None:
@@ -642,6 +746,8 @@ class ApprovalBook:
         )
 
     def _apply(self, call: CallRecord, rec: DecisionRecord) -> None:
+        if rec.arguments_sha256 is None:
+            rec.arguments_sha256 = text_digest(call.arguments)
         call.decision = rec
         call.state = "approved" if rec.kind == "approve" else "rejected"
         self._store(rec)

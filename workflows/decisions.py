@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_DECISIONS_PER_UPDATE,
         MAX_REFUSED_KEPT,
     )
-    from hitl.signing import SignatureError, verify_decision
+    from hitl.signing import SignatureError, Signed, verify_decision
     from hitl.wire import (
         AgentSpec,
         ApproverDirectory,
@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from hitl.workflows.book import SEP
     from hitl.workflows.inputs import preview, read_one, refusal
     from hitl.workflows.steps import RunFailure
+    from hitl.workflows.turn import escalation_targets
 
 if TYPE_CHECKING:
     from hitl.workflows.agent_run import AgentRun
@@ -197,22 +198,25 @@ class Decisions:
             if d.arguments is not None:
                 self._edit_target(kind, d)
 
-    def verified(self, kind: DecisionKind, d: DecisionInput) -> bool:
+    def verified(self, kind: str, d: Signed) -> bool:
         """Check the signature a decision carries, or must carry; whether it was verified.
 
         A signature is checked against the approver directory pinned into the run at its start
         (keys configured on the worker, never from a payload): its key must belong to the
-        decision's approver, and it must cover this run, call, kind, approver, message and
-        arguments and not have expired by the run's clock. Tools with `signed_decisions` (or
-        a run with `RunConfig(signed_decisions=True)`) take no unsigned decision.
+        decision's approver, and it must cover this run, call and kind, the arguments the
+        person saw (`seen_sha256`, checked against the call by the approval book), what the
+        decision says, and not have expired by the run's clock. Every kind of decision
+        (approve, reject, answer, resolve, extend) on a call of a tool with `signed_decisions`,
+        or of a run with `RunConfig(signed_decisions=True)`, must be signed; nested calls are
+        judged by their own tool in the pinned graph.
         """
         run = self.run
         if d.signature is None and d.key_id is None:
-            if run.inp.run_config.signed_decisions or self._needs_signature(d.call_id):
+            if self.needs_signature(d.call_id):
                 raise refusal(
                     "Unsigned",
                     f"call '{d.call_id}' takes only signed decisions (hitl keys new; then "
-                    "decide with HITL_SIGNING_KEY set)",
+                    "decide with HITL_SIGNING_KEY set, or through the approval console)",
                 )
             return False
         try:
@@ -227,13 +231,16 @@ class Decisions:
             raise refusal(err.type, err.message) from None
         return True
 
-    def _needs_signature(self, call_id: str) -> bool:
-        target = self.run.book.target(call_id)
-        graph = self.run.s.graph
-        if target is None or graph is None or target[0] not in graph.agents:
-            return False
-        tool = graph.agents[target[0]].tool(target[1])
-        return tool is not None and tool.signed_decisions
+    def needs_signature(self, call_id: str) -> bool:
+        """Whether decisions on `call_id` (own or nested) must be signed."""
+        book = self.run.book
+        if book.signed_run:
+            return True
+        target = book.target(call_id)
+        if target is None and call_id in book.calls:  # an own call that no longer waits
+            call = book.calls[call_id]
+            target = (call.agent_id, call.tool_name)
+        return target is not None and book.signed(*target)
 
     def admit_batch(self, req: DecideInput) -> None:
         """Validate every decision of a `decide` request."""
@@ -335,8 +342,9 @@ class Decisions:
 
         The tool plans the edited call (argument validation, `needs_approval`,
         `required_approvals`, the approval request) in an activity; the edit is taken only if
-        the call is still pending as it was when that ends. An edit that now needs more
-        approvers than this one leaves the call waiting for them.
+        the call is still pending as it was when that ends (the same arguments the person saw,
+        and a signature that still verifies). An edit that now needs more approvers than this
+        one leaves the call waiting for them.
         """
         run = self.run
         self._open(d.call_id)
@@ -351,6 +359,7 @@ class Decisions:
         self._open(d.call_id)
         if run.book.check("approve", d, workflow.now()) is not None:
             return self.decide("approve", d, "update")
+        verified = self.verified("approve", d)
         call, agent, tool, text = self._edit_target("approve", d)
         refused = plan.refusal or (plan.tripwire.message if plan.tripwire else None)
         if refused is not None:
@@ -377,7 +386,14 @@ class Decisions:
                 original_arguments=call.original_arguments,
                 still_needed=call.required_approvals,
             )
-        return self.decide("approve", d, "update")
+        # The person saw the arguments before their edit (checked above): what they approve
+        # is the edit itself.
+        rec = run.book.record(
+            "approve", d, now=workflow.now(), via="update", verified=verified, edited=True
+        )
+        run.events.announce_decisions()
+        run.events.note_pause()
+        return rec
 
     # ----------------------------------------------------------------- deadlines
 
@@ -397,12 +413,16 @@ class Decisions:
             d = self.read_extend(args)
             self._open(d.call_id)
             self.run.book.check_extend(d, workflow.now())
+            self.verified("extend", d)
 
     def extend(self, args: tuple[Any, ...]) -> Extension:
         """Move a pending call's deadline later (synchronously)."""
         d = self.read_extend(args)
         self._open(d.call_id)
+        self.run.book.check_extend(d, workflow.now())
+        verified = self.verified("extend", d)
         ext = self.run.book.extend(d, workflow.now())
+        ext.verified = verified
         self.run.events.emit("deadline_extended", call_id=d.call_id, text=ext.deadline.isoformat())
         return ext
 
@@ -450,7 +470,7 @@ class Decisions:
                 if step == "remind":
                     self._remind(rec)
                 elif step == "escalate":
-                    self._escalate(rec, tool.escalate_to or cfg.escalate_to)
+                    self._escalate(rec, escalation_targets(tool, cfg))
                 else:
                     waited = tool.approval_timeout_seconds or cfg.approval_timeout_seconds
                     seconds = f"{waited or 0:g}s"

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from hitl.schema import schema_problem
     from hitl.wire import AnswerInput, CallRecord, InputAnswer, InputRequest, ToolOutput
     from hitl.workflows.approvers import check_approver
+    from hitl.workflows.book import check_round, check_seen
     from hitl.workflows.inputs import read_one, refusal
     from hitl.workflows.steps import NeedsInput
 
@@ -51,6 +52,7 @@ def park(run: AgentRun, rec: CallRecord, need: NeedsInput) -> ToolOutput | None:
         since=workflow.now(),
     )
     rec.state = "awaiting_input"
+    rec.round += 1
     run.events.emit("call_asks", call_id=rec.call_id, tool=rec.tool_name, text=need.message)
     return None
 
@@ -68,8 +70,11 @@ def read(args: tuple[Any, ...]) -> AnswerInput:
     )
 
 
-def check(run: AgentRun, d: AnswerInput) -> CallRecord:
-    """Validate an answer (read-only); the call whose question it answers."""
+def check(run: AgentRun, d: AnswerInput) -> tuple[CallRecord, bool]:
+    """Validate an answer (read-only); the call it answers, and whether it was signed.
+
+    It must be signed when the call's decisions must be.
+    """
     problem = (
         text_problem("call_id", d.call_id, MAX_CALL_ID_CHARS)
         or text_problem("reason", d.reason, MAX_TEXT_CHARS)
@@ -86,6 +91,9 @@ def check(run: AgentRun, d: AnswerInput) -> CallRecord:
     if request is None:
         raise refusal("NotPending", f"call '{d.call_id}' asks nothing now (it is {rec.state})")
     check_approver(d, rec.tool_name, rec.approvers, run.s.directory)
+    check_seen(d, rec.arguments, len(rec.edits))
+    check_round(d.call_id, d.round, rec.round)
+    verified = run.decisions.verified("answer", d)
     if d.action == "accept":
         if d.content is None:
             raise refusal(
@@ -96,13 +104,13 @@ def check(run: AgentRun, d: AnswerInput) -> CallRecord:
             raise refusal("InvalidDecision", problem)
     elif d.content is not None:
         raise refusal("InvalidDecision", f"{d.action} takes no content")
-    return rec
+    return rec, verified
 
 
 def answer(run: AgentRun, args: tuple[Any, ...]) -> InputAnswer:
     """Record an answer (synchronously, after `check`); the call runs its tool again."""
     d = read(args)
-    rec = check(run, d)
+    rec, verified = check(run, d)
     assert rec.input_request is not None
     given = InputAnswer(
         question=rec.input_request.message,
@@ -111,7 +119,9 @@ def answer(run: AgentRun, args: tuple[Any, ...]) -> InputAnswer:
         approver=d.approver,
         reason=d.reason,
         answered_at=workflow.now(),
+        verified=verified,
     )
     rec.answers.append(given)
     rec.input_request = None
+    rec.round += 1
     return given

@@ -88,8 +88,13 @@ class Events:
         run = self.run
         self.topic.publish(RunEvent(type=kind, turn=run.s.turn, agent=run.agent_name(), **fields))
 
-    def add_item(self, kind: Any, raw: dict[str, Any], agent: AgentSpec) -> None:
-        """Add an item to the run's transcript, and tell subscribers."""
+    def add_item(
+        self, kind: Any, raw: dict[str, Any], agent: AgentSpec, call_id: str | None = None
+    ) -> None:
+        """Add an item to the run's transcript, and tell subscribers.
+
+        `call_id`: the run's id of the call the item belongs to (the item names the model's).
+        """
         self.run.s.new_items.append(
             RunItem(type=kind, agent_id=agent.id, agent_name=agent.name, raw_item=raw)
         )
@@ -98,14 +103,17 @@ class Events:
         elif kind in ("tool_call_item", "handoff_call_item"):
             self.emit(
                 "tool_called",
-                call_id=raw.get("call_id"),
+                call_id=call_id or raw.get("call_id"),
                 tool=raw.get("name"),
-                data={"arguments": preview(str(raw.get("arguments", "")))},
+                data={
+                    "arguments": preview(str(raw.get("arguments", ""))),
+                    "model_call_id": raw.get("call_id"),
+                },
             )
         elif kind in ("tool_call_output_item", "handoff_output_item"):
             self.emit(
                 "tool_finished",
-                call_id=raw.get("call_id"),
+                call_id=call_id or raw.get("call_id"),
                 text=preview(str(raw.get("output", ""))),
             )
 

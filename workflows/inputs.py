@@ -288,6 +288,7 @@ def initial_state(inp: RunInput) -> CarriedState:
         state.always_rules = dict(inp.always_rules)
         state.tracing = bool(inp.parent and inp.parent.tracing)
         state.notify = bool(inp.parent and inp.parent.notify)
+        state.run_call_ids = bool(inp.parent and inp.parent.run_call_ids)
     return state
 
 

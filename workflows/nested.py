@@ -108,6 +108,7 @@ async def run_child(host: Host, agent: AgentSpec, rec: CallRecord, tool: ToolSpe
             call_path=[*(link.call_path if link else []), rec.call_id],
             tracing=host.s.tracing,
             notify=host.s.notify,
+            run_call_ids=host.s.run_call_ids,
         ),
         graph=host.s.graph,
         start_agent=tool.agent_id,

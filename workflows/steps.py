@@ -378,7 +378,8 @@ class Steps:
                 agent_id=agent.id,
                 calls=[
                     PlanCall(
-                        call_id=r.call_id,
+                        call_id=r.model_id,  # user code sees the model's ids, as when planned
+                        # with the model call; the plans come back in this order
                         tool_name=r.tool_name,
                         arguments=r.arguments,
                         mcp_server=_server(agent, r.tool_name),
@@ -405,6 +406,7 @@ class Steps:
             agent_id=agent.id,
             tool_name=rec.tool_name,
             call_id=rec.call_id,
+            model_call_id=rec.model_call_id,
             arguments=rec.arguments,
             idempotency_key=f"{info.workflow_id}:{rec.call_id}",
             workflow_id=info.workflow_id,

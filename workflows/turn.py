@@ -59,12 +59,20 @@ def open_turn(
     graph_agents: dict[str, AgentSpec],
     turn: int,
     max_argument_bytes: int,
+    own_ids: bool = True,
 ) -> OpenedTurn:
-    """First look at the model's calls: refuse what cannot run, do the handoff."""
+    """First look at the model's calls: refuse what cannot run, do the handoff.
+
+    With `own_ids` the run names each call itself (`t<turn>.<n>`) and keeps the model's id as
+    data (`model_call_id`): a model's id may hold `/`, be thousands of characters long or
+    anything else, and every call must still be decidable by name. (Runs recorded before
+    that used the model's ids, and replay as they were.)
+    """
     opened = OpenedTurn(records=[])
-    for call in calls:
+    for n, call in enumerate(calls, 1):
         rec = CallRecord(
-            call_id=call.call_id,
+            call_id=book.new_call_id(turn, n) if own_ids else call.call_id,
+            model_call_id=call.call_id if own_ids else None,
             tool_name=call.name,
             agent_id=agent.id,
             agent_name=agent.name,
@@ -73,11 +81,11 @@ def open_turn(
         )
         opened.records.append(rec)
         handoff = agent.handoff(call.name)
-        if book.known(call.call_id):
+        if book.model_id_used(call.call_id) or (not own_ids and book.known(call.call_id)):
             refuse(rec, f"Call id {call.call_id} was already used; ignoring this call.")
         elif handoff is not None:
             if opened.handoff_target is None:
-                opened.handoff_target, opened.handoff_call = handoff.agent_id, call.call_id
+                opened.handoff_target, opened.handoff_call = handoff.agent_id, rec.call_id
                 rec.output = json.dumps({"assistant": graph_agents[handoff.agent_id].name})
                 rec.state = "done"
             else:
@@ -115,13 +123,16 @@ def plan_request(agent: AgentSpec, book: ApprovalBook, cfg: RunConfigSpec) -> Pl
 
 
 def given_plans(planned: list[CallRecord], plans: list[CallPlan] | None) -> list[CallPlan] | None:
-    """The model call's plans for `planned`, in order, if it made one for each (else `None`)."""
+    """The model call's plans for `planned`, in order, if it made one for each (else `None`).
+
+    The model call planned its output's calls under the model's ids.
+    """
     if plans is None:
         return None
     by_id = {p.call_id: p for p in plans}
-    if len(by_id) != len(plans) or any(r.call_id not in by_id for r in planned):
+    if len(by_id) != len(plans) or any(r.model_id not in by_id for r in planned):
         return None
-    return [by_id[r.call_id] for r in planned]
+    return [by_id[r.model_id] for r in planned]
 
 
 def skip_policy(
@@ -138,9 +149,16 @@ def _ruled(
     return book.ruled_tools(agent.id, {t.name: t.approvers or cfg.approvers for t in tools})
 
 
-def apply_plans(opened: OpenedTurn, planned: list[CallRecord], plans: list[CallPlan]) -> None:
-    """Take what `plan_tools` found: refusals, requests, and whether a person is needed."""
+def apply_plans(
+    opened: OpenedTurn, planned: list[CallRecord], plans: list[CallPlan]
+) -> dict[str, CallPlan]:
+    """Take what `plan_tools` found: refusals, requests, and whether a person is needed.
+
+    Returns the plans by the run's call id (plans are made in call order, under the model's).
+    """
+    by_call = {}
     for rec, plan in zip(planned, plans, strict=True):
+        by_call[rec.call_id] = plan
         if plan.refusal is not None:
             # Arguments the tool refuses are the model's mistake; a pre-approval guardrail's
             # refusal is a policy's answer and not a bad turn.
@@ -150,6 +168,37 @@ def apply_plans(opened: OpenedTurn, planned: list[CallRecord], plans: list[CallP
             continue
         rec.needs_approval = plan.needs_approval
         rec.request = plan.request
+    return by_call
+
+
+def names_approvers(tool: ToolSpec) -> bool:
+    """Whether the tool says itself who may decide its calls (a list, or a callable)."""
+    return bool(tool.approvers) or tool.approvers_by_call
+
+
+def escalation_targets(tool: ToolSpec, cfg: RunConfigSpec) -> list[str]:
+    """Who joins a call's approvers when it escalates.
+
+    The tool's own `escalate_to`; the run's only for a tool that names no approvers of its own:
+    whoever starts a run may narrow who decides, never widen it past what the tool says.
+    """
+    if tool.escalate_to or names_approvers(tool):
+        return list(tool.escalate_to)
+    return list(cfg.escalate_to)
+
+
+def policy_may_decide(tool: ToolSpec, plan: CallPlan | None, several: bool) -> bool:
+    """Whether an approver callback's answer in `plan` decides the call.
+
+    A rejection always does. An approval does when one person would do (four eyes needs
+    people), and, for the run's approver (named by whoever started the run), only on a tool
+    that names no approvers of its own.
+    """
+    if plan is None or plan.policy is None:
+        return False
+    if plan.policy.kind == "reject":
+        return True
+    return not several and not (plan.policy.run_level and names_approvers(tool))
 
 
 def settle(
@@ -182,9 +231,7 @@ def settle(
         elif book.apply_rule(rec, now):
             pass  # a standing rule decided it (one its maker may make for this call)
         elif (
-            plan is not None
-            and plan.policy is not None
-            and not (several and plan.policy.kind == "approve")
+            plan is not None and plan.policy is not None and policy_may_decide(tool, plan, several)
         ):
             book.decide_by(rec, plan.policy, now)
         elif cfg.auto_approve and tool.auto_approve and not several:

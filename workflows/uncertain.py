@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from hitl.workflows import elicitation
     from hitl.workflows.approvers import check_approver
+    from hitl.workflows.book import check_round, check_seen
     from hitl.workflows.inputs import read_one, refusal
     from hitl.workflows.steps import NeedsInput, Uncertain
 
@@ -57,6 +58,7 @@ async def run_tool(run: AgentRun, agent: AgentSpec, rec: CallRecord, tool: ToolS
                     since=workflow.now(), error=str(lost)[:MAX_TEXT_CHARS], attempts=attempts
                 )
                 rec.state = "uncertain"
+                rec.round += 1
                 run.events.emit(
                     "call_uncertain", call_id=rec.call_id, tool=rec.tool_name, text=str(lost)
                 )
@@ -93,8 +95,11 @@ def read(args: tuple[Any, ...]) -> ResolveInput:
     )
 
 
-def check(run: AgentRun, d: ResolveInput) -> CallRecord:
-    """Validate a resolution (read-only); the uncertain call it settles."""
+def check(run: AgentRun, d: ResolveInput) -> tuple[CallRecord, bool]:
+    """Validate a resolution (read-only); the call it settles, and whether it was signed.
+
+    It must be signed when the call's decisions must be.
+    """
     problem = (
         text_problem("call_id", d.call_id, MAX_CALL_ID_CHARS)
         or text_problem("message", d.message, MAX_TEXT_CHARS)
@@ -114,13 +119,15 @@ def check(run: AgentRun, d: ResolveInput) -> CallRecord:
     if rec.state != "uncertain" or rec.uncertain.resolution is not None:
         raise refusal("NotPending", f"call '{d.call_id}' is not uncertain (it is {rec.state})")
     check_approver(d, rec.tool_name, rec.approvers, run.s.directory)
-    return rec
+    check_seen(d, rec.arguments, len(rec.edits))
+    check_round(d.call_id, d.round, rec.round)
+    return rec, run.decisions.verified("resolve", d)
 
 
 def resolve(run: AgentRun, args: tuple[Any, ...]) -> Resolution:
     """Settle an uncertain call (synchronously, after `check`)."""
     d = read(args)
-    rec = check(run, d)
+    rec, verified = check(run, d)
     assert rec.uncertain is not None
     res = Resolution(
         outcome=d.outcome,
@@ -129,7 +136,9 @@ def resolve(run: AgentRun, args: tuple[Any, ...]) -> Resolution:
         approver=d.approver,
         reason=d.reason,
         resolved_at=workflow.now(),
+        verified=verified,
     )
     rec.uncertain.resolution = res
     rec.resolutions.append(res)
+    rec.round += 1
     return res

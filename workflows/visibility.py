@@ -111,6 +111,16 @@ def spoofed() -> bool:
     return any(sa.get(key) is not None for key in (*OUR_KEYS, OUTCOMES_KEY))
 
 
+def memo_spoofed() -> bool:
+    """Whether a fresh run was started with our inbox memo already set (by its starter).
+
+    Readers list a memo only when it names the run's first run id (`InboxMemo.run`), which a
+    starter cannot know; the run still clears such a memo at once.
+    """
+    info = workflow.info()
+    return info.continued_run_id is None and INBOX_MEMO in info.raw_memo
+
+
 def publish(
     visible: Visible,
     agent: str,
@@ -228,6 +238,7 @@ def changed(run: AgentRun) -> bool:
         visible != run._published
         or len(run.s.refused) != run._shown
         or inbox_key(run, visible) not in (None, run.s.inbox_shown)
+        or run._clear_memo
     )
 
 
@@ -243,7 +254,11 @@ def publish_run(run: AgentRun) -> None:
     key = inbox_key(run, visible)
     if key is not None and key != run.s.inbox_shown:
         run.s.inbox_shown = key
+        run._clear_memo = False
         publish_inbox(run.book.pending(run.path(), workflow.info().workflow_id))
+    elif run._clear_memo:
+        run._clear_memo = False
+        workflow.upsert_memo({INBOX_MEMO: None})  # someone else's words: gone
     if visible == run._published:
         if refusals != run._shown:  # a refused signal: the details say so (no event)
             run._shown = refusals
@@ -269,7 +284,11 @@ def publish_inbox(pending: Sequence[PendingApproval]) -> None:
 
 def inbox_memo(pending: Sequence[PendingApproval]) -> InboxMemo:
     """The memo value for these pending calls."""
-    return InboxMemo(calls=[inbox_entry(p) for p in pending[:INBOX_CALLS]], total=len(pending))
+    return InboxMemo(
+        calls=[inbox_entry(p) for p in pending[:INBOX_CALLS]],
+        total=len(pending),
+        run=workflow.info().first_execution_run_id,
+    )
 
 
 def carried_memo(run: AgentRun) -> dict[str, Any] | None:

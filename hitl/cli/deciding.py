@@ -48,6 +48,7 @@ from hitl.wire import (
     ExtendInput,
     Extension,
     InputAnswer,
+    PendingApproval,
     Resolution,
     ResolveInput,
     RunOutput,
@@ -141,24 +142,39 @@ def signing_key() -> tuple[str, Any] | None:
         raise Refused(str(exc)) from None
 
 
-async def _current_arguments(
-    client: Client, handle: WorkflowHandle[Any, Any], args: argparse.Namespace
-) -> dict[str, Any] | None:
-    """The pending call's arguments, which `--set` edits (not needed with `--args-file`)."""
-    if args.args_file:
-        return None
+async def _pending(
+    client: Client, handle: WorkflowHandle[Any, Any], args: argparse.Namespace, why: str
+) -> dict[str, PendingApproval]:
+    """The run's pending calls by id, read from the run (`why` says what needs them)."""
     try:
         status = await _status(client, handle, args.timeout)
     except Refused as exc:
+        raise Refused(f"{exc}; {why}") from None
+    return {p.call_id: p for p in status.pending}
+
+
+def _one(pending: dict[str, PendingApproval], call_id: str, run: str) -> PendingApproval:
+    call = pending.get(call_id)
+    if call is None:
         raise Refused(
-            f"{exc}; --set edits the call's arguments, so it needs a worker to read "
-            "them (or give them all with --args-file)"
-        ) from None
-    pending = next((p for p in status.pending if p.call_id == args.call_id), None)
-    if pending is None:
-        raise Refused(f"call '{args.call_id}' is not pending on run {args.run} (UnknownCall)")
-    loaded = json.loads(pending.arguments or "{}")
+            f"call '{one_line(call_id)}' is not pending on run {one_line(run)} (UnknownCall)"
+        )
+    return call
+
+
+def _arguments_of(call: PendingApproval) -> dict[str, Any]:
+    """A pending call's arguments, which `--set` edits."""
+    try:
+        loaded = json.loads(call.arguments or "{}")
+    except ValueError:
+        return {}
     return loaded if isinstance(loaded, dict) else {}
+
+
+SIGNING_NEEDS = (
+    "a signed decision names the arguments it saw, so it needs a worker to read them (the run's "
+    "status)"
+)
 
 
 def edited_arguments(
@@ -202,23 +218,40 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
     """
     handle = await _handle(client, args.run)
     approver = approver_name(args)
+    signing = signing_key()
+    sets = getattr(args, "set", None)
+    editing = kind == "approve" and bool(sets or getattr(args, "args_file", None))
+    # What the person decides on is read from the run when it is needed (a list, an edit, a
+    # signature): the decision then names the arguments seen, and the run refuses it if they
+    # changed meanwhile. A bare `hitl approve RUN CALL` queues without a worker.
+    pending: dict[str, PendingApproval] = {}
     if args.all:
-        try:
-            status = await _status(client, handle, args.timeout)
-        except Refused as exc:
-            raise Refused(
-                f"{exc}; --all needs a worker to list the calls (name a CALL_ID to queue a "
-                "decision until one runs)"
-            ) from None
-        call_ids = [p.call_id for p in status.pending]
+        pending = await _pending(
+            client,
+            handle,
+            args,
+            "--all needs a worker to list the calls (name a CALL_ID to queue a decision "
+            "until one runs)",
+        )
+        call_ids = list(pending)
         if not call_ids:
             raise Refused(f"run {args.run} has no pending approvals")
     else:
         call_ids = [args.call_id]
+        if signing is not None or (editing and sets):
+            why = (
+                SIGNING_NEEDS
+                if signing is not None
+                else "--set edits the call's arguments, so it needs a worker to read them (or "
+                "give them all with --args-file)"
+            )
+            pending = await _pending(client, handle, args, why)
+            _one(pending, args.call_id, args.run)
     message = getattr(args, "message", None)
     edited = None
-    if kind == "approve" and (getattr(args, "set", None) or getattr(args, "args_file", None)):
-        edited = edited_arguments(args, await _current_arguments(client, handle, args))
+    if editing:
+        current = _arguments_of(pending[args.call_id]) if args.call_id in pending else None
+        edited = edited_arguments(args, current)
     decisions = [
         DecisionRequest(
             kind=kind,
@@ -229,10 +262,10 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
             reason=args.reason,
             arguments=edited,
             client="hitl",
+            seen_sha256=pending[c].arguments_sha256 if c in pending else None,
         )
         for c in call_ids
     ]
-    signing = signing_key()
     if signing is not None:
         key_id, key = signing
         decisions = [
@@ -257,6 +290,7 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
                 signature=d.signature,
                 expires_at=d.expires_at,
                 client=d.client,
+                seen_sha256=d.seen_sha256,
             )
             rec: DecisionRecord = await handle.execute_update(
                 kind, payload, id=uid, rpc_timeout=timeout, result_type=DecisionRecord
@@ -307,16 +341,35 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
     return EXIT_OK
 
 
+S = TypeVar("S", ExtendInput, ResolveInput, AnswerInput)
+
+
 async def _update(
     client: Client,
     args: argparse.Namespace,
     name: str,
-    payload: BaseModel,
+    payload: S,
     result_type: type[R],
     verb: str,
 ) -> R:
-    """Send one update to `args.run`; a refusal, no worker or an RPC error as `Refused`."""
+    """Send one update to `args.run`; a refusal, no worker or an RPC error as `Refused`.
+
+    With `HITL_SIGNING_KEY` set, the payload is signed first, naming the call's arguments and
+    round as the run shows them now (read from the run).
+    """
     handle = await _handle(client, args.run)
+    signing = signing_key()
+    if signing is not None:
+        call = _one(await _pending(client, handle, args, SIGNING_NEEDS), args.call_id, args.run)
+        key_id, key = signing
+        payload = sign_input(
+            payload.model_copy(
+                update={"seen_sha256": call.arguments_sha256, "round": call.round, "client": "hitl"}
+            ),
+            workflow_id=args.run,
+            key_id=key_id,
+            key=key,
+        )
     try:
         result: R = await handle.execute_update(
             name, payload, rpc_timeout=timedelta(seconds=args.timeout), result_type=result_type

@@ -255,6 +255,8 @@ class ExecuteToolInput(WireModel):
     """Answers to the questions the tool asked on earlier attempts (MCP elicitation)."""
     mcp_server: str | None = None
     """For an MCP tool: its server, as the run's graph records it."""
+    model_call_id: str | None = None
+    """The id the model gave the call (`call_id` is the run's own), for tools that want it."""
 
 
 class ToolOutput(WireModel):
@@ -342,6 +344,9 @@ class ResolvedRun(WireModel):
     Recorded with the resolution, so a run knows its version from its own history without a
     patch marker (which would cost two events: the marker and core's `TemporalChangeVersion`
     upsert). A resolution recorded by older code lacks it: that run keeps the older behaviour."""
+    run_call_ids: bool = False
+    """The worker's code names each call itself (`t<turn>.<n>`, the model's id kept as data);
+    recorded like `inbox_memo`, so runs recorded before keep the model's ids on replay."""
 
 
 class HandleRunErrorInput(WireModel):

@@ -25,11 +25,35 @@ from hitl.wire.runs import (
 )
 
 
-class DecisionInput(WireModel):
+class SignedFields(WireModel):
+    """What every decision a person makes about a call may carry besides its content.
+
+    `seen_sha256` binds the decision to the call's arguments as the person saw them (the call's
+    `PendingApproval.arguments_sha256`): when given, a run refuses the decision if the
+    arguments changed since (`ArgumentsChanged`). The signature fields make it a signed
+    decision (see `hitl.signing`); a call whose rules require signed decisions takes none
+    without them.
+    """
+
+    seen_sha256: str | None = None
+    """SHA-256 (hex) of the call's arguments as the person saw them (`arguments_sha256`)."""
+    key_id: str | None = None
+    """Signed decisions: the approver's key (as the worker's approver directory names it)."""
+    signature: str | None = None
+    """Signed decisions: base64 Ed25519 signature over `hitl.signing.decision_message(...)`."""
+    expires_at: datetime | None = None
+    """Signed decisions: the signature is not accepted after this time (the run's clock)."""
+    client: str | None = None
+    """What sent it, as the sender says (`hitl`, `runner`, `console`; unset: the `temporal`
+    CLI, the UI or another API client). For the audit: the signature, not this, proves who
+    decided."""
+
+
+class DecisionInput(SignedFields):
     """Payload of the `approve` and `reject` updates and signals. Only `call_id` is required.
 
     `temporal workflow update execute --workflow-id W --name approve
-    --input '{"call_id": "call_123"}'`
+    --input '{"call_id": "t1.1"}'`
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -42,18 +66,9 @@ class DecisionInput(WireModel):
     arguments: dict[str, Any] | None = None
     """Approve with these arguments instead of the model's (edit, then approve): checked
     against the tool's schema, and the call's approval requirement is evaluated on them."""
-    key_id: str | None = None
-    """Signed decisions: the approver's key (as the worker's approver directory names it)."""
-    signature: str | None = None
-    """Signed decisions: base64 Ed25519 signature over `hitl.signing.decision_message(...)`."""
-    expires_at: datetime | None = None
-    """Signed decisions: the signature is not accepted after this time (the run's clock)."""
-    client: str | None = None
-    """What sent it, as the sender says (`hitl`, `runner`; unset: the `temporal` CLI, the UI
-    or another API client). For the audit: the signature, not this, proves who decided."""
 
 
-class ResolveInput(WireModel):
+class ResolveInput(SignedFields):
     """Payload of the `resolve` update: what happened to an uncertain call's effect.
 
     `happened` (with the tool's `output`, as the model should read it), `retry` (run the tool
@@ -61,7 +76,7 @@ class ResolveInput(WireModel):
     tool's error).
 
     `temporal workflow update execute --workflow-id W --name resolve
-    --input '{"call_id": "call_123", "outcome": "happened", "output": "refund R-7 issued"}'`
+    --input '{"call_id": "t1.1", "outcome": "happened", "output": "refund R-7 issued"}'`
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -72,15 +87,17 @@ class ResolveInput(WireModel):
     message: str | None = None
     approver: str | None = None
     reason: str | None = None
+    round: int | None = None
+    """The call's `PendingApproval.round` the person saw (required when signed)."""
 
 
-class AnswerInput(WireModel):
+class AnswerInput(SignedFields):
     """Payload of the `answer` update: a person answers the question a tool asks.
 
     MCP elicitation: `accept` with `content` fitting the requested schema, `decline` or `cancel`.
 
     `temporal workflow update execute --workflow-id W --name answer
-    --input '{"call_id": "call_123", "content": {"confirm": true}, "approver": "you"}'`
+    --input '{"call_id": "t1.1", "content": {"confirm": true}, "approver": "you"}'`
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -90,13 +107,15 @@ class AnswerInput(WireModel):
     content: dict[str, Any] | None = None
     approver: str | None = None
     reason: str | None = None
+    round: int | None = None
+    """The call's `PendingApproval.round` the person saw (required when signed)."""
 
 
-class ExtendInput(WireModel):
+class ExtendInput(SignedFields):
     """Payload of the `extend` update: move a pending call's deadline `seconds` later.
 
     `temporal workflow update execute --workflow-id W --name extend
-    --input '{"call_id": "call_123", "seconds": 172800, "approver": "you"}'`
+    --input '{"call_id": "t1.1", "seconds": 172800, "approver": "you"}'`
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -105,6 +124,8 @@ class ExtendInput(WireModel):
     seconds: float
     approver: str | None = None
     reason: str | None = None
+    round: int | None = None
+    """The call's `PendingApproval.round` the person saw (required when signed)."""
 
 
 class DecisionRequest(DecisionInput):
@@ -150,6 +171,10 @@ class InboxMemo(WireModel):
 
     calls: list[InboxEntry] = Field(default_factory=list)
     total: int = 0
+    run: str = ""
+    """The first run id of the run's chain (`workflow.info().first_execution_run_id`): the
+    server assigns it when the run starts, so a memo a starter wrote cannot carry it, and an
+    inbox lists a memo only when it matches the run's visibility record (`first_run_id`)."""
 
 
 class WaitInput(WireModel):
@@ -197,6 +222,15 @@ class PendingApproval(WireModel):
     escalated_at: datetime | None = None
     original_arguments: str | None = None
     """The model's arguments, when a person edited them (the approval is still to come)."""
+    arguments_sha256: str | None = None
+    """SHA-256 (hex) of `arguments` (UTF-8): what a decision names as `seen_sha256`."""
+    round: int = 0
+    """Changes with every question, answer, uncertain attempt, resolution and extension of
+    the call: what an answer, resolution or extension names as `round`."""
+    signed_decisions: bool = False
+    """Decisions on this call must be signed (`hitl.signing`)."""
+    model_call_id: str | None = None
+    """The id the model gave the call (the run assigns `call_id` itself), as data."""
 
 
 class ChildReport(WireModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
@@ -82,6 +83,10 @@ class PolicyDecision(WireModel):
     message: str | None = None
     reason: str | None = None
     approver: str
+    run_level: bool = False
+    """Made by the run's approver (`RunConfig.approver`), not the tool's own: it may reject,
+    but it approves only calls of tools that name no approvers of their own (a starter's
+    configuration never widens who may decide)."""
 
 
 class StandingRule(WireModel):
@@ -185,12 +190,33 @@ class CallRecord(WireModel):
     """The question the tool's server asks a person now (MCP elicitation; `answer`)."""
     answers: list[InputAnswer] = Field(default_factory=list)
     """Answers given to the tool's questions, in the order it asked them."""
-    """Who moved the call's deadline, when, and from when to when."""
+    model_call_id: str | None = None
+    """The id the model gave the call; `call_id` is the run's own (`t<turn>.<n>`), so every
+    call can be named in an update, a URL or a terminal whatever the model sent. `None`: the
+    model's id is `call_id` (runs recorded before the run assigned its own)."""
+    round: int = 0
+    """Bumped on every question, answer, uncertain attempt, resolution and extension: an
+    answer, resolution or extension names the round it was made in (`PendingApproval.round`),
+    so one made for an earlier round (a copy from history) does not apply to a later one."""
+
+    @property
+    def model_id(self) -> str:
+        """The call id the model used (what its output item names)."""
+        return self.model_call_id or self.call_id
 
 
 def canonical_arguments(arguments: dict[str, Any]) -> str:
     """Edited arguments as the JSON text a tool receives (compact, keys in the given order)."""
     return json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+
+
+def text_digest(text: str) -> str:
+    """Hex SHA-256 of `text`'s UTF-8 bytes: how a call's arguments are named in a decision.
+
+    A call's `PendingApproval.arguments_sha256` is this over the exact arguments text the run
+    holds; a decision's `seen_sha256` repeats it, binding the decision to what was seen.
+    """
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class ArgumentEdit(WireModel):
@@ -239,6 +265,8 @@ class InputAnswer(WireModel):
     approver: str | None = None
     reason: str | None = None
     answered_at: datetime
+    verified: bool = False
+    """Signed with a key the worker's approver directory gives `approver`."""
 
 
 class Resolution(WireModel):
@@ -252,6 +280,8 @@ class Resolution(WireModel):
     approver: str | None = None
     reason: str | None = None
     resolved_at: datetime
+    verified: bool = False
+    """Signed with a key the worker's approver directory gives `approver`."""
 
 
 class Extension(WireModel):
@@ -264,6 +294,8 @@ class Extension(WireModel):
     extended_at: datetime
     previous: datetime
     deadline: datetime
+    verified: bool = False
+    """Signed with a key the worker's approver directory gives `approver`."""
 
 
 class Approval(WireModel):
@@ -279,6 +311,11 @@ class Approval(WireModel):
     """The arguments this approver edited the call to (`None`: approved them as they were)."""
     verified: bool = False
     """Signed with a key the worker's approver directory gives `approver`."""
+    arguments_sha256: str | None = None
+    """SHA-256 (hex) of the call's arguments this approval is for: it counts only while the
+    call still has them (`None`: recorded before approvals named their arguments)."""
+    key_id: str | None = None
+    """The key a verified approval was signed with."""
 
     def answers(self, d: DecisionInput) -> bool:
         """Whether approval `d` repeats this one (a retry)."""
@@ -321,6 +358,9 @@ class DecisionRecord(WireModel):
     """The key a verified decision was signed with."""
     client: str | None = None
     """What sent the decision, as the sender said (`hitl`, `runner`; unset: another client)."""
+    arguments_sha256: str | None = None
+    """SHA-256 (hex) of the call's arguments the decision is about (for an approval: what
+    runs; `None`: recorded before decisions named their arguments)."""
 
     @classmethod
     def partial(cls, call_id: str, tool: str, approvals: list[Approval], required: int) -> Self:
@@ -388,6 +428,8 @@ class ParentLink(WireModel):
     """The root's worker has notifiers: the nested run notifies about its calls too."""
     token: str = ""
     """Unused since nested runs read each other by query (kept so older payloads parse)."""
+    run_call_ids: bool = False
+    """The root names its calls itself; so does the nested run (`CarriedState.run_call_ids`)."""
 
 
 class CarriedState(WireModel):
@@ -443,6 +485,8 @@ class CarriedState(WireModel):
     turns_here: int = 0
     """Model turns taken since this run (of the chain) started: continue-as-new waits for one,
     so no threshold can make a run continue as new forever without progress."""
+    run_call_ids: bool = False
+    """The run names its calls itself (`ResolvedRun.run_call_ids`; nested runs: their root's)."""
 
 
 class RunInput(WireModel):

@@ -37,7 +37,14 @@ from hitl.signing import (
     signing_key_from_env,
     verify_decision,
 )
-from hitl.wire import ApproverDirectory, ApproverEntry, DecisionInput
+from hitl.wire import (
+    AnswerInput,
+    ApproverDirectory,
+    ApproverEntry,
+    DecisionInput,
+    ExtendInput,
+    ResolveInput,
+)
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 WID = "refund-desk-7"
@@ -53,6 +60,10 @@ DIRECTORY = ApproverDirectory(
 )
 
 
+SEEN = "ab" * 32
+"""A digest of the arguments the decider saw (the run checks it against the call)."""
+
+
 def signed(
     *,
     kind: str = "approve",
@@ -62,32 +73,26 @@ def signed(
     arguments: dict[str, Any] | None = None,
     always: bool = False,
     message: str | None = None,
+    reason: str | None = None,
+    seen: str | None = SEEN,
     key: Any = ANN_KEY,
     key_id: str = ANN_ID,
     expires_at: datetime = NOW + timedelta(hours=1),
 ) -> DecisionInput:
     """A decision signed with `sign_decision` (the primitive, not `sign_input`)."""
-    signature = sign_decision(
-        key,
-        workflow_id=workflow_id,
-        call_id=call_id,
-        kind=kind,
-        approver=approver,
-        arguments=arguments,
-        expires_at=expires_at,
-        always=always,
-        message=message,
-    )
-    return DecisionInput(
+    d = DecisionInput(
         call_id=call_id,
         approver=approver,
         arguments=arguments,
         always=always,
         message=message,
+        reason=reason,
         key_id=key_id,
-        signature=signature,
         expires_at=expires_at,
+        seen_sha256=seen,
     )
+    signature = sign_decision(key, d, kind=kind, workflow_id=workflow_id)
+    return d.model_copy(update={"signature": signature})
 
 
 def refusal(d: DecisionInput, *, kind: str = "approve", now: datetime = NOW) -> SignatureError:
@@ -115,7 +120,9 @@ def test_a_signed_decision_verifies_as_its_approver() -> None:
 
 def test_sign_input_signs_what_the_decision_says() -> None:
     d = sign_input(
-        DecisionInput(call_id="c9", approver="ann", message="why not", arguments={"x": 1}),
+        DecisionInput(
+            call_id="c9", approver="ann", message="why not", arguments={"x": 1}, seen_sha256=SEEN
+        ),
         kind="reject",
         workflow_id=WID,
         key_id=ANN_ID,
@@ -124,9 +131,21 @@ def test_sign_input_signs_what_the_decision_says() -> None:
     )
     assert (d.key_id, d.expires_at) == (ANN_ID, NOW + timedelta(hours=1))
     assert verify_decision(DIRECTORY, d, kind="reject", workflow_id=WID, now=NOW) == "ann"
-    with pytest.raises(UserError):
+    with pytest.raises(UserError):  # who decides is signed
         sign_input(
-            DecisionInput(call_id="c9"), kind="approve", workflow_id=WID, key_id="k", key=ANN_KEY
+            DecisionInput(call_id="c9", seen_sha256=SEEN),
+            kind="approve",
+            workflow_id=WID,
+            key_id="k",
+            key=ANN_KEY,
+        )
+    with pytest.raises(UserError):  # and what they saw
+        sign_input(
+            DecisionInput(call_id="c9", approver="ann"),
+            kind="approve",
+            workflow_id=WID,
+            key_id="k",
+            key=ANN_KEY,
         )
 
 
@@ -220,6 +239,8 @@ def test_a_signature_by_another_key_is_a_bad_signature() -> None:
         {"message": "something else"},
         {"message": None},
         {"expires_at": NOW + timedelta(hours=2)},
+        {"seen_sha256": "cd" * 32},  # the same approval, for other arguments
+        {"reason": "added later"},  # the audit's words are the approver's too
     ],
 )
 def test_any_covered_field_altered_after_signing_is_a_bad_signature(
@@ -240,10 +261,58 @@ def test_a_signature_covers_the_run_and_the_kind() -> None:
     assert err.value.type == "BadSignature"
 
 
-def test_a_reason_is_not_signed() -> None:
-    """The reason is the approver's note for the audit; changing it changes no decision."""
-    d = signed().model_copy(update={"reason": "added later", "client": "hitl"})
+def test_the_client_is_not_signed_and_an_unbound_signature_is_refused() -> None:
+    """`client` is what the sender says it is (for the audit); a signature that names no
+    arguments (a version-1 signature, or one made without them) binds nothing: refused."""
+    d = signed().model_copy(update={"client": "hitl"})
     assert verify_decision(DIRECTORY, d, kind="approve", workflow_id=WID, now=NOW) == "ann"
+    assert refusal(signed(seen=None)).type == "Unbound"
+    for payload in (
+        ExtendInput(call_id="c", seconds=60, approver="ann", seen_sha256=SEEN),
+        ResolveInput(call_id="c", outcome="retry", approver="ann", seen_sha256=SEEN),
+        AnswerInput(call_id="c", action="decline", approver="ann", seen_sha256=SEEN),
+    ):
+        stamped = payload.model_copy(
+            update={"key_id": ANN_ID, "expires_at": NOW + timedelta(hours=1)}
+        )
+        unbound = stamped.model_copy(
+            update={"signature": sign_decision(ANN_KEY, stamped, workflow_id=WID)}
+        )
+        with pytest.raises(SignatureError) as err:
+            verify_decision(DIRECTORY, unbound, workflow_id=WID, now=NOW)
+        assert err.value.type == "Unbound", payload  # no round: it could be replayed later
+
+
+def test_answers_resolutions_and_extensions_sign_their_round_and_content() -> None:
+    """Every kind a person decides is signed the same way, over what it says and the round
+    of the call it is about: a copy made for one round does not verify for the next."""
+    payloads = [
+        ExtendInput(call_id="c", seconds=3600, approver="ann", round=2, seen_sha256=SEEN),
+        ResolveInput(
+            call_id="c", outcome="happened", output="R-7", approver="ann", round=1, seen_sha256=SEEN
+        ),
+        AnswerInput(
+            call_id="c", content={"confirm": True}, approver="ann", round=3, seen_sha256=SEEN
+        ),
+    ]
+    changes: list[dict[str, Any]] = [
+        {"seconds": 7200},
+        {"output": "R-8"},
+        {"content": {"confirm": False}},
+    ]
+    for payload, change in zip(payloads, changes, strict=True):
+        d = sign_input(payload, workflow_id=WID, key_id=ANN_ID, key=ANN_KEY, now=NOW)
+        assert verify_decision(DIRECTORY, d, workflow_id=WID, now=NOW) == "ann"
+        for altered in (change, {"round": (payload.round or 0) + 1}, {"call_id": "c2"}):
+            with pytest.raises(SignatureError) as err:
+                verify_decision(DIRECTORY, d.model_copy(update=altered), workflow_id=WID, now=NOW)
+            assert err.value.type == "BadSignature", (payload, altered)
+        # An approval's signature never passes as one of these (the kind is signed).
+        approval = signed(call_id="c")
+        for kind in (None, "extend", "answer"):
+            with pytest.raises(SignatureError) as err:
+                verify_decision(DIRECTORY, approval, kind=kind, workflow_id=WID, now=NOW)
+            assert err.value.type == "BadSignature"
 
 
 def test_verifying_is_pure() -> None:
@@ -261,31 +330,30 @@ def test_verifying_is_pure() -> None:
 
 
 def test_the_signed_message_is_canonical() -> None:
+    def approval(arguments: dict[str, Any], expires: datetime) -> DecisionInput:
+        return DecisionInput(
+            call_id="c", approver="ann", arguments=arguments, expires_at=expires, seen_sha256=SEEN
+        )
+
     a = decision_message(
-        workflow_id="w",
-        call_id="c",
-        kind="approve",
-        approver="ann",
-        arguments={"b": 1, "a": [1, {"y": 2, "x": "é"}]},
-        expires_at=NOW,
+        approval({"b": 1, "a": [1, {"y": 2, "x": "é"}]}, NOW), kind="approve", workflow_id="w"
     )
     b = decision_message(
-        workflow_id="w",
-        call_id="c",
+        approval({"a": [1, {"x": "é", "y": 2}], "b": 1}, NOW + timedelta(microseconds=5)),
         kind="approve",
-        approver="ann",
-        arguments={"a": [1, {"x": "é", "y": 2}], "b": 1},
-        expires_at=NOW + timedelta(microseconds=5),
+        workflow_id="w",
     )
     assert a == b
     assert a.startswith(b"hitl-decision\n")
     body = json.loads(a.removeprefix(b"hitl-decision\n"))
     assert body == {
-        "v": 1,
+        "v": 2,
         "workflow_id": "w",
         "call_id": "c",
         "kind": "approve",
         "approver": "ann",
+        "reason": None,
+        "seen_sha256": SEEN,
         "always": False,
         "message": None,
         "arguments_sha256": arguments_digest({"a": [1, {"x": "é", "y": 2}], "b": 1}),
@@ -295,17 +363,11 @@ def test_the_signed_message_is_canonical() -> None:
     assert text == json.dumps(body, sort_keys=True, separators=(",", ":"))
     # Another timezone, same instant: same bytes.
     other_tz = NOW.astimezone(timezone(timedelta(hours=5, minutes=30)))
-    assert (
-        decision_message(
-            workflow_id="w",
-            call_id="c",
-            kind="approve",
-            approver="ann",
-            arguments={"b": 1, "a": [1, {"y": 2, "x": "é"}]},
-            expires_at=other_tz,
-        )
-        == a
-    )
+    again = approval({"b": 1, "a": [1, {"y": 2, "x": "é"}]}, other_tz)
+    assert decision_message(again, kind="approve", workflow_id="w") == a
+    extend = ExtendInput(call_id="c", seconds=1.0005, approver="ann", round=4, seen_sha256=SEEN)
+    body = json.loads(decision_message(extend, workflow_id="w").removeprefix(b"hitl-decision\n"))
+    assert (body["kind"], body["milliseconds"], body["round"]) == ("extend", 1000, 4)
 
 
 def test_the_arguments_digest() -> None:
@@ -471,7 +533,7 @@ def test_hitl_keys_new_writes_a_private_key_whose_entry_verifies(
     key = load_private_key(out)
     assert key_id == key_id_for(public_key_b64(key))
     d = sign_input(
-        DecisionInput(call_id="c1", approver="ann"),
+        DecisionInput(call_id="c1", approver="ann", seen_sha256=SEEN),
         kind="approve",
         workflow_id="w",
         key_id=key_id,

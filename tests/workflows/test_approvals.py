@@ -136,7 +136,8 @@ async def test_calls_are_planned_with_the_model_call(
         m for m in local_markers(before) if b"call_model" in m.details["data"].payloads[0].data
     ]
     plans = json.loads(model.details["result"].payloads[0].data)["plans"]
-    assert [(p["call_id"], p["needs_approval"]) for p in plans] == [(item.call_id, True)]
+    assert [(p["call_id"], p["needs_approval"]) for p in plans] == [(item.model_call_id, True)]
+    assert item.call_id == "t1.1", "the run names its calls itself"
     assert kinds(after).count("plan_tools") == 1, "the edited arguments are planned apart"
     assert str(done.final_output).endswith("Cancelled order 8")
     assert [json.loads(r[2]) for r in ledger.rows()] == [{"order_id": 8}]

@@ -266,8 +266,9 @@ async def test_idempotency_key_is_the_same_on_every_attempt(
     async with serving(client, charger, cache=cache_size) as tq:
         result = await Runner.run(charger, "charge", client=client, task_queue=tq, serve=False)
     assert result.final_output == "charged 40 (attempt 2)"
-    [call_id] = [i.raw_item["call_id"] for i in result.new_items if i.type == "tool_call_item"]
-    key = f"{result.workflow_id}:{call_id}"
+    [model_id] = [i.raw_item["call_id"] for i in result.new_items if i.type == "tool_call_item"]
+    assert model_id != "t1.1"
+    key = f"{result.workflow_id}:t1.1"  # the run's own id of the call
     attempts = ledger.attempts("flaky_charge")
     assert [(a.key, a.attempt) for a in attempts] == [(key, 1), (key, 2)]
     assert ledger.rows("flaky_charge") == [(key, "flaky_charge", '{"amount": 40}', 2)], (

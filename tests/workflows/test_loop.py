@@ -368,8 +368,11 @@ async def test_idempotency_key_is_workflow_and_call_id(
     agent = Agent(name="Keyed", tools=[echo], model=ScriptedModel(once, "tests.loop.keyed"))
     async with serving(ts_env.client, agent) as tq:
         result = await Runner.run(agent, "go", client=ts_env.client, task_queue=tq, serve=False)
-    call_id = next(i.raw_item["call_id"] for i in result.new_items if i.type == "tool_call_item")
-    assert [r[0] for r in ledger.rows()] == [f"{result.workflow_id}:{call_id}"]
+    # The key names the run's own id of the call (`t<turn>.<n>`), not the model's, which is
+    # anything the model sent; the transcript keeps the model's.
+    model_id = next(i.raw_item["call_id"] for i in result.new_items if i.type == "tool_call_item")
+    assert model_id != "t1.1"
+    assert [r[0] for r in ledger.rows()] == [f"{result.workflow_id}:t1.1"]
 
 
 async def test_the_result_leaves_the_transcript_in_history_once(

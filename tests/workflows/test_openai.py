@@ -117,9 +117,10 @@ async def test_responses_tool_call_approval_then_final_answer(
         result = await Runner.run(
             agent, "cancel order 7", client=ts_env.client, task_queue=tq, serve=False
         )
-        assert [(i.call_id, i.arguments) for i in result.interruptions] == [
-            ("call_a", '{"order_id": 7}')
+        assert [(i.call_id, i.model_call_id, i.arguments) for i in result.interruptions] == [
+            ("t1.1", "call_a", '{"order_id": 7}')
         ]
+        assert result.interruptions[0].raw_item["call_id"] == "call_a"
         state = result.to_state()
         state.approve(result.interruptions[0])
         result = await Runner.run(agent, state, client=ts_env.client, task_queue=tq, serve=False)
@@ -556,7 +557,7 @@ async def test_run_settings_override_agent_settings_and_usage_adds_up(
             task_queue=tq,
             serve=False,
         )
-        assert [i.call_id for i in result.interruptions] == ["call_s"]
+        assert [i.model_call_id for i in result.interruptions] == ["call_s"]
         handle = ts_env.client.get_workflow_handle(result.workflow_id)
         status = await handle.query("status", result_type=RunStatus)
         assert status.phase == "awaiting_approval"

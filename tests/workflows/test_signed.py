@@ -20,6 +20,7 @@ from hitl.wire import (
     DecisionRecord,
     RunOutput,
     RunStatus,
+    text_digest,
 )
 from tests.helpers import Ledger, record_effect, serving, tool_activity_count
 from tests.workflows.test_invariants import refused_type
@@ -73,16 +74,17 @@ async def test_only_a_decision_signed_by_its_approver_is_taken(
     CLOCK.append(await ts_env.get_current_time())
     async with serving(client, payer, directory=DIRECTORY) as tq:
         result = await Runner.run(payer, "pay", client=client, task_queue=tq, serve=False)
-        wid, call_id = result.workflow_id, result.interruptions[0].call_id
+        item = result.interruptions[0]
+        wid, call_id, seen = result.workflow_id, item.call_id, text_digest(item.arguments)
         handle = client.get_workflow_handle(wid, result_type=RunOutput)
-        ann = DecisionInput(call_id=call_id, approver="ann")
+        ann = DecisionInput(call_id=call_id, approver="ann", seen_sha256=seen)
         good = _signed(wid, ann)
         now = CLOCK[-1]
         refusals = {
             "unsigned (the plain temporal CLI)": (ann, "Unsigned"),
             "an unknown key": (good.model_copy(update={"key_id": "0" * 16}), "UnknownKey"),
             "ann's key, claimed by bob": (
-                _signed(wid, DecisionInput(call_id=call_id, approver="bob")),
+                _signed(wid, DecisionInput(call_id=call_id, approver="bob", seen_sha256=seen)),
                 "WrongApprover",
             ),
             "forged: bob's key under ann's key id": (
@@ -90,9 +92,18 @@ async def test_only_a_decision_signed_by_its_approver_is_taken(
                 "BadSignature",
             ),
             "signed for another run": (_signed("another-run", ann), "BadSignature"),
-            "altered after signing: a reason is fine, a message is not": (
+            "altered after signing (the message, or the reason the audit shows)": (
                 good.model_copy(update={"message": "x", "always": True}),
                 "BadSignature",
+            ),
+            "altered reason": (good.model_copy(update={"reason": "forged"}), "BadSignature"),
+            "signed for other arguments": (
+                _signed(wid, ann.model_copy(update={"seen_sha256": text_digest('{"amount":9}')})),
+                "ArgumentsChanged",
+            ),
+            "signed without naming the arguments": (
+                good.model_copy(update={"seen_sha256": None}),
+                "Unbound",
             ),
             "altered arguments": (
                 good.model_copy(update={"arguments": {"amount": 9000}}),
@@ -136,11 +147,17 @@ async def test_a_signed_edit_covers_the_edited_arguments(
     CLOCK.append(await ts_env.get_current_time())
     async with serving(client, payer, directory=DIRECTORY) as tq:
         result = await Runner.run(payer, "pay", client=client, task_queue=tq, serve=False)
-        wid, call_id = result.workflow_id, result.interruptions[0].call_id
+        item = result.interruptions[0]
+        wid, call_id = result.workflow_id, item.call_id
         handle = client.get_workflow_handle(wid, result_type=RunOutput)
         edit = _signed(
             wid,
-            DecisionInput(call_id=call_id, approver="bob", arguments={"amount": 90}),
+            DecisionInput(
+                call_id=call_id,
+                approver="bob",
+                arguments={"amount": 90},
+                seen_sha256=text_digest(item.arguments),
+            ),
             key=BOB_KEY,
             key_id=BOB_ID,
         )
