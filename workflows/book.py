@@ -24,9 +24,11 @@ from hitl.limits import (
     MAX_TEXT_CHARS,
     text_problem,
 )
+from hitl.signing import SignatureError, Signed, verify_decision
 from hitl.wire import (
     AnswerInput,
     Approval,
+    ApproverDirectory,
     CallRecord,
     CarriedState,
     ChildReport,
@@ -382,6 +384,50 @@ class ApprovalBook:
                 if p.call_id == rest:
                     return p.agent_id, p.tool_name
         return None
+
+    # ----------------------------------------------------------------- signatures
+
+    def needs_signature(self, call_id: str) -> bool:
+        """Whether decisions on `call_id` (own or nested) must be signed."""
+        if self.signed_run:
+            return True
+        target = self.target(call_id)
+        if target is None and call_id in self.calls:  # an own call that no longer waits
+            call = self.calls[call_id]
+            target = (call.agent_id, call.tool_name)
+        return target is not None and self.signed(*target)
+
+    def verify(self, kind: str, d: Signed, *, now: datetime, workflow_id: str) -> bool:
+        """Check the signature a decision carries, or must carry; whether it was verified.
+
+        A signature is checked against the approver directory pinned into the run at its start
+        (keys configured on the worker, never from a payload): its key must belong to the
+        decision's approver, and it must cover this run, call and kind, the arguments the
+        person saw (`seen_sha256`, which `check` compares with the call), what the decision
+        says, and not have expired by the run's clock (`now`). Every kind of decision (approve,
+        reject, answer, resolve, extend) on a call of a tool with `signed_decisions`, or of a
+        run with `RunConfig(signed_decisions=True)`, must be signed; nested calls are judged by
+        their own tool in the pinned graph. Refusals are typed (`Unsigned`, `BadSignature`...).
+        """
+        if d.signature is None and d.key_id is None:
+            if self.needs_signature(d.call_id):
+                raise refusal(
+                    "Unsigned",
+                    f"call '{d.call_id}' takes only signed decisions (hitl keys new; then "
+                    "decide with HITL_SIGNING_KEY set, or through the approval console)",
+                )
+            return False
+        try:
+            verify_decision(
+                self.s.directory or ApproverDirectory(),
+                d,
+                kind=kind,
+                workflow_id=workflow_id,
+                now=now,
+            )
+        except SignatureError as err:
+            raise refusal(err.type, err.message) from None
+        return True
 
     # ----------------------------------------------------------------- decisions
 

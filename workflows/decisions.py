@@ -30,10 +30,9 @@ with workflow.unsafe.imports_passed_through():
         MAX_DECISIONS_PER_UPDATE,
         MAX_REFUSED_KEPT,
     )
-    from hitl.signing import SignatureError, Signed, verify_decision
+    from hitl.signing import Signed
     from hitl.wire import (
         AgentSpec,
-        ApproverDirectory,
         CallRecord,
         DecideInput,
         DecisionInput,
@@ -199,48 +198,10 @@ class Decisions:
                 self._edit_target(kind, d)
 
     def verified(self, kind: str, d: Signed) -> bool:
-        """Check the signature a decision carries, or must carry; whether it was verified.
-
-        A signature is checked against the approver directory pinned into the run at its start
-        (keys configured on the worker, never from a payload): its key must belong to the
-        decision's approver, and it must cover this run, call and kind, the arguments the
-        person saw (`seen_sha256`, checked against the call by the approval book), what the
-        decision says, and not have expired by the run's clock. Every kind of decision
-        (approve, reject, answer, resolve, extend) on a call of a tool with `signed_decisions`,
-        or of a run with `RunConfig(signed_decisions=True)`, must be signed; nested calls are
-        judged by their own tool in the pinned graph.
-        """
-        run = self.run
-        if d.signature is None and d.key_id is None:
-            if self.needs_signature(d.call_id):
-                raise refusal(
-                    "Unsigned",
-                    f"call '{d.call_id}' takes only signed decisions (hitl keys new; then "
-                    "decide with HITL_SIGNING_KEY set, or through the approval console)",
-                )
-            return False
-        try:
-            verify_decision(
-                run.s.directory or ApproverDirectory(),
-                d,
-                kind=kind,
-                workflow_id=workflow.info().workflow_id,
-                now=workflow.now(),
-            )
-        except SignatureError as err:
-            raise refusal(err.type, err.message) from None
-        return True
-
-    def needs_signature(self, call_id: str) -> bool:
-        """Whether decisions on `call_id` (own or nested) must be signed."""
-        book = self.run.book
-        if book.signed_run:
-            return True
-        target = book.target(call_id)
-        if target is None and call_id in book.calls:  # an own call that no longer waits
-            call = book.calls[call_id]
-            target = (call.agent_id, call.tool_name)
-        return target is not None and book.signed(*target)
+        """Check the signature a decision carries, or must carry (`ApprovalBook.verify`)."""
+        return self.run.book.verify(
+            kind, d, now=workflow.now(), workflow_id=workflow.info().workflow_id
+        )
 
     def admit_batch(self, req: DecideInput) -> None:
         """Validate every decision of a `decide` request."""
