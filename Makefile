@@ -13,7 +13,7 @@ BENCH_ARGS ?=
 ISOLATE := $(shell unshare -n sh -c 'ip link set lo up' >/dev/null 2>&1 && echo yes)
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo demo-email demo-mcp dev screenshots vendor test bench lint format typecheck check docs worker histories clean
+.PHONY: help install links demo demo-email demo-mcp dev screenshots vendor test bench lint format typecheck check docs worker histories clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -39,7 +39,13 @@ demo-mcp: $(STAMP) ## The same, with tools from a local MCP server (one asks its
 dev: $(STAMP) ## The local stack: dev server (UI :8233), search attributes, a worker; Ctrl-C stops
 	$(VENV)/bin/hitl dev --agents hitl.examples.refund_desk:agent --agents hitl.examples.file_editor:agent
 
-test: $(STAMP) ## Set up, then run the test suite (unit, time-skipping, dev server, replay)
+# Wheels of setuptools and the core dependencies, fetched here, outside the network namespace:
+# tests/e2e/test_wheel.py builds our wheel and installs it in a fresh virtualenv from them alone.
+WHEELHOUSE := $(VENV)/wheelhouse
+$(WHEELHOUSE)/.requirements: pyproject.toml $(STAMP)
+	$(PY) -m tests.wheelhouse $(WHEELHOUSE)
+
+test: $(STAMP) $(WHEELHOUSE)/.requirements ## Set up, then run the test suite (unit, time-skipping, dev server, replay)
 ifeq ($(ISOLATE),yes)
 	unshare -n sh -c 'ip link set lo up && exec $(PY) -m pytest $(PYTEST_ARGS)'
 else
@@ -60,6 +66,15 @@ vendor: ## Fetch htmx again from the npm registry (the console's one front-end l
 	cd /tmp && npm pack --silent htmx.org@2.0.11 && tar xzf htmx.org-2.0.11.tgz package/dist/htmx.min.js
 	echo "d6fdc75f204e6bdefa99b69bf1e6d4ac69b8a364f77929f45c13476b4000f717  /tmp/package/dist/htmx.min.js" | sha256sum -c
 	cp /tmp/package/dist/htmx.min.js hitl/console/static/htmx-2.0.11.min.js
+
+# hitl/<name> are symlinks to the top-level folders for the tools that read the source tree
+# (mypy, lint-imports); the build does not need them. A checkout without symlinks has text files.
+links:
+	@for d in workflows activities worker examples; do test -L hitl/$$d || { \
+	  echo "hitl/$$d is not a symlink (a checkout without symlinks): git config core.symlinks true && git checkout -- hitl"; \
+	  exit 1; }; done
+
+lint typecheck: links
 
 lint: $(STAMP) ## ruff check + format check + the import layering + the docs' links
 	$(VENV)/bin/ruff check .

@@ -420,11 +420,13 @@ def test_dockerfile_builds_a_pinned_non_root_image_from_pyproject() -> None:
     copied = [shlex.split(a)[0] for w, a in steps if w == "COPY" and not a.startswith("--")]
     for src in copied:
         assert (ROOT / src).exists(), src
-    assert PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"] == ["hitl", "hitl.*"]
-    # hitl/<name> symlinks to a top-level folder: the image needs the folder too.
-    linked = [p.name for p in (ROOT / "hitl").iterdir() if p.is_symlink()]
-    assert sorted(linked) == ["activities", "examples", "worker", "workflows"]
-    assert {"hitl", *linked} <= set(copied), "every package is in the image"
+    # Every folder the build maps into `hitl` (package-dir), and the license the wheel carries.
+    folders = set(PYPROJECT["tool"]["setuptools"]["package-dir"].values())
+    assert folders == {"hitl", "workflows", "activities", "worker", "examples"}
+    assert folders <= set(copied), "every package is in the image"
+    assert {"pyproject.toml", "README.md", *PYPROJECT["project"]["license-files"]} <= {
+        name for w, a in steps if w == "COPY" for name in shlex.split(a)[:-1]
+    }
     for word, arguments in steps:
         if word in ("ENV", "ARG"):
             for key in re.findall(r"(\w+)=", arguments):

@@ -50,10 +50,27 @@ def test_a_users_own_workflows_package_does_not_shadow_ours(tmp_path: Path) -> N
 
 def test_the_repository_folders_are_the_subpackages() -> None:
     """workflows/, activities/, worker/ and examples/ stay at the top of the repository and are
-    `hitl.<name>` (symlinks), so there is one copy of each module, under one name."""
-    for name in ("workflows", "activities", "worker", "examples"):
+    `hitl.<name>`, one copy of each module under one name: the build maps each folder
+    (package-dir, which never reads a symlink), and hitl/<name> symlinks show the same folders
+    to the tools that read the source tree (mypy, lint-imports, pytest)."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    names = ("workflows", "activities", "worker", "examples")
+    assert config["package-dir"] == {"hitl": "hitl", **{f"hitl.{n}": n for n in names}}
+    on_disk = {"hitl"}
+    for folder in ("hitl", *names):
+        for init in (ROOT / folder).rglob("__init__.py"):
+            if init.parent.resolve().is_relative_to((ROOT / folder).resolve()):
+                parts = init.parent.relative_to(ROOT / folder).parts
+                on_disk.add(".".join(("hitl", *([] if folder == "hitl" else [folder]), *parts)))
+    assert set(config["packages"]) == on_disk, "pyproject's packages lists every package"
+    for name in names:
         link = ROOT / "hitl" / name
-        assert link.is_symlink() and link.resolve() == (ROOT / name).resolve(), name
+        assert link.is_symlink() and link.resolve() == (ROOT / name).resolve(), (
+            f"hitl/{name} is not a symlink to {name}/ (a checkout without symlinks): "
+            "git config core.symlinks true && git checkout -- hitl"
+        )
 
 
 def test_the_layering_contract_covers_every_client_module() -> None:
