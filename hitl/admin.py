@@ -28,6 +28,11 @@ _TYPES = {
 }
 
 
+def search_attribute_type(kind: str) -> int:
+    """The `IndexedValueType` of a search attribute kind of ours (`Keyword`, `Datetime`, ...)."""
+    return _TYPES[kind]
+
+
 async def registered_search_attributes(client: Client) -> dict[str, int] | None:
     """Search attributes of the client's namespace, `{name: IndexedValueType}`.
 

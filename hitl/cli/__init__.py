@@ -2,6 +2,7 @@
 
     hitl dev                                   the local stack (dev server, UI, worker)
     hitl setup                                 register our search attributes on a cluster
+    hitl doctor [--task-queue Q]               what is wrong with this deployment, and the fixes
     hitl run AGENT "input" [--id ID] [--wait]  start a run
     hitl pending [--agent A] [--json] [--runs] every pending approval, across all runs
     hitl show RUN [--json]                     a run: status, transcript, pending requests
@@ -53,6 +54,8 @@ from hitl.cli.common import (
 from hitl.cli.console import add_parsers as add_console_parsers
 from hitl.cli.console import cmd_console, cmd_console_user
 from hitl.cli.deciding import cmd_answer, cmd_decide, cmd_extend, cmd_resolve
+from hitl.cli.doctor import add_parser as add_doctor_parser
+from hitl.cli.doctor import cmd_doctor
 from hitl.cli.inbox import cmd_pending, cmd_show
 from hitl.cli.keys import cmd_keys
 from hitl.cli.running import cmd_run, cmd_watch, format_event
@@ -92,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("setup", help="register the search attributes on the cluster")
+    add_doctor_parser(sub)
     add_console_parsers(sub)
 
     codec = sub.add_parser(
@@ -320,6 +324,8 @@ def _run(argv: Sequence[str] | None) -> int:
             return cmd_codec_server(args)
         if args.command == "keys":
             return cmd_keys(args)
+        if args.command == "doctor":
+            return cmd_doctor(args)
         if args.command == "console":
             if not args.namespaces and args.namespace:
                 args.namespaces = [args.namespace]
