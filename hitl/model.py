@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from hitl.errors import UserError
-from hitl.items import message_text
+from hitl.items import message_text, strict_json
 from hitl.wire import ModelSpec, ModelTool
 
 DEFAULT_MODEL = "gpt-4.1"
@@ -178,8 +178,8 @@ class ModelRequest:
         for it in items:
             if it.get("type") == "function_call":
                 try:
-                    args = json.loads(it.get("arguments") or "{}")
-                except json.JSONDecodeError:
+                    args = strict_json(it.get("arguments") or "{}")
+                except ValueError:  # whatever the model sent (a script reads it as no arguments)
                     args = {}
                 views.append(
                     ToolResultView(
@@ -198,10 +198,15 @@ class ModelRequest:
 
 @dataclass
 class ScriptedCall:
-    """A tool call a scripted model makes. `arguments` may be a raw string (to test bad JSON)."""
+    """A tool call a scripted model makes. `arguments` may be a raw string (to test bad JSON).
+
+    `call_id`: the id the model gives the call (default: derived from the transcript); any
+    string, as a real model may send (the run names its calls itself).
+    """
 
     name: str
     arguments: dict[str, Any] | str = field(default_factory=dict)
+    call_id: str | None = None
 
 
 @dataclass
@@ -210,6 +215,13 @@ class ModelReply:
 
     text: str | None = None
     tool_calls: list[ScriptedCall] = field(default_factory=list)
+    items: list[dict[str, Any]] | None = None
+    """Output items sent as they are, instead of `text` and `tool_calls` (`ModelReply.raw`)."""
+
+    @classmethod
+    def raw(cls, *items: dict[str, Any]) -> ModelReply:
+        """Responses output items exactly as given: to test what a model may really send."""
+        return cls(items=[dict(i) for i in items])
 
     @classmethod
     def say(cls, text: str) -> ModelReply:
@@ -224,9 +236,16 @@ class ModelReply:
         return cls(text=json.dumps(value))
 
     @classmethod
-    def call(cls, name: str, arguments: dict[str, Any] | str | None = None) -> ModelReply:
-        """One tool call."""
-        return cls(tool_calls=[ScriptedCall(name, arguments if arguments is not None else {})])
+    def call(
+        cls,
+        name: str,
+        arguments: dict[str, Any] | str | None = None,
+        *,
+        call_id: str | None = None,
+    ) -> ModelReply:
+        """One tool call (`call_id`: the model's id for it; default derived)."""
+        args = arguments if arguments is not None else {}
+        return cls(tool_calls=[ScriptedCall(name, args, call_id)])
 
     @classmethod
     def calls(cls, *calls: tuple[str, dict[str, Any] | str]) -> ModelReply:
@@ -297,6 +316,8 @@ class ScriptedModel(Model):
             reply = await reply
         if not isinstance(reply, ModelReply):
             raise TypeError(f"scripted model {self.name!r} returned {type(reply).__name__}")
+        if reply.items is not None:
+            return [dict(i) for i in reply.items]
         seed = hashlib.sha256(
             json.dumps([request.agent_name, request.turn, request.input], sort_keys=True).encode()
         ).hexdigest()
@@ -307,7 +328,7 @@ class ScriptedModel(Model):
                 {
                     "type": "function_call",
                     "id": f"fc_{seed[:12]}_{i}",
-                    "call_id": f"call_{seed[:12]}_{i}",
+                    "call_id": call.call_id or f"call_{seed[:12]}_{i}",
                     "name": call.name,
                     "arguments": args,
                     "status": "completed",

@@ -329,7 +329,7 @@ async def test_pending_show_and_approve_all_say_when_no_worker_answers(
         "cancel_order",
         None,
     )
-    assert row["call_id"].startswith("call_") and row["requested_at"]
+    assert row["call_id"] == "t1.1" and row["requested_at"]
     assert "note:" not in out.stderr
     table = hitl(address, "pending", "--queue", tq, "--timeout", "2")
     assert table.returncode == 0, table.stderr
