@@ -128,19 +128,19 @@ REFUSAL_MARK = "_hitl_refusal"
 failure converter writes them as one plain line (`hitl.converter.HitlFailureConverter`)."""
 
 HANDLER_HELP: dict[str, str] = {
-    UPDATE_APPROVE: 'Approve a pending call. {"call_id": "call_...", "approver": "you", '
+    UPDATE_APPROVE: 'Approve a pending call. {"call_id": "t1.1", "approver": "you", '
     '"reason": "optional", "always": false, "arguments": {"optional": "edited arguments"}}',
-    UPDATE_REJECT: 'Reject a pending call; the model reads the message. {"call_id": "call_...", '
+    UPDATE_REJECT: 'Reject a pending call; the model reads the message. {"call_id": "t1.1", '
     '"approver": "you", "message": "why, for the model", "always": false}',
     UPDATE_DECIDE: 'Several decisions at once. {"decisions": [{"kind": "approve", '
-    '"call_id": "call_..."}], "wait": true}',
+    '"call_id": "t1.1"}], "wait": true}',
     UPDATE_WAIT: "Returns once the run waits for a person or finishes. {} "
     '(or {"items": true}: with the transcript too, when small)',
-    UPDATE_RESOLVE: 'Settle an uncertain call. {"call_id": "call_...", "outcome": '
+    UPDATE_RESOLVE: 'Settle an uncertain call. {"call_id": "t1.1", "outcome": '
     '"happened|retry|give_up", "output": "what the tool did", "approver": "you"}',
-    UPDATE_ANSWER: 'Answer the question a tool asks. {"call_id": "call_...", "content": '
-    '{"field": "value"}, "approver": "you"} or {"call_id": "call_...", "action": "decline"}',
-    UPDATE_EXTEND: 'Move a pending call\'s deadline later. {"call_id": "call_...", '
+    UPDATE_ANSWER: 'Answer the question a tool asks. {"call_id": "t1.1", "content": '
+    '{"field": "value"}, "approver": "you"} or {"call_id": "t1.1", "action": "decline"}',
+    UPDATE_EXTEND: 'Move a pending call\'s deadline later. {"call_id": "t1.1", '
     '"seconds": 86400, "approver": "you"}',
     QUERY_STATUS: "The run: phase, pending calls with their requests, decisions, refusals.",
     QUERY_SNAPSHOT: "The status and the transcript so far.",
@@ -149,5 +149,5 @@ HANDLER_HELP: dict[str, str] = {
 """What the Temporal UI shows for each handler: its purpose and the payload's shape."""
 SIGNAL_HELP = (
     "Prefer the update of the same name (a signal cannot say it was refused; refusals are "
-    'listed in the run\'s current details). {"call_id": "call_...", "approver": "you"}'
+    'listed in the run\'s current details). {"call_id": "t1.1", "approver": "you"}'
 )

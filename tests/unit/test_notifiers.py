@@ -111,3 +111,20 @@ def test_notifiers_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     assert isinstance(notifier, WebhookNotifier) and notifier.secret_env == "HITL_WEBHOOK_SECRET"
     with pytest.raises(ValueError):
         WebhookNotifier("file:///etc/passwd")
+
+
+async def test_a_webhooks_name_never_holds_its_secret_path(refusing: Server) -> None:
+    """Chat webhooks carry their secret in the URL's path (or query); the notifier's name is
+    recorded in history (the `notify` activity's result) and logged, so it holds only the
+    scheme and host."""
+    secret = "T000/B000/XXXXsecretXXXX"
+    hook = WebhookNotifier(f"https://hooks.example.com:8443/services/{secret}?token=abc")
+    assert hook.name == "webhook https://hooks.example.com:8443"
+    user = WebhookNotifier(f"https://bot:pa55@hooks.example.com/{secret}")
+    assert user.name == "webhook https://hooks.example.com"
+    # The failing webhook's own result (what history keeps) says nothing of the path either.
+    failing = WebhookNotifier(f"{refusing.url}/{secret}?token=abc", backoff=0.01)
+    out = await ActivityEnvironment().run(NotifyActivities([failing]).notify, EVENT)
+    [result] = out.results
+    assert not result.delivered
+    assert secret not in result.model_dump_json() and "token" not in result.model_dump_json()
