@@ -11,7 +11,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from hitl.activities.context import rebuild_context
-from hitl.admin import search_attributes_readiness
+from hitl.admin import available_search_attributes
 from hitl.agent import Agent
 from hitl.errors import UserError
 from hitl.mcp import MCPServerError
@@ -21,6 +21,8 @@ from hitl.run_config import RunErrorHandlerInput, RunErrorHandlerResult
 from hitl.wire import (
     ACT_HANDLE_RUN_ERROR,
     ACT_RESOLVE_AGENT,
+    SA_OUTCOMES,
+    SEARCH_ATTRIBUTES,
     AgentGraph,
     ApproverDirectory,
     HandleRunErrorInput,
@@ -120,18 +122,18 @@ class AgentActivities:
         self.tracing = tracing
         self.directory = directory
         self.notify = notify
-        self._checked: tuple[float, tuple[bool, bool]] | None = None
+        self._checked: tuple[float, list[str]] | None = None
 
-    async def _search_attributes_ready(self) -> tuple[bool, bool]:
-        """Whether runs keep the core search attributes, and `HitlOutcomes`."""
+    async def _search_attributes_ready(self) -> list[str]:
+        """Our search attributes runs keep current: those registered in the namespace."""
         if self.search_attributes is not None:
-            return self.search_attributes, self.search_attributes
+            return list(SEARCH_ATTRIBUTES) if self.search_attributes else []
         now = time.monotonic()
         if self._checked is None or now - self._checked[0] > self.RECHECK_SECONDS:
             try:
-                ready = await search_attributes_readiness(activity.client())
+                ready = await available_search_attributes(activity.client()) or []
             except Exception:
-                ready = (False, False)
+                ready = []
             self._checked = (now, ready)
         return self._checked[1]
 
@@ -184,11 +186,12 @@ class AgentActivities:
             check_approver_setup(graph, cfg, self.directory)
         except UserError as exc:
             raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
-        core, outcomes = await self._search_attributes_ready()
+        attributes = await self._search_attributes_ready()
         return ResolvedRun(
             graph=graph,
-            search_attributes=core,
-            outcomes_attribute=outcomes,
+            search_attributes=bool(attributes),
+            outcomes_attribute=SA_OUTCOMES in attributes,
+            attributes=attributes,
             tracing=self.tracing,
             directory=self.directory,
             notify=self.notify,

@@ -60,6 +60,25 @@ async def missing_search_attributes(client: Client) -> list[str] | None:
     return [name for name, kind in SEARCH_ATTRIBUTES.items() if have.get(name) != _TYPES[kind]]
 
 
+async def available_search_attributes(client: Client) -> list[str] | None:
+    """Our search attributes a run may upsert: registered, with the right type (`None`: unknown).
+
+    A namespace set up by an earlier release lacks the attributes added since (`HitlDeadline`,
+    `HitlOutcomes`); runs keep the ones it has, and the missing ones are named in a warning.
+    """
+    missing = await missing_search_attributes(client)
+    if missing is None:
+        return None
+    if missing:
+        log.warning(
+            "search attributes %s are not registered in namespace %r: runs keep the others, "
+            "and are not listable by these. Register them with `hitl setup`.",
+            ", ".join(missing),
+            client.namespace,
+        )
+    return [name for name in SEARCH_ATTRIBUTES if name not in missing]
+
+
 async def search_attributes_ready(client: Client) -> bool:
     """True when runs may upsert our core search attributes (registered with the right types).
 

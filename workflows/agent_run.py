@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         QUERY_SNAPSHOT,
         QUERY_STATUS,
         QUERY_TRANSCRIPT,
+        SA_OUTCOMES,
         SIGNAL_APPROVE,
         SIGNAL_CHILD_REPORT,
         SIGNAL_FROM_ROOT,
@@ -213,7 +214,7 @@ class AgentRun:
             resolved = await self.steps.resolve()
             s.graph, s.search_attributes = resolved.graph, resolved.search_attributes
             s.directory, s.notify = resolved.directory, resolved.notify
-            s.run_call_ids = resolved.run_call_ids
+            s.run_call_ids, s.attributes = resolved.run_call_ids, resolved.attributes
             s.outcomes_attribute = resolved.search_attributes and resolved.outcomes_attribute
             s.current_agent, s.tracing = resolved.graph.root, resolved.tracing
             if inp.carried is None:
@@ -645,7 +646,11 @@ class AgentRun:
             return visibility.Visible("cancelled")
         pending = self.book.pending()
         phase = self.phase()
-        outcomes = visibility.outcomes(self.book) if self.s.outcomes_attribute else ()
+        outcomes = (
+            visibility.outcomes(self.book)
+            if SA_OUTCOMES in visibility.kept_attributes(self.s)
+            else ()
+        )
         return visibility.Visible.of(
             "awaiting_approval" if pending and phase == "running" else phase, pending, outcomes
         )

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from hitl.limits import TRANSCRIPT_INLINE_BYTES
     from hitl.markdown import fence, md_text
     from hitl.wire import (
+        CORE_SEARCH_ATTRIBUTES,
         INBOX_CALLS,
         INBOX_MEMO,
         SA_AGENT,
@@ -29,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         SA_PENDING_SINCE,
         SA_PENDING_TOOLS,
         SA_STATUS,
+        CarriedState,
         DecisionRecord,
         InboxEntry,
         InboxMemo,
@@ -121,50 +123,67 @@ def memo_spoofed() -> bool:
     return info.continued_run_id is None and INBOX_MEMO in info.raw_memo
 
 
+def kept_attributes(s: CarriedState) -> frozenset[str]:
+    """The search attributes a run keeps current: those its namespace had when it started.
+
+    A namespace registered by an earlier release lacks the attributes added since; a run keeps
+    the ones there are (recorded with its resolution). Runs recorded before that kept all the
+    core ones (and `HitlOutcomes` when registered), or none.
+    """
+    if s.attributes is not None:
+        return frozenset(s.attributes)
+    if not s.search_attributes:
+        return frozenset()
+    return frozenset([*CORE_SEARCH_ATTRIBUTES, *([SA_OUTCOMES] if s.outcomes_attribute else [])])
+
+
 def publish(
     visible: Visible,
     agent: str,
     details: str,
-    search_attributes: bool,
-    outcomes: bool = False,
+    keys: frozenset[str],
     before: Visible | None = None,
 ) -> None:
-    """Write what operators see (search attributes when registered, the UI's details).
+    """Write what operators see (the search attributes in `keys`, the UI's details).
 
     `before`: what this run published last; only the attributes that changed since are sent
     (`None`: all of them, as a run's first publish must, over whatever it started with).
     """
-    if search_attributes:
-        updates: list[tuple[bool, SearchAttributeUpdate[Any]]] = [
-            (
-                outcomes and (before is None or visible.outcomes != before.outcomes),
-                OUTCOMES_KEY.value_set(list(visible.outcomes)),
-            ),
-            (
-                before is None or visible.status != before.status,
-                STATUS_KEY.value_set(visible.status),
-            ),
-            (
-                before is None or visible.tools != before.tools,
-                PENDING_TOOLS_KEY.value_set(list(visible.tools)),
-            ),
-            (before is None, AGENT_KEY.value_set(agent)),
-            (
-                before is None or visible.since != before.since,
-                PENDING_SINCE_KEY.value_set(visible.since)
-                if visible.since is not None
-                else PENDING_SINCE_KEY.value_unset(),
-            ),
-            (
-                before is None or visible.deadline != before.deadline,
-                DEADLINE_KEY.value_set(visible.deadline)
-                if visible.deadline is not None
-                else DEADLINE_KEY.value_unset(),
-            ),
-        ]
-        changed = [update for wanted, update in updates if wanted]
-        if changed:
-            workflow.upsert_search_attributes(changed)
+    updates: list[tuple[str, bool, SearchAttributeUpdate[Any]]] = [
+        (
+            SA_OUTCOMES,
+            before is None or visible.outcomes != before.outcomes,
+            OUTCOMES_KEY.value_set(list(visible.outcomes)),
+        ),
+        (
+            SA_STATUS,
+            before is None or visible.status != before.status,
+            STATUS_KEY.value_set(visible.status),
+        ),
+        (
+            SA_PENDING_TOOLS,
+            before is None or visible.tools != before.tools,
+            PENDING_TOOLS_KEY.value_set(list(visible.tools)),
+        ),
+        (SA_AGENT, before is None, AGENT_KEY.value_set(agent)),
+        (
+            SA_PENDING_SINCE,
+            before is None or visible.since != before.since,
+            PENDING_SINCE_KEY.value_set(visible.since)
+            if visible.since is not None
+            else PENDING_SINCE_KEY.value_unset(),
+        ),
+        (
+            SA_DEADLINE,
+            before is None or visible.deadline != before.deadline,
+            DEADLINE_KEY.value_set(visible.deadline)
+            if visible.deadline is not None
+            else DEADLINE_KEY.value_unset(),
+        ),
+    ]
+    changed = [update for key, wanted, update in updates if wanted and key in keys]
+    if changed:
+        workflow.upsert_search_attributes(changed)
     workflow.set_current_details(details)
 
 
@@ -271,8 +290,7 @@ def publish_run(run: AgentRun) -> None:
         visible,
         run.inp.agent,
         details_of(run, visible),
-        run.s.search_attributes,
-        run.s.outcomes_attribute,
+        kept_attributes(run.s),
         before,
     )
 

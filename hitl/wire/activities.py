@@ -344,6 +344,10 @@ class ResolvedRun(WireModel):
     Recorded with the resolution, so a run knows its version from its own history without a
     patch marker (which would cost two events: the marker and core's `TemporalChangeVersion`
     upsert). A resolution recorded by older code lacks it: that run keeps the older behaviour."""
+    attributes: list[str] | None = None
+    """Our search attributes registered in the namespace when the run started: the run keeps
+    these current and skips the others (`None`: recorded by older code, which kept all of them
+    or none, as `search_attributes` says)."""
     run_call_ids: bool = False
     """The worker's code names each call itself (`t<turn>.<n>`, the model's id kept as data);
     recorded like `inbox_memo`, so runs recorded before keep the model's ids on replay."""

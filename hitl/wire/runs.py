@@ -487,6 +487,9 @@ class CarriedState(WireModel):
     so no threshold can make a run continue as new forever without progress."""
     run_call_ids: bool = False
     """The run names its calls itself (`ResolvedRun.run_call_ids`; nested runs: their root's)."""
+    attributes: list[str] | None = None
+    """The search attributes the run keeps (`ResolvedRun.attributes`; `None`: every one, or
+    none, as `search_attributes` says)."""
 
 
 class RunInput(WireModel):

@@ -1,0 +1,100 @@
+"""Upgrades keep working: a namespace registered by an earlier release keeps its inbox.
+
+An earlier release registered fewer search attributes (no `HitlDeadline`, no `HitlOutcomes`).
+Runs used to skip every attribute when one of the core set was missing, so the inbox went empty
+after an upgrade with one log line. Now a run keeps the attributes the namespace has.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, RegisterNamespaceRequest
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError
+
+from hitl.admin import search_attribute_type
+from hitl.client import data_converter
+from hitl.wire import (
+    SA_DEADLINE,
+    SA_OUTCOMES,
+    SA_PENDING_TOOLS,
+    SA_STATUS,
+    SEARCH_ATTRIBUTES,
+    RunInput,
+    RunOutput,
+    RunStatus,
+    WaitInput,
+)
+from hitl.worker.devserver import DevServer
+from tests.agents import treasury_agent
+from tests.helpers import serving, wait_for
+
+
+async def old_release_namespace(dev_server: DevServer) -> Client:
+    """A new namespace with the attributes an earlier release registered (no deadline, no
+    outcomes), and a client of it."""
+    ns = f"old-release-{uuid.uuid4().hex[:8]}"
+    admin = await Client.connect(dev_server.address)
+    await admin.workflow_service.register_namespace(
+        RegisterNamespaceRequest(
+            namespace=ns, workflow_execution_retention_period=Duration(seconds=86400)
+        )
+    )
+    earlier = {
+        name: search_attribute_type(kind)
+        for name, kind in SEARCH_ATTRIBUTES.items()
+        if name not in (SA_DEADLINE, SA_OUTCOMES)
+    }
+
+    async def registered() -> bool:
+        try:
+            await admin.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=ns))
+            await admin.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=ns, search_attributes=earlier)
+            )
+        except RPCError:
+            return False  # the new namespace is not in the server's cache yet
+        return True
+
+    await wait_for(registered, timeout=30, what=f"namespace {ns} with the earlier attributes")
+    return await Client.connect(dev_server.address, namespace=ns, data_converter=data_converter())
+
+
+async def test_a_namespace_from_an_earlier_release_keeps_the_attributes_it_has(
+    dev_server: DevServer,
+) -> None:
+    client = await old_release_namespace(dev_server)
+    async with serving(client, treasury_agent) as tq:
+        handle = await client.start_workflow(
+            "AgentRun",
+            RunInput(agent=treasury_agent.name, input="release 900"),
+            id=f"upgrade-{uuid.uuid4().hex[:8]}",
+            task_queue=tq,
+            result_type=RunOutput,
+        )
+        status: RunStatus = await handle.execute_update("wait", WaitInput(), result_type=RunStatus)
+        assert status.phase == "awaiting_approval"
+        assert status.pending[0].deadline is not None, "the call has a deadline to publish"
+
+        # The run itself says so at once (the old code set none of them here)...
+        desc = await handle.describe()
+        status_key = SearchAttributeKey.for_keyword(SA_STATUS)
+        assert desc.typed_search_attributes.get(status_key) == "awaiting_approval"
+        # ...and the inbox query finds it.
+        query = f"{SA_STATUS} = 'awaiting_approval' AND WorkflowId = '{handle.id}'"
+
+        async def listed() -> list[object]:
+            return [w async for w in client.list_workflows(query)]
+
+        await wait_for(listed, what="the parked run in the inbox query")
+        [found] = await listed()
+        attributes = found.typed_search_attributes  # type: ignore[attr-defined]
+        tools = attributes.get(SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS))
+        assert tools == [status.pending[0].tool_name]
+        # The ones the namespace lacks are skipped, not failed on, and not required.
+        assert attributes.get(SearchAttributeKey.for_datetime(SA_DEADLINE)) is None
+        await handle.terminate("test over")
