@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         ToolOutput,
         ToolSpec,
         TranscriptRef,
+        idempotency_key,
     )
     from hitl.workflows.inputs import fits
 
@@ -408,7 +409,7 @@ class Steps:
             call_id=rec.call_id,
             model_call_id=rec.model_call_id,
             arguments=rec.arguments,
-            idempotency_key=f"{info.workflow_id}:{rec.call_id}",
+            idempotency_key=idempotency_key(info.workflow_id, rec.call_id),
             workflow_id=info.workflow_id,
             context=self.s.context,
             decision=rec.decision,

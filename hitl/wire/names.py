@@ -82,6 +82,15 @@ def child_workflow_id(parent_id: str, call_id: str) -> str:
     return f"{child[: MAX_WORKFLOW_ID - len(digest) - 2]}--{digest}"
 
 
+def idempotency_key(workflow_id: str, call_id: str) -> str:
+    """The key a tool passes on so one approved call has at most one effect: `<run>:<call>`.
+
+    The same on every attempt of the call (`ToolContext.idempotency_key`), and across
+    continue-as-new (the workflow id and the run's call id are kept).
+    """
+    return f"{workflow_id}:{call_id}"
+
+
 def session_workflow_id(session_id: str) -> str:
     """Workflow id of the `AgentSession` that holds a conversation's transcript."""
     return f"hitl-session-{session_id}"
