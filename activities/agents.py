@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from hitl._user_code import call_user
 from hitl.activities.context import rebuild_context
 from hitl.admin import available_search_attributes
 from hitl.agent import Agent
@@ -217,9 +217,7 @@ class AgentActivities:
             input_items=inp.input_items,
             new_items=inp.new_items,
         )
-        result = handler(data)
-        if inspect.isawaitable(result):
-            result = await result
+        result = await call_user(handler, data, what="the run's max_turns error handler")
         if result is None:
             return HandleRunErrorOutput(handled=False)
         if isinstance(result, RunErrorHandlerResult):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from hitl._user_code import ReturnTypeError, call_user
 from hitl.activities.context import rebuild_context
 from hitl.agent import HandoffInputData, _as_handoff
 from hitl.context import RunContextWrapper
@@ -109,21 +109,19 @@ class HookActivities:
             context=context,
         )
         if fn is not None:
-            result = fn(data)
-            if inspect.isawaitable(result):
-                result = await result
-            if not isinstance(result, HandoffInputData):
-                raise ApplicationError(
-                    "a handoff input filter must return HandoffInputData",
-                    type="UserError",
-                    non_retryable=True,
+            try:
+                data = await call_user(
+                    fn, data, expect=HandoffInputData, what="a handoff input filter"
                 )
-            data = result
+            except ReturnTypeError as exc:
+                raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
         elif inp.nest:
             transcript = [*inp.input_history, *(i.raw_item for i in inp.pre_handoff_items)]
-            history = mapper(transcript) if mapper else [_nest(transcript)]
-            if inspect.isawaitable(history):
-                history = await history
+            history = (
+                await call_user(mapper, transcript, what="the run's handoff_history_mapper")
+                if mapper
+                else [_nest(transcript)]
+            )
             data = HandoffInputData(
                 input_history=list(history), pre_handoff_items=[], new_items=list(inp.new_items)
             )

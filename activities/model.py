@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 from datetime import timedelta
 from typing import Any
@@ -13,6 +12,7 @@ from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
+from hitl._user_code import ReturnTypeError, call_user
 from hitl.activities.context import rebuild_context
 from hitl.activities.tools import ToolActivities
 from hitl.agent import Agent, output_is_wrapped
@@ -238,10 +238,7 @@ class ModelActivities:
         if not callable(fn):
             return inp.instructions
         ctx = RunContextWrapper(context=context, agent_name=agent.name)
-        result = fn(ctx, agent)
-        if inspect.isawaitable(result):
-            result = await result
-        return str(result)
+        return str(await call_user(fn, ctx, agent, what=f"the instructions of {agent.name!r}"))
 
 
 MAX_OUTPUT_BYTES = 1_500_000
@@ -349,15 +346,10 @@ async def _apply_input_filter(
         agent=agent,
         context=context,
     )
-    result = fn(data)
-    if inspect.isawaitable(result):
-        result = await result
-    if not isinstance(result, ModelInputData):
-        raise ApplicationError(
-            "call_model_input_filter must return ModelInputData",
-            type="UserError",
-            non_retryable=True,
-        )
+    try:
+        result = await call_user(fn, data, expect=ModelInputData, what="call_model_input_filter")
+    except ReturnTypeError as exc:
+        raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
     return result.instructions, list(result.input)
 
 

@@ -5,7 +5,6 @@ Planning covers the approval policy, approval requests and argument checks.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from hitl._user_code import call_user
 from hitl.activities.context import context_value, rebuild_context
 from hitl.activities.heartbeat import heartbeat_timeout, heartbeating
 from hitl.agent import Agent
@@ -378,9 +378,7 @@ class ToolActivities:
             default_message=inp.default_message,
             run_context=RunContextWrapper(context=context),
         )
-        result = formatter(args)
-        if inspect.isawaitable(result):
-            result = await result
+        result = await call_user(formatter, args, what="the run's tool_error_formatter")
         return RejectionTextOutput(message=result if isinstance(result, str) else None)
 
     def _tool_context(
@@ -408,19 +406,16 @@ class ToolActivities:
 async def _consult(
     fn: Any, ctx: RunContextWrapper[Any], call: ApprovalCall
 ) -> PolicyDecision | None:
-    result = fn(ctx, call)
-    if inspect.isawaitable(result):
-        result = await result
     name = _callable_name(fn)
+    expect = (ToolApproved, ToolDenied, type(None))
+    result = await call_user(fn, ctx, call, expect=expect, what=f"approver {name}")
     if result is None:
         return None
     if isinstance(result, ToolApproved):
         return PolicyDecision(kind="approve", reason=result.reason, approver=name)
-    if isinstance(result, ToolDenied):
-        return PolicyDecision(
-            kind="reject", message=result.message, reason=result.reason, approver=name
-        )
-    raise TypeError(f"expected ToolApproved, ToolDenied or None, got {type(result).__name__}")
+    return PolicyDecision(
+        kind="reject", message=result.message, reason=result.reason, approver=name
+    )
 
 
 _UNKNOWN: Any = object()

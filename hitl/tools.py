@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable
@@ -12,12 +12,13 @@ from typing import Any, Literal, TypeAlias, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from hitl._user_code import call_user
 from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied, UserAction
 from hitl.context import RunContextWrapper, ToolContext, is_context_annotation
 from hitl.errors import UserError
 from hitl.guardrails import ToolInputGuardrail
 from hitl.items import strict_json
-from hitl.limits import MAX_REQUIRED_APPROVALS
+from hitl.limits import MAX_APPROVER_CHARS, MAX_REQUIRED_APPROVALS
 from hitl.schema import ensure_strict_json_schema, parse_docstring
 from hitl.wire import ApprovalMode, ToolSpec
 
@@ -216,12 +217,11 @@ class FunctionTool:
         if self._user_action_param is not None:
             kwargs[self._user_action_param] = action or UserAction(primary_confirmed=True)
         args: tuple[Any, ...] = (ctx,) if self._takes_context else ()
-        if inspect.iscoroutinefunction(self.func):
-            return await self.func(*args, **kwargs)
-        result = await asyncio.to_thread(self.func, *args, **kwargs)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        return await call_user(
+            functools.partial(self.func, *args, **kwargs),
+            what=f"tool {self.name!r}",
+            in_thread=not inspect.iscoroutinefunction(self.func),  # a sync tool may block
+        )
 
     async def render_request(
         self, ctx: RunContextWrapper[Any], params: dict[str, Any]
@@ -235,17 +235,13 @@ class FunctionTool:
             for p in inspect.signature(fn).parameters.values()
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
-        result = fn(ctx, params) if len(positional) >= 2 else fn(params)
-        if inspect.isawaitable(result):
-            result = await result
-        if isinstance(result, str):
-            return ApprovalRequest(message=result)
-        if not isinstance(result, ApprovalRequest):
-            raise TypeError(
-                f"approval_request of {self.name!r} must return an ApprovalRequest or str, "
-                f"got {type(result).__name__}"
-            )
-        return result
+        result = await call_user(
+            fn,
+            *((ctx, params) if len(positional) >= 2 else (params,)),
+            expect=(ApprovalRequest, str),
+            what=f"approval_request of {self.name!r}",
+        )
+        return ApprovalRequest(message=result) if isinstance(result, str) else result
 
     async def evaluate_needs_approval(
         self, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
@@ -254,10 +250,8 @@ class FunctionTool:
         policy = self.needs_approval
         if not callable(policy):
             return bool(policy)
-        result = policy(ctx, params, call_id)
-        if inspect.isawaitable(result):
-            result = await result
-        return bool(result)
+        what = f"needs_approval of {self.name!r}"
+        return bool(await call_user(policy, ctx, params, call_id, what=what))
 
     async def evaluate_approvers(
         self, ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
@@ -266,17 +260,15 @@ class FunctionTool:
         fn = self.approvers
         if not callable(fn):
             return None
-        result = fn(ctx, params, call_id)
-        if inspect.isawaitable(result):
-            result = await result
+        result = await call_user(fn, ctx, params, call_id, what=f"approvers of {self.name!r}")
         if (
             not isinstance(result, list | tuple)
             or len(result) > MAX_APPROVERS
-            or not all(isinstance(a, str) and 0 < len(a) <= 200 for a in result)
+            or not all(isinstance(a, str) and 0 < len(a) <= MAX_APPROVER_CHARS for a in result)
         ):
             raise ValueError(
                 f"approvers of {self.name!r} must return a list of at most {MAX_APPROVERS} "
-                f"names (1 to 200 characters), got {result!r:.200}"
+                f"names (1 to {MAX_APPROVER_CHARS} characters), got {result!r:.200}"
             )
         return list(result)
 
@@ -287,17 +279,15 @@ class FunctionTool:
         count = self.required_approvals
         if not callable(count):
             return None
-        result = count(ctx, params, call_id)
-        if inspect.isawaitable(result):
-            result = await result
+        what = f"required_approvals of {self.name!r}"
+        result = await call_user(count, ctx, params, call_id, what=what)
         if (
             not isinstance(result, int)
             or isinstance(result, bool)
             or not 1 <= result <= MAX_REQUIRED_APPROVALS
         ):
             raise ValueError(
-                f"required_approvals of {self.name!r} must return an int from 1 to "
-                f"{MAX_REQUIRED_APPROVALS}, got {result!r}"
+                f"{what} must return an int from 1 to {MAX_REQUIRED_APPROVALS}, got {result!r}"
             )
         return result
 
