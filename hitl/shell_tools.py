@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
-import inspect
 import os
 import re
 import secrets
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from hitl._user_code import call_user
 from hitl.approval import ApprovalCall, ApprovalRequest, ToolDenied
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
@@ -278,8 +278,8 @@ async def _collect(
 
 
 async def _consult(fn: ApproverFunction | None, ctx: Any, call: ApprovalCall) -> Any:
-    result = fn(ctx, call) if fn is not None else None
-    return await result if inspect.isawaitable(result) else result
+    """The user's own approver (`on_approval`), once the tool's checks let the call through."""
+    return None if fn is None else await call_user(fn, ctx, call, what="on_approval")
 
 
 def shell_tool(
