@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -38,6 +41,7 @@ from hitl.cli.common import (
 )
 from hitl.items import message_text
 from hitl.wire import (
+    DEFAULT_TASK_QUEUE,
     INBOX_MEMO,
     QUERY_SNAPSHOT,
     QUERY_STATUS,
@@ -51,34 +55,132 @@ from hitl.wire import (
     RunStatus,
 )
 
+QUEUES_ENV = "HITL_TASK_QUEUES"
+"""Comma-separated task queues whose runs an inbox lists (`hitl pending`, `hitl console`)."""
+
+
+def allowed_queues(given: Sequence[str] | None = None, fallback: str | None = None) -> list[str]:
+    """The task queues our workers serve, whose paused runs an inbox lists.
+
+    `given` (`--task-queue`, repeatable) when set, else `HITL_TASK_QUEUES` (comma-separated),
+    else `fallback` (the queue `hitl` itself starts runs on), else `DEFAULT_TASK_QUEUE`. Runs
+    on any other queue are not listed: nobody vouches for what a workflow there says about
+    itself (any worker may poll a queue, and anyone may start a run on one).
+    """
+    queues = [q.strip() for q in (given or []) if q.strip()]
+    if not queues:
+        queues = [q.strip() for q in os.environ.get(QUEUES_ENV, "").split(",") if q.strip()]
+    if not queues:
+        queues = [fallback or DEFAULT_TASK_QUEUE]
+    return list(dict.fromkeys(queues))
+
+
+def queue_clause(queues: Sequence[str], *, outside: bool = False) -> str | None:
+    """`TaskQueue IN (...)` (or `NOT IN`) over the queues a literal can name; `None`: none can.
+
+    A queue no literal can express (`_literal`) is matched on the client instead.
+    """
+    literals = [lit for q in queues if (lit := _literal(q)) is not None]
+    if not literals:
+        return None
+    if len(literals) == 1:
+        return f"TaskQueue {'!=' if outside else '='} {literals[0]}"
+    return f"TaskQueue {'NOT IN' if outside else 'IN'} ({', '.join(literals)})"
+
+
+async def left_out(client: Client, clauses: Sequence[str], queues: Sequence[str]) -> int | None:
+    """How many runs the query `clauses` finds on task queues outside `queues` (`None`: unknown).
+
+    One count query, for the note that says so; eventually consistent like every listing.
+    """
+    outside = queue_clause(queues, outside=True)
+    if outside is None:
+        return None
+    try:
+        found = await client.count_workflows(" AND ".join([*clauses, outside]))
+    except RPCError:
+        return None
+    return int(found.count)
+
+
+def left_out_note(n: int, queues: Sequence[str], how: str) -> str:
+    """The one line saying that `n` paused runs on other task queues were not listed."""
+    listed = ", ".join(repr(q) for q in queues)
+    return (
+        f"{n} paused run(s) on task queues other than {listed} are not listed (nothing "
+        f"vouches for runs on queues our workers do not serve): {how}"
+    )
+
+
+async def memo_confirmed(client: Client, w: WorkflowExecution, memo: InboxMemo) -> bool:
+    """Whether run `w` wrote its inbox memo itself: it names the first run id of `w`'s chain.
+
+    The server assigns run ids when a run starts, so a starter that writes our memo on a
+    workflow cannot know the id to put in it; only the run's own code (`InboxMemo.run`) can.
+    Visibility says the first run id (`first_run_id`); where it leaves that empty (the dev
+    server does), a memo naming the run's own id is the first run's, which has not continued
+    as new, and a continued run's chain is asked of the server (`describe`, no worker).
+    """
+    if not memo.run:
+        return False
+    first = w.raw_info.first_run_id
+    if first:
+        return memo.run == first
+    if memo.run == w.run_id:
+        return True
+    try:
+        desc = await client.get_workflow_handle(w.id, run_id=w.run_id).describe(
+            rpc_timeout=timedelta(seconds=10)
+        )
+    except RPCError:
+        return False
+    return bool(memo.run == desc.raw_description.workflow_execution_info.first_run_id)
+
+
+@dataclass
+class Unconfirmed:
+    """A paused run whose memo its run did not write, and which could not be asked."""
+
+    reason: str
+    memo: InboxMemo
+
 
 async def _paused_runs(
     client: Client, args: argparse.Namespace
-) -> tuple[list[WorkflowExecution], bool]:
-    """Runs waiting for a person (visibility query); True when our search attributes are missing.
+) -> tuple[list[WorkflowExecution], bool, list[str], list[str]]:
+    """Runs waiting for a person (visibility query).
 
-    Without our search attributes every running `AgentRun` is listed, to be asked one by one.
+    Also: True when our search attributes are missing (then every running `AgentRun` is
+    listed, to be asked one by one), the task queues listed, and the query's clauses without
+    the queue's (to count the runs left out).
+
+    Only `AgentRun` workflows on the allowed task queues (`allowed_queues`) are listed, in the
+    query itself (so other workflows cannot crowd ours out of `--limit`) and again on the
+    client. `--queue Q` lists Q alone: naming a queue is allowing it.
     """
+    queues = (
+        [args.task_queue_filter]
+        if args.task_queue_filter
+        else allowed_queues(getattr(args, "task_queues", None), getattr(args, "task_queue", None))
+    )
+    kind = f"WorkflowType = '{WORKFLOW_TYPE}'"
     clauses = [f"{SA_STATUS} = 'awaiting_approval'", "ExecutionStatus = 'Running'"]
-    fallback = [f"WorkflowType = '{WORKFLOW_TYPE}'", "ExecutionStatus = 'Running'"]
+    fallback = ["ExecutionStatus = 'Running'"]
     agent = _literal(args.agent) if args.agent else None
     if agent:
         clauses.append(f"{SA_AGENT} = {agent}")
-    if args.task_queue_filter:
-        queue = _literal(args.task_queue_filter)
-        if queue:
-            clauses.append(f"TaskQueue = {queue}")
-            fallback.append(f"TaskQueue = {queue}")
+    clauses.append(kind)
+    fallback.append(kind)
+    within = queue_clause(queues)
     timeout = timedelta(seconds=args.timeout)
 
-    async def listing(query: str) -> list[WorkflowExecution]:
-        return [
-            w async for w in client.list_workflows(query, limit=args.limit, rpc_timeout=timeout)
-        ]
+    async def listing(query: list[str]) -> list[WorkflowExecution]:
+        text = " AND ".join([*query, within] if within else query)
+        return [w async for w in client.list_workflows(text, limit=args.limit, rpc_timeout=timeout)]
 
     degraded = False
     try:
-        found = await listing(" AND ".join(clauses))
+        found = await listing(clauses)
     except RPCError as exc:
         if SA_STATUS not in exc.message and "search attribute" not in exc.message.lower():
             raise Refused(f"cannot list paused runs: {exc.message} ({_code(exc)})") from None
@@ -94,15 +196,27 @@ async def _paused_runs(
         )
         degraded = True
         try:
-            found = await listing(" AND ".join(fallback))
+            found = await listing(fallback)
         except RPCError as exc2:
             raise Refused(f"cannot list runs: {exc2.message} ({_code(exc2)})") from None
     # Exact matches on the client too: a value no literal can express was left out of the query.
-    if args.task_queue_filter:
-        found = [w for w in found if w.task_queue == args.task_queue_filter]
+    found = [w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in queues]
     if args.agent and not degraded:
         found = [w for w in found if w.typed_search_attributes.get(_AGENT_KEY) == args.agent]
-    return found, degraded
+    return found, degraded, queues, fallback if degraded else clauses
+
+
+async def _note_left_out(
+    client: Client, args: argparse.Namespace, clauses: list[str], queues: list[str]
+) -> None:
+    """One stderr note when paused runs on other task queues were left out."""
+    if args.task_queue_filter:
+        return  # one queue was asked for: the others are not news
+    n = await left_out(client, clauses, queues)
+    if n:
+        how = "name each queue your workers serve with --task-queue QUEUE (repeatable) or "
+        how += f"{QUEUES_ENV}=a,b"
+        print(f"note: {left_out_note(n, queues, how)}", file=sys.stderr)
 
 
 _Row = tuple[datetime, list[str], dict[str, Any]]
@@ -110,8 +224,12 @@ _Row = tuple[datetime, list[str], dict[str, Any]]
 _FAR = datetime.max.replace(tzinfo=UTC)
 
 
-def _unavailable_row(w: WorkflowExecution, why: str) -> _Row:
-    """A paused run that could not be asked for its calls: what its search attributes say."""
+def _unavailable_row(w: WorkflowExecution, why: str, memo: InboxMemo | None = None) -> _Row:
+    """A paused run that could not be asked for its calls: what its search attributes say.
+
+    Marked `(unconfirmed)`: nothing the run itself said vouches for it. A memo its run did not
+    write (`memo`) is not shown at all, only counted.
+    """
     agent = w.typed_search_attributes.get(_AGENT_KEY) or ""
     tools = list(w.typed_search_attributes.get(_TOOLS_KEY) or [])
     since = w.typed_search_attributes.get(_SINCE_KEY)
@@ -119,7 +237,7 @@ def _unavailable_row(w: WorkflowExecution, why: str) -> _Row:
         one_line(w.id),
         "(unavailable)",
         one_line(_path_text([agent] if agent else [], ", ".join(tools) or "?")),
-        "(unavailable: see note)",
+        "(unconfirmed)",
         _ago(since),
     ]
     data: dict[str, Any] = {
@@ -132,6 +250,8 @@ def _unavailable_row(w: WorkflowExecution, why: str) -> _Row:
         "path": [agent] if agent else [],
         "task_queue": w.task_queue,
         "unavailable": why,
+        "confirmed": False,
+        "unconfirmed_memo": memo is not None,
     }
     return (since or _FAR, cells, data)
 
@@ -162,6 +282,7 @@ def _call_row(
         "agent": agent,
         "task_queue": w.task_queue,
         "unavailable": None,
+        "confirmed": True,
     }
     return (call.requested_at or _FAR, cells, data)
 
@@ -208,24 +329,31 @@ def _memo_rows(w: WorkflowExecution, memo: InboxMemo) -> list[_Row]:
 async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
     """List every pending approval across runs.
 
+    Only `AgentRun` workflows on the task queues our workers serve are listed (`--task-queue`,
+    `HITL_TASK_QUEUES`; `_paused_runs`), with one note saying how many paused runs elsewhere
+    were left out. A run's calls are read from its inbox memo when the memo names the run's own
+    first run id (`memo_confirmed`: its run wrote it), else from its `status` query.
+
     A run that cannot be asked for its calls (no worker polls its task queue, or none answers
-    within `--timeout` seconds) still appears, from its search attributes, with the call-level
-    columns marked unavailable, and one note per reason goes to stderr. That is not a failure
-    (exit 0): the listing is complete at the level of runs, and `--json` marks such rows with
-    an `unavailable` reason.
+    within `--timeout` seconds) still appears, from its search attributes, marked
+    `(unconfirmed)` with the call-level columns unavailable, and one note per reason goes to
+    stderr. That is not a failure (exit 0): the listing is complete at the level of runs, and
+    `--json` marks such rows `"confirmed": false` with an `unavailable` reason.
     """
-    found, degraded = await _paused_runs(client, args)
+    found, degraded, queues, clauses = await _paused_runs(client, args)
+    await _note_left_out(client, args, clauses, queues)
     if args.runs:
         return _print_pending_runs(found, args)
 
     pollers = _Pollers(client)
     semaphore = asyncio.Semaphore(16)
 
-    async def ask(w: WorkflowExecution) -> RunStatus | InboxMemo | str | None:
-        """The run's calls (its memo, else its status), or why it could not be asked."""
+    async def ask(w: WorkflowExecution) -> RunStatus | InboxMemo | Unconfirmed | str | None:
+        """The run's calls (its own memo, else its status), or why it could not be asked."""
+        memo = None
         if not degraded:
             memo = await inbox_memo(w)
-            if memo is not None:
+            if memo is not None and await memo_confirmed(client, w, memo):
                 return memo
         handle = client.get_workflow_handle(w.id)
         async with semaphore:
@@ -236,14 +364,20 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
             except _Gone:
                 return None
             except _Unreadable as exc:
-                return exc.reason
+                return Unconfirmed(exc.reason, memo) if memo is not None else exc.reason
         return status
 
     answers = await asyncio.gather(*(ask(w) for w in found))
     rows: list[_Row] = []
     unavailable: dict[str, int] = {}
+    spoofed = 0
     for w, answer in zip(found, answers, strict=True):
         if answer is None:
+            continue
+        if isinstance(answer, Unconfirmed):
+            spoofed += 1
+            unavailable[answer.reason] = unavailable.get(answer.reason, 0) + 1
+            rows.append(_unavailable_row(w, answer.reason, answer.memo))
             continue
         if isinstance(answer, str):
             unavailable[answer] = unavailable.get(answer, 0) + 1
@@ -261,6 +395,13 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
     for why, n in unavailable.items():
         print(
             f"note: {n} run(s) could not be asked for their calls: {one_line(why)}",
+            file=sys.stderr,
+        )
+    if spoofed:
+        print(
+            f"note: {spoofed} run(s) (unconfirmed) carry an inbox memo their run did not write "
+            "(it does not name the run's own id): their calls are not shown until their "
+            "worker answers",
             file=sys.stderr,
         )
     if args.json:
