@@ -33,6 +33,27 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     c.add_argument("--header", default="X-Forwarded-User", help="header: the proxy's header")
     c.add_argument("--signing-key", metavar="FILE", help="sign decisions with this gateway key")
     c.add_argument("--secure-cookie", action="store_true", help="served over HTTPS")
+    c.add_argument(
+        "--task-queue",
+        dest="task_queues",
+        action="append",
+        metavar="QUEUE",
+        help="a task queue your workers serve (repeatable): runs on other queues are not "
+        "listed (default $HITL_TASK_QUEUES, comma-separated, else the global --task-queue)",
+    )
+    c.add_argument(
+        "--approvers",
+        metavar="FILE",
+        help="the workers' approver directory, for group:NAME approvers (default $HITL_APPROVERS)",
+    )
+    c.add_argument(
+        "--viewers",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a person (NAME) or group (group:NAME) who sees every call, and decides only "
+        "what each call's approvers allow (repeatable)",
+    )
     u = sub.add_parser("console-user", help="add a person to a console users file")
     u.add_argument("name")
     u.add_argument("--users", metavar="FILE", required=True)
@@ -50,6 +71,7 @@ def cmd_console_user(args: argparse.Namespace) -> int:
 
 def cmd_console(args: argparse.Namespace) -> int:
     """Serve the console until Ctrl-C."""
+    from hitl.cli.inbox import allowed_queues
     from hitl.console import ConsoleSettings, start_console
 
     settings = ConsoleSettings(
@@ -63,11 +85,16 @@ def cmd_console(args: argparse.Namespace) -> int:
         signing_key=args.signing_key,
         secure_cookie=args.secure_cookie,
         address=args.address,
+        task_queues=allowed_queues(args.task_queues, args.task_queue),
+        approvers=args.approvers,
+        viewers=args.viewers,
     )
 
     async def main() -> None:
         server, auth = await start_console(settings)
         print(f"approval console on {server.url}", flush=True)
+        queues = ", ".join(settings.task_queues)
+        print(f"listing runs on task queue(s) {queues} (--task-queue)", file=sys.stderr)
         if auth.mode == "link":
             print(f"sign in (once) as {auth.user}: {auth.login_link(server.url)}", flush=True)
         elif auth.mode == "header":

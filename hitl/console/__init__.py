@@ -10,12 +10,17 @@ a refusal is its typed reason, never a stack trace.
 The console is the approval gateway: it knows who the person is (`hitl.console.auth`) and, with
 a signing key (`--signing-key`, listed as a gateway in the workers' approver directory), signs
 each decision for them, so runs that require signed decisions accept only what came through it.
-It listens on loopback by default. Needs the `console` extra.
+It shows a call only to the people who may decide it (its approver list, with groups from the
+workers' approver directory, `--approvers`) and to viewers (`--viewers`), and lists only our
+runs: `AgentRun` workflows on the task queues our workers serve (`--task-queue`), confirmed
+against the run itself. Pages name runs and calls in their query strings, never in their paths
+(`hitl.console.urls`). It listens on loopback by default. Needs the `console` extra.
 """
 
 from __future__ import annotations
 
 import getpass
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +44,12 @@ class ConsoleSettings:
         signing_key: A PEM private key file; the console signs every decision with it.
         secure_cookie: Mark the session cookie `Secure` (when served over HTTPS).
         address: The Temporal address (default: the envconfig / `TEMPORAL_ADDRESS`).
+        task_queues: The task queues our workers serve: runs on other queues are not listed
+            (default `HITL_TASK_QUEUES`, comma-separated, else `HITL_TASK_QUEUE`, else `hitl`).
+        approvers: The approver directory file the workers use, to fill `group:NAME` entries
+            of approver lists (default `HITL_APPROVERS`; none: only names match).
+        viewers: People (`NAME`) and groups (`group:NAME`) who see every call; they decide
+            only what the call's approver list allows.
     """
 
     host: str = "127.0.0.1"
@@ -51,6 +62,9 @@ class ConsoleSettings:
     signing_key: str | None = None
     secure_cookie: bool = False
     address: str | None = None
+    task_queues: list[str] = field(default_factory=list)
+    approvers: str | None = None
+    viewers: list[str] = field(default_factory=list)
 
 
 async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
@@ -62,10 +76,18 @@ async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
     from hitl.web import LoopServer, require_web
 
     require_web()
+    from hitl.cli.inbox import allowed_queues
     from hitl.client import connect
     from hitl.console.app import create_app
     from hitl.console.data import ConsoleData
-    from hitl.signing import key_id_for, load_private_key, public_key_b64
+    from hitl.console.rules import Rules
+    from hitl.signing import (
+        directory_from_env,
+        key_id_for,
+        load_directory,
+        load_private_key,
+        public_key_b64,
+    )
 
     namespaces = settings.namespaces or [""]
     clients = {}
@@ -85,5 +107,9 @@ async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
 
             raise UserError("--auth tokens needs --users FILE (add people with hitl console-user)")
         auth.users = load_users(settings.users_file)
-    app = create_app(ConsoleData(clients, signing), auth, secure_cookie=settings.secure_cookie)
+    directory = load_directory(settings.approvers) if settings.approvers else directory_from_env()
+    rules = Rules.of(directory, settings.viewers)
+    queues = allowed_queues(settings.task_queues, os.environ.get("HITL_TASK_QUEUE"))
+    data = ConsoleData(clients, signing, task_queues=queues)
+    app = create_app(data, auth, secure_cookie=settings.secure_cookie, rules=rules)
     return LoopServer(app, settings.host, settings.port), auth

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import shlex
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +24,10 @@ from starlette.staticfiles import StaticFiles
 from hitl.cli.common import _ago, _Gone, _Unreadable
 from hitl.console.auth import COOKIE, Authenticator, Session
 from hitl.console.data import ConsoleData, Inbox, Outcome, Row, when
+from hitl.console.rules import Rules
+from hitl.console.urls import AUDIT, CALL, DECIDE, audit_url, call_url, decide_url, one_each
 from hitl.wire import PendingApproval, RunSnapshot
+from hitl.wire.runs import text_digest
 
 HERE = Path(__file__).parent
 CSP = (
@@ -33,6 +37,8 @@ CSP = (
 MAX_FORM_BYTES = 256 * 1024
 SORTS = {"oldest", "newest"}
 AGES = {"": 0, "1h": 3600, "1d": 86400, "7d": 7 * 86400}
+POSTED = ("ns", "run", "call", "seen", "round", "ticket")
+"""The hidden fields of every form of a call's page: the call as shown, and the ticket."""
 
 
 def _env() -> Environment:
@@ -43,7 +49,11 @@ def _env() -> Environment:
     env.filters["when"] = when
     env.filters["ago"] = ago
     env.filters["pretty"] = pretty_json
+    env.filters["shell"] = shlex.quote  # an id in a command a person copies: one word
     env.globals["diff_class"] = diff_class
+    env.globals["call_url"] = call_url
+    env.globals["decide_url"] = decide_url
+    env.globals["audit_url"] = audit_url
     return env
 
 
@@ -79,11 +89,24 @@ def is_diff(preview: str | None, label: str | None) -> bool:
     return any(line.startswith(("--- ", "@@ ")) for line in head)
 
 
-class Console:
-    """The app's state: data access, who is logged in, the templates."""
+def seen_of(call: PendingApproval) -> str:
+    """The digest of a call's arguments as the page shows them (what a decision says it saw)."""
+    return call.arguments_sha256 or text_digest(call.arguments)
 
-    def __init__(self, data: ConsoleData, auth: Authenticator, *, secure_cookie: bool = False):
+
+class Console:
+    """The app's state: data access, who is logged in, who may see what, the templates."""
+
+    def __init__(
+        self,
+        data: ConsoleData,
+        auth: Authenticator,
+        *,
+        secure_cookie: bool = False,
+        rules: Rules | None = None,
+    ):
         self.data, self.auth, self.secure = data, auth, secure_cookie
+        self.rules = rules or Rules()
         self.env = _env()
 
     def render(self, request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
@@ -99,8 +122,25 @@ class Console:
         )
         return HTMLResponse(html, status_code=status)
 
+    def not_found(self, request: Request, problem: str = "") -> HTMLResponse:
+        """The one answer for a call or run that is missing, not the person's, or unreadable.
+
+        The same page for each (the reason only for viewers), so that nobody learns from it
+        which runs and calls exist.
+        """
+        person = request.state.session.person
+        shown = problem if problem and self.rules.is_viewer(person) else ""
+        return self.render(request, "gone.html", 404, problem=shown)
+
+    def may_see_row(self, person: str, row: Row) -> bool:
+        """Whether `person` sees this inbox row (a call they may decide, or they view all)."""
+        if self.rules.is_viewer(person):
+            return True
+        return not row.viewers_only and self.rules.may_decide(person, row.approvers)
+
 
 def _session(console: Console, request: Request) -> Session | None:
+    """The request's session; in `header` mode only while the proxy names the same person."""
     session = console.auth.sessions.read(request.cookies.get(COOKIE))
     if console.auth.mode == "header":
         person = console.auth.from_header(request.headers.get(console.auth.header))
@@ -109,9 +149,27 @@ def _session(console: Console, request: Request) -> Session | None:
     return session
 
 
-def create_app(data: ConsoleData, auth: Authenticator, *, secure_cookie: bool = False) -> Starlette:
-    """The console as an ASGI app."""
-    console = Console(data, auth, secure_cookie=secure_cookie)
+def _one_each(multi: Any, names: tuple[str, ...]) -> list[str] | None:
+    """One text value for each of `names` in a query or form (`None`: missing or repeated)."""
+    given = {n: [v for v in multi.getlist(n) if isinstance(v, str)] for n in names}
+    if any(len(multi.getlist(n)) != len(given[n]) for n in names):
+        return None  # an uploaded file where text belongs
+    return one_each(given, names)
+
+
+def create_app(
+    data: ConsoleData,
+    auth: Authenticator,
+    *,
+    secure_cookie: bool = False,
+    rules: Rules | None = None,
+) -> Starlette:
+    """The console as an ASGI app.
+
+    `rules` say who sees which call (`hitl.console.rules`; default: no directory and no
+    viewers, so a call that names approvers is shown to the people it names).
+    """
+    console = Console(data, auth, secure_cookie=secure_cookie, rules=rules)
 
     class Guard(BaseHTTPMiddleware):
         """Sessions, CSRF and same-origin checks, and the security headers, on every request."""
@@ -121,7 +179,9 @@ def create_app(data: ConsoleData, auth: Authenticator, *, secure_cookie: bool = 
         ) -> Response:
             request.state.session = _session(console, request)
             fresh: str | None = None
-            if request.state.session is None and auth.mode == "header":
+            if request.state.session is None and auth.mode == "header" and request.method == "GET":
+                # A page load through the proxy starts a session; a post never does (it must
+                # come from a page of a session the proxy still vouches for).
                 person = auth.from_header(request.headers.get(auth.header))
                 if person is not None:
                     fresh, request.state.session = auth.sessions.issue(person)
@@ -195,12 +255,28 @@ def create_app(data: ConsoleData, auth: Authenticator, *, secure_cookie: bool = 
         return console.render(request, "_rows.html", rows=rows, **ctx)
 
     async def call_page(request: Request) -> Response:
-        ns, wid, cid = _ids(request)
+        ids = _one_each(request.query_params, ("ns", "run", "call"))
+        if ids is None:
+            return PlainTextResponse("name one namespace, run and call", status_code=400)
+        ns, wid, cid = ids
+        person = request.state.session.person
         snap, problem = await _read(console, ns, wid)
         if snap is None:
-            return console.render(request, "gone.html", 404, wid=wid, problem=problem)
+            return console.not_found(request, problem)
+        rules = console.rules
+        viewer = rules.is_viewer(person)
         item = next((p for p in snap.status.pending if p.call_id == cid), None)
         decided = next((d for d in snap.status.decisions if d.call_id == cid), None)
+        if item is not None and not rules.may_see(person, item.approvers):
+            return console.not_found(request)
+        if item is None and not (viewer or (decided and rules.took_part(person, decided))):
+            return console.not_found(request)  # no approver list to show it by: viewers only
+        deciding = item is not None and rules.may_decide(person, item.approvers)
+        seen = seen_of(item) if item is not None else ""
+        round_ = str(item.round) if item is not None else ""
+        ticket = auth.sessions.ticket(person, ns, wid, cid, seen, round_) if deciding else ""
+        # The transcript is the run's: shown when every call the run waits on is the person's.
+        whole = viewer or all(rules.may_see(person, p.approvers) for p in snap.status.pending)
         return console.render(
             request,
             "call.html",
@@ -210,17 +286,33 @@ def create_app(data: ConsoleData, auth: Authenticator, *, secure_cookie: bool = 
             call=item,
             decided=decided,
             snap=snap,
+            deciding=deciding,
+            viewer=viewer,
+            hidden={"ns": ns, "run": wid, "call": cid, "seen": seen, "round": round_},
+            ticket=ticket,
             fields=_fields(snap.schemas.get(cid), item),
             is_diff=is_diff(item.request.preview, item.request.preview_label)
             if item and item.request
             else False,
-            transcript=_transcript(snap),
+            transcript=_transcript(snap) if whole else None,
         )
 
     async def decide(request: Request) -> Response:
-        ns, wid, cid = _ids(request)
+        ids = _one_each(request.query_params, ("ns", "run", "call"))
         form: FormData = request.state.form
+        posted = _one_each(form, POSTED)
+        if ids is None or posted is None or posted[:3] != ids:
+            return PlainTextResponse(
+                "this form names another call than the address it was sent to: nothing was "
+                "decided; reload the call's page",
+                status_code=400,
+            )
+        ns, wid, cid, seen, round_text, ticket = posted
         person = request.state.session.person
+        shown = auth.sessions.check(ticket, person, ns, wid, cid, seen, round_text)
+        if not shown or not round_text.isdigit() or ns not in data.clients:
+            return console.not_found(request)  # never shown to this person to decide
+        round_ = int(round_text)
         action = str(form.get("action") or "")
         if action in ("approve", "reject"):
             outcome = await data.decide(
@@ -229,6 +321,7 @@ def create_app(data: ConsoleData, auth: Authenticator, *, secure_cookie: bool = 
                 cid,
                 person,
                 action,
+                seen_sha256=seen,
                 message=str(form.get("message") or "").strip() or None,
                 reason=str(form.get("reason") or "").strip() or None,
             )
@@ -237,19 +330,25 @@ def create_app(data: ConsoleData, auth: Authenticator, *, secure_cookie: bool = 
             if problem is not None:
                 outcome = Outcome(False, "The edited arguments were refused", problem, "Invalid")
             else:
-                outcome = await data.decide(ns, wid, cid, person, "approve", arguments=arguments)
+                outcome = await data.decide(
+                    ns, wid, cid, person, "approve", seen_sha256=seen, arguments=arguments
+                )
         elif action == "extend":
             hours = _number(form.get("hours"))
             if hours is None or not 0 < hours <= 24 * 365:
                 outcome = Outcome(False, "Say by how many hours", "", "Invalid")
             else:
-                outcome = await data.extend(ns, wid, cid, person, hours * 3600)
+                outcome = await data.extend(
+                    ns, wid, cid, person, hours * 3600, seen_sha256=seen, round=round_
+                )
         elif action in ("accept", "decline", "cancel"):
             content, problem = _edited(form) if action == "accept" else ({}, None)
             if problem is not None:
                 outcome = Outcome(False, "The answer was refused", problem, "Invalid")
             else:
-                outcome = await data.answer(ns, wid, cid, person, action, content)
+                outcome = await data.answer(
+                    ns, wid, cid, person, action, content, seen_sha256=seen, round=round_
+                )
         else:
             return PlainTextResponse("unknown action", status_code=400)
         return console.render(
@@ -257,24 +356,47 @@ def create_app(data: ConsoleData, auth: Authenticator, *, secure_cookie: bool = 
         )
 
     async def audit(request: Request) -> Response:
-        ns, wid = request.path_params["ns"], request.path_params["wid"]
+        ids = _one_each(request.query_params, ("ns", "run"))
+        if ids is None:
+            return PlainTextResponse("name one namespace and run", status_code=400)
+        ns, wid = ids
+        person = request.state.session.person
         snap, problem = await _read(console, ns, wid)
         if snap is None:
-            return console.render(request, "gone.html", 404, wid=wid, problem=problem)
-        return console.render(request, "audit.html", ns=ns, wid=wid, snap=snap)
+            return console.not_found(request, problem)
+        rules = console.rules
+        viewer = rules.is_viewer(person)
+        status = snap.status
+        mine = {p.call_id for p in status.pending if rules.may_see(person, p.approvers)}
+        decisions = [
+            d for d in status.decisions if viewer or d.call_id in mine or rules.took_part(person, d)
+        ]
+        if not viewer and not mine and not decisions:
+            return console.not_found(request)
+        mine |= {d.call_id for d in decisions}
+        refused = [r for r in status.refused if viewer or (r.call_id and r.call_id in mine)]
+        return console.render(
+            request,
+            "audit.html",
+            ns=ns,
+            wid=wid,
+            snap=snap,
+            decisions=decisions,
+            refused=refused,
+            partial=not viewer,
+        )
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
-    call = "/n/{ns}/runs/{wid:path}/calls/{cid}"
     routes = [
         Route("/", inbox_page),
         Route("/inbox/rows", inbox_rows),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
-        Route(call, call_page),
-        Route(call + "/decide", decide, methods=["POST"]),
-        Route("/n/{ns}/runs/{wid:path}/audit", audit),
+        Route(CALL, call_page),
+        Route(DECIDE, decide, methods=["POST"]),
+        Route(AUDIT, audit),
         Route("/healthz", healthz),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
@@ -292,11 +414,6 @@ def _set_cookie(console: Console, response: Response, value: str) -> None:
     )
 
 
-def _ids(request: Request) -> tuple[str, str, str]:
-    p = request.path_params
-    return str(p["ns"]), str(p["wid"]), str(p["cid"])
-
-
 async def _read(console: Console, ns: str, wid: str) -> tuple[RunSnapshot | None, str]:
     if ns not in console.data.clients:
         return None, f"this console does not serve namespace {ns!r}"
@@ -307,9 +424,14 @@ async def _read(console: Console, ns: str, wid: str) -> tuple[RunSnapshot | None
 
 
 async def _filtered(console: Console, request: Request) -> tuple[list[Row], dict[str, Any]]:
-    """The inbox rows the query string asks for, and what the page needs to show the filters."""
+    """The inbox rows the query string asks for, and what the page needs to show the filters.
+
+    Only rows the person may see are counted, filtered or named in the filters' choices.
+    """
     q = request.query_params
+    person = request.state.session.person
     inbox: Inbox = await console.data.inbox()
+    mine = [r for r in inbox.rows if console.may_see_row(person, r)]
     agent, tool, group = q.get("agent", ""), q.get("tool", ""), q.get("group", "")
     text, age = q.get("q", "").strip().lower(), q.get("age", "")
     sort = q.get("sort", "oldest") if q.get("sort") in SORTS else "oldest"
@@ -317,7 +439,7 @@ async def _filtered(console: Console, request: Request) -> tuple[list[Row], dict
     now = datetime.now(UTC)
     rows = [
         r
-        for r in inbox.rows
+        for r in mine
         if (not agent or r.agent == agent)
         and (not tool or r.tool_name == tool)
         and (not group or group in r.groups)
@@ -326,14 +448,16 @@ async def _filtered(console: Console, request: Request) -> tuple[list[Row], dict
     ]
     rows.sort(key=lambda r: r.since, reverse=sort == "newest")
     shown = {k: q.get(k, "") for k in ("agent", "tool", "group", "q", "age")} | {"sort": sort}
+    calls = [r for r in mine if r.confirmed]
     return rows, {
-        "total": len(inbox.rows),
-        "agents": sorted({r.agent for r in inbox.rows}),
-        "tools": sorted({r.tool_name for r in inbox.rows}),
-        "groups": sorted({g for r in inbox.rows for g in r.groups}),
+        "total": len(mine),
+        "agents": sorted({r.agent for r in calls}),
+        "tools": sorted({r.tool_name for r in calls}),
+        "groups": sorted({g for r in calls for g in r.groups}),
         "filters": shown,
         "query": urlencode({k: v for k, v in shown.items() if v}),
-        "unavailable": inbox.unavailable,
+        "left_out": inbox.left_out,
+        "task_queues": console.data.task_queues,
     }
 
 

@@ -78,6 +78,27 @@ class Sessions:
             return None
         return Session(str(person), str(csrf), expires)
 
+    def ticket(self, person: str, *parts: str) -> str:
+        """A token saying this console showed `parts` (a call, as seen) to `person`.
+
+        A call's page carries one in its forms; a post is taken only with a ticket for the
+        same person and the same fields, so a form cannot be pointed at another call, and a
+        call a person was never shown cannot be decided through the console (see `check`).
+        """
+        expires = int(time.time()) + self.seconds
+        return f"{expires}.{self._ticket_mac(person, parts, expires)}"
+
+    def check(self, ticket: str, person: str, *parts: str) -> bool:
+        """Whether `ticket` is this console's, current, for `person` and exactly `parts`."""
+        stamp, _, mac = ticket.partition(".")
+        if len(ticket) > 200 or not stamp.isdigit() or int(stamp) < time.time():
+            return False
+        return hmac.compare_digest(mac, self._ticket_mac(person, parts, int(stamp)))
+
+    def _ticket_mac(self, person: str, parts: tuple[str, ...], expires: int) -> str:
+        # A JSON array starting with "ticket": never the base64 text a cookie's MAC covers.
+        return self._sign(json.dumps(["ticket", person, *parts, expires]))
+
     def _sign(self, data: str) -> str:
         return hmac.new(self._key, data.encode(), hashlib.sha256).hexdigest()
 

@@ -1,11 +1,17 @@
 """What the console reads from Temporal and sends to runs.
 
-The inbox is every pending call of every paused run, found through visibility
-(`HitlStatus = 'awaiting_approval'`) and each run's `status` query, in every namespace the
-console serves, kept for a couple of seconds so that many browsers polling it cost one read.
-Decisions go to the run as validated updates, named for the logged-in person, marked
-`client="console"`, and signed with the console's gateway key when it has one: a run that
-requires signed decisions then accepts only what came through it.
+The inbox is every pending call of every paused run of ours, found through visibility
+(`AgentRun` workflows with `HitlStatus = 'awaiting_approval'` on the task queues our workers
+serve) in every namespace the console serves, kept for a couple of seconds so that many
+browsers polling it cost one read. A run's calls are read from its inbox memo when the memo
+names the run's own first run id (its run wrote it), else from its `status` query; a run that
+can be confirmed neither way is shown as unconfirmed, without anything its memo claims.
+
+Decisions go to the run as validated updates, named for the logged-in person, bound to the
+call as the person saw it (`seen_sha256`, and `round` for answers and extensions: the run
+refuses them if the call changed since), marked `client="console"`, and signed with the
+console's gateway key when it has one: a run that requires signed decisions then accepts only
+what came through it.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel
@@ -24,11 +30,17 @@ from temporalio.client import (
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.cli.common import _AGENT_KEY as AGENT_KEY
 from hitl.cli.common import _Gone, _Pollers, _query, _Unreadable
-from hitl.cli.inbox import inbox_memo
+from hitl.cli.inbox import (
+    allowed_queues,
+    inbox_memo,
+    left_out,
+    memo_confirmed,
+    queue_clause,
+)
 from hitl.signing import sign_input
 from hitl.starting import decision_update_id
 from hitl.wire import (
@@ -47,6 +59,7 @@ from hitl.wire import (
     ExtendInput,
     Extension,
     InboxEntry,
+    InboxMemo,
     InputAnswer,
     PendingApproval,
     RunOutput,
@@ -54,10 +67,13 @@ from hitl.wire import (
     RunStatus,
 )
 
+Bound = TypeVar("Bound", AnswerInput, ExtendInput)
+
 INBOX_SECONDS = 2.0
 """How long one reading of the inbox serves every browser asking."""
 QUERY_TIMEOUT = 5.0
 CLIENT = "console"
+CHANGED = "This call changed since you opened it: look again"
 
 REFUSAL_WORDS = {
     "AlreadyDecided": "Someone else decided this call a moment ago",
@@ -75,6 +91,10 @@ REFUSAL_WORDS = {
     "BadSignature": "The run could not verify the console's signature",
     "SignatureExpired": "The console's signature expired",
     "NoDeadline": "This call has no deadline to extend",
+    "ArgumentsChanged": CHANGED,
+    "Stale": CHANGED,
+    "Unbound": "The run takes only decisions bound to what was seen: reload the call and decide",
+    "SigningUnavailable": "The run's worker cannot check signed decisions (its extra is missing)",
 }
 
 
@@ -97,6 +117,13 @@ class Row:
     approvers: list[str] = field(default_factory=list)
     text: str = ""
     """More to search: the call's arguments and message, when the run was asked."""
+    confirmed: bool = True
+    """Read from the run itself (its status, or a memo naming its own run id). An unconfirmed
+    row stands for a whole run and carries nothing its memo claims: no call, title or tool."""
+    problem: str = ""
+    """Why an unconfirmed run could not be read."""
+    viewers_only: bool = False
+    """Nothing says who may decide its calls: only viewers see the row."""
 
     @classmethod
     def of_pending(cls, ns: str, w: str, agent: str, queue: str, p: PendingApproval) -> Row:
@@ -118,6 +145,22 @@ class Row:
             ns, w, agent, queue, e.call_id, e.tool_name, e.title, e.kind, e.requested_at,
             e.deadline, e.required_approvals, len(e.approved_by), e.approvers,
         )  # fmt: skip
+
+    @classmethod
+    def unconfirmed(
+        cls, ns: str, w: str, agent: str, queue: str, why: str, memo: InboxMemo | None
+    ) -> Row:
+        """A paused run that could not be confirmed: its id, and why (nothing it claims).
+
+        Who may see it follows the approver lists its memo gives (anyone, if one of its calls
+        names nobody); a run without a memo is shown to viewers only.
+        """
+        lists = [e.approvers for e in memo.calls] if memo is not None else []
+        row = cls(ns, w, agent, queue, "", "", "", "unconfirmed", confirmed=False, problem=why)
+        row.viewers_only = not lists
+        if lists and all(lists):
+            row.approvers = sorted({a for names in lists for a in names})
+        return row
 
     @property
     def since(self) -> datetime:
@@ -142,6 +185,8 @@ class Inbox:
     rows: list[Row] = field(default_factory=list)
     unavailable: list[tuple[str, str, str]] = field(default_factory=list)
     """(namespace, workflow id, why) of paused runs that could not be asked for their calls."""
+    left_out: int = 0
+    """Paused runs on task queues outside the console's list (not listed)."""
     read_at: float = 0.0
 
 
@@ -164,10 +209,13 @@ class ConsoleData:
         clients: dict[str, Client],
         signing: tuple[str, Ed25519PrivateKey] | None = None,
         limit: int = 5000,
+        task_queues: list[str] | None = None,
     ) -> None:
         self.clients = clients
         self.signing = signing
         self.limit = limit
+        self.task_queues = allowed_queues(task_queues)
+        """The task queues our workers serve: runs on others are not listed."""
         self._inbox = Inbox()
         self._lock = asyncio.Lock()
 
@@ -187,60 +235,88 @@ class ConsoleData:
     async def _read_inbox(self) -> Inbox:
         inbox = Inbox(read_at=time.monotonic())
         semaphore = asyncio.Semaphore(16)
+        queues = self.task_queues
+        kind = f"WorkflowType = '{WORKFLOW_TYPE}'"
+        within = queue_clause(queues)
         for ns, client in self.clients.items():
-            query = f"{SA_STATUS} = 'awaiting_approval' AND ExecutionStatus = 'Running'"
+            clauses = [f"{SA_STATUS} = 'awaiting_approval'", "ExecutionStatus = 'Running'", kind]
+
+            async def listing(query: list[str], c: Client = client) -> list[Any]:
+                text = " AND ".join([*query, within] if within else query)
+                return [w async for w in c.list_workflows(text, limit=self.limit)]
+
+            degraded = False
             try:
-                found = [w async for w in client.list_workflows(query, limit=self.limit)]
-            except RPCError:
-                query = f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'"
-                found = [w async for w in client.list_workflows(query, limit=self.limit)]
+                found = await listing(clauses)
+            except RPCError:  # our search attributes are not registered: ask every run
+                degraded, clauses = True, ["ExecutionStatus = 'Running'", kind]
+                found = await listing(clauses)
+            found = [
+                w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in queues
+            ]
+            inbox.left_out += await left_out(client, clauses, queues) or 0
             pollers = _Pollers(client)
 
-            async def ask(wid: str, queue: str, c: Client = client, p: _Pollers = pollers) -> Any:
+            async def ask(
+                w: Any, c: Client = client, p: _Pollers = pollers, degraded: bool = degraded
+            ) -> Any:
+                """The run's calls: its own memo, else its status, else why not."""
+                memo = None if degraded else await inbox_memo(w)
+                if memo is not None and await memo_confirmed(c, w, memo):
+                    return memo
                 async with semaphore:
                     try:
                         return await _query(
                             c,
-                            c.get_workflow_handle(wid),
+                            c.get_workflow_handle(w.id),
                             QUERY_STATUS,
                             RunStatus,
                             QUERY_TIMEOUT,
                             p,
-                            queue,
+                            w.task_queue,
                         )
                     except _Gone:
                         return None
                     except _Unreadable as exc:
-                        return exc.reason
+                        return (exc.reason, memo)
 
-            memos = await asyncio.gather(*(inbox_memo(w) for w in found))
-            asked = [w for w, memo in zip(found, memos, strict=True) if memo is None]
-            for w, memo in zip(found, memos, strict=True):
-                if memo is not None:
-                    agent = str(w.typed_search_attributes.get(AGENT_KEY) or "")
+            answers = await asyncio.gather(*(ask(w) for w in found))
+            for w, answer in zip(found, answers, strict=True):
+                agent = str(w.typed_search_attributes.get(AGENT_KEY) or "")
+                if isinstance(answer, InboxMemo):
                     inbox.rows += [
-                        Row.of_entry(ns, w.id, agent, w.task_queue, e) for e in memo.calls
+                        Row.of_entry(ns, w.id, agent, w.task_queue, e) for e in answer.calls
                     ]
-            answers = await asyncio.gather(*(ask(w.id, w.task_queue) for w in asked))
-            for w, answer in zip(asked, answers, strict=True):
-                if isinstance(answer, str):
-                    inbox.unavailable.append((ns, w.id, answer))
                 elif isinstance(answer, RunStatus):
                     inbox.rows += [
                         Row.of_pending(ns, w.id, answer.agent, w.task_queue, p)
                         for p in answer.pending
                     ]
+                elif isinstance(answer, tuple) and not degraded:
+                    why, memo = answer
+                    inbox.unavailable.append((ns, w.id, why))
+                    inbox.rows.append(Row.unconfirmed(ns, w.id, agent, w.task_queue, why, memo))
         return inbox
 
     async def snapshot(self, namespace: str, workflow_id: str) -> RunSnapshot:
-        """A run's status and transcript (`_Gone` / `_Unreadable` when it cannot say)."""
+        """A run's status and transcript (`_Gone` / `_Unreadable` when it cannot say).
+
+        Only a run of ours is asked: an `AgentRun` on a task queue our workers serve (the
+        server says which, `describe`). Any other workflow is `_Gone` to the console: whatever
+        answers queries on a queue we do not serve is not ours to show.
+        """
         client = self.clients[namespace]
+        handle = client.get_workflow_handle(workflow_id)
+        try:
+            desc = await handle.describe(rpc_timeout=timedelta(seconds=QUERY_TIMEOUT))
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise _Gone(f"no run {workflow_id!r} in this namespace") from None
+            raise _Unreadable(workflow_id, exc.message) from None
+        if desc.workflow_type != WORKFLOW_TYPE or desc.task_queue not in self.task_queues:
+            raise _Gone(f"{workflow_id!r} is not a run on a task queue this console serves")
         snap: RunSnapshot = await _query(
-            client,
-            client.get_workflow_handle(workflow_id),
-            QUERY_SNAPSHOT,
-            RunSnapshot,
-            QUERY_TIMEOUT,
+            client, handle, QUERY_SNAPSHOT, RunSnapshot, QUERY_TIMEOUT, queue=desc.task_queue
         )
         return snap
 
@@ -254,11 +330,16 @@ class ConsoleData:
         person: str,
         kind: str,
         *,
+        seen_sha256: str,
         message: str | None = None,
         reason: str | None = None,
         arguments: dict[str, Any] | None = None,
     ) -> Outcome:
-        """Approve (with edited `arguments`, maybe) or reject one call, as `person`."""
+        """Approve (with edited `arguments`, maybe) or reject one call, as `person`.
+
+        `seen_sha256` names the call's arguments as the person saw them (its
+        `arguments_sha256`): the run refuses the decision (`ArgumentsChanged`) if they changed.
+        """
         d = DecisionInput(
             call_id=call_id,
             approver=person,
@@ -266,6 +347,7 @@ class ConsoleData:
             reason=reason,
             arguments=arguments,
             client=CLIENT,
+            seen_sha256=seen_sha256,
         )
         if self.signing is not None:
             key_id, key = self.signing
@@ -279,10 +361,26 @@ class ConsoleData:
         return outcome
 
     async def extend(
-        self, namespace: str, workflow_id: str, call_id: str, person: str, seconds: float
+        self,
+        namespace: str,
+        workflow_id: str,
+        call_id: str,
+        person: str,
+        seconds: float,
+        *,
+        seen_sha256: str,
+        round: int,
     ) -> Outcome:
-        """Move a call's deadline `seconds` later."""
-        payload = ExtendInput(call_id=call_id, seconds=seconds, approver=person)
+        """Move a call's deadline `seconds` later (the call as seen: `seen_sha256`, `round`)."""
+        payload = ExtendInput(
+            call_id=call_id,
+            seconds=seconds,
+            approver=person,
+            client=CLIENT,
+            seen_sha256=seen_sha256,
+            round=round,
+        )
+        payload = self._signed(payload, workflow_id)
         outcome = await self._send(namespace, workflow_id, UPDATE_EXTEND, payload, Extension)
         if outcome.ok and isinstance(outcome.record, Extension):
             outcome.headline = f"The deadline is now {when(outcome.record.deadline)}"
@@ -296,14 +394,21 @@ class ConsoleData:
         person: str,
         action: str,
         content: dict[str, Any] | None,
+        *,
+        seen_sha256: str,
+        round: int,
     ) -> Outcome:
-        """Answer the question a tool asks."""
+        """Answer the question a tool asks (the call as seen: `seen_sha256`, `round`)."""
         payload = AnswerInput(
             call_id=call_id,
             action=cast(Literal["accept", "decline", "cancel"], action),
             content=content if action == "accept" else None,
             approver=person,
+            client=CLIENT,
+            seen_sha256=seen_sha256,
+            round=round,
         )
+        payload = self._signed(payload, workflow_id)
         outcome = await self._send(namespace, workflow_id, UPDATE_ANSWER, payload, InputAnswer)
         if outcome.ok:
             outcome.headline = {
@@ -312,6 +417,13 @@ class ConsoleData:
                 "cancel": f"Dismissed by {person}",
             }[action]
         return outcome
+
+    def _signed(self, payload: Bound, workflow_id: str) -> Bound:
+        """`payload` signed with the console's gateway key (as it is, without one)."""
+        if self.signing is None:
+            return payload
+        key_id, key = self.signing
+        return sign_input(payload, workflow_id=workflow_id, key_id=key_id, key=key)
 
     async def _send(
         self,

@@ -2,11 +2,15 @@
 
 CI installs Debian's `chromium` when it is missing (`.ci/run`); where no browser can be had,
 these tests are skipped with the reason printed. A console (tokens mode: ann, bob and cy) runs
-on the session's dev server with an in-process worker, in the tests' event loop.
+on the session's dev server with an in-process worker, in the tests' event loop; a second one,
+`guarded`, is the approval gateway of a team with an approver directory (ann and bob in
+finance, vic an auditor who views every call, cy in no group), a signing key, and two task
+queues: one its worker serves, one nobody polls.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -20,9 +24,11 @@ from temporalio.client import Client
 
 from hitl.console import ConsoleSettings, start_console
 from hitl.console.auth import add_user
+from hitl.signing import key_id_for, new_key_pair, private_key_pem
+from hitl.wire import ApproverDirectory, ApproverEntry
 from hitl.worker.devserver import DevServer
-from tests.agents import support_agent, treasury_agent
-from tests.helpers import serving
+from tests.agents import signed_treasury, support_agent, treasury_agent
+from tests.helpers import queue_name, serving
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -69,6 +75,10 @@ class Console:
     tokens: dict[str, str]
     task_queue: str
     client: Client
+    idle_queue: str = ""
+    """A task queue the console lists and no worker polls (`guarded` only)."""
+    parked_queue: str = ""
+    """A task queue the console lists whose worker a test runs for a while (`guarded` only)."""
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -80,11 +90,56 @@ async def console(
     async with serving(dev_client, support_agent, treasury_agent) as tq:
         server, _ = await start_console(
             ConsoleSettings(
-                port=0, address=dev_server.address, auth="tokens", users_file=str(users)
+                port=0,
+                address=dev_server.address,
+                auth="tokens",
+                users_file=str(users),
+                task_queues=[tq],
             )
         )
         try:
             yield Console(server.url, tokens, tq, dev_client)
+        finally:
+            await server.stop()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def guarded(
+    dev_server: DevServer, dev_client: Client, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Console]:
+    """A team's console: approver directory, viewers, a gateway key, an unpolled queue."""
+    tmp = tmp_path_factory.mktemp("guarded")
+    users = tmp / "users.json"
+    tokens = {name: add_user(users, name) for name in ("ann", "bob", "cy", "vic")}
+    key, public = new_key_pair()
+    (tmp / "console.key").write_bytes(private_key_pem(key))
+    directory = ApproverDirectory(
+        approvers={
+            "ann": ApproverEntry(groups=["finance"]),
+            "bob": ApproverEntry(groups=["finance"]),
+            "vic": ApproverEntry(groups=["audit"]),
+            "console": ApproverEntry(gateway=True, keys={key_id_for(public): public}),
+        }
+    )
+    (tmp / "approvers.json").write_text(directory.model_dump_json())
+    idle, parked = queue_name("idle"), queue_name("parked")
+    async with serving(
+        dev_client, signed_treasury, treasury_agent, support_agent, directory=directory
+    ) as tq:
+        server, _ = await start_console(
+            ConsoleSettings(
+                port=0,
+                address=dev_server.address,
+                auth="tokens",
+                users_file=str(users),
+                task_queues=[tq, idle, parked],
+                signing_key=str(tmp / "console.key"),
+                approvers=str(tmp / "approvers.json"),
+                viewers=["group:audit"],
+            )
+        )
+        try:
+            yield Console(server.url, tokens, tq, dev_client, idle, parked)
         finally:
             await server.stop()
 
@@ -99,6 +154,15 @@ async def signed_in(browser: Any, console: Console, who: str) -> Any:
     await page.click("button:has-text('Sign in')")
     await page.wait_for_selector("[data-testid=person]")
     return page
+
+
+def row_of(page: Any, wid: str, call_id: str | None = None) -> Any:
+    """The inbox row of one call of one run (call ids like `t1.1` repeat across runs), or of
+    the run (an unconfirmed row stands for its run)."""
+    selector = f"tr[data-run={json.dumps(wid)}]"
+    if call_id is not None:
+        selector += f"[data-call={json.dumps(call_id)}]"
+    return page.locator(selector)
 
 
 async def shot(page: Any, name: str) -> None:

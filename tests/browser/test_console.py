@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from hitl import Runner
+from hitl.console.urls import decide_url
 from hitl.wire import DecisionInput, RunOutput, RunStatus
 from tests.agents import support_agent, treasury_agent
-from tests.browser.conftest import Console, shot, signed_in
+from tests.browser.conftest import Console, row_of, shot, signed_in
 from tests.helpers import wait_for
 
 XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
@@ -32,8 +34,8 @@ async def status(console: Console, wid: str) -> RunStatus:
 
 async def open_call(page: Any, console: Console, wid: str, call_id: str) -> None:
     """From the inbox, as a person would: wait for the call's row (it updates live), click it."""
-    await page.goto(console.url + f"/?q={wid}")
-    row = page.locator(f"tr[data-call='{call_id}'] a")
+    await page.goto(console.url + "/?" + urlencode({"q": wid}))
+    row = row_of(page, wid, call_id).locator("a")
     await row.wait_for(timeout=15_000)
     await row.click()
     await page.wait_for_selector("[data-testid=title]")
@@ -43,10 +45,8 @@ async def test_sign_in_see_the_call_in_the_inbox_and_approve_it(browser: Any, co
     wid, call_id = await park(console, support_agent, "cancel order 31")
     page = await signed_in(browser, console, "ann")
     await page.goto(console.url + "/")
-    await page.locator(f"tr[data-call='{call_id}']").wait_for(timeout=15_000)
-    assert (
-        "support agent" in (await page.locator(f"tr[data-call='{call_id}']").inner_text()).lower()
-    )
+    await row_of(page, wid, call_id).wait_for(timeout=15_000)
+    assert "support agent" in (await row_of(page, wid, call_id).inner_text()).lower()
     await shot(page, "console-inbox")
     await open_call(page, console, wid, call_id)
     assert await page.locator("[data-testid=primary]").inner_text() == "Approve"
@@ -148,8 +148,8 @@ async def test_hostile_arguments_render_inert(browser: Any, console: Console) ->
     assert XSS.replace('"', '\\"') in await page.locator("[data-testid=arguments]").inner_text()
     assert await page.evaluate("window.__xss") is None
     assert await page.locator("img[src=x]").count() == 0
-    await page.goto(console.url + f"/?q={wid}")
-    await page.locator(f"tr[data-call='{call_id}']").wait_for()
+    await page.goto(console.url + "/?" + urlencode({"q": wid}))
+    await row_of(page, wid, call_id).wait_for()
     assert await page.evaluate("window.__xss") is None and dialogs == []
     # Decide it so the run ends; the recorded decision is cy's.
     await open_call(page, console, wid, call_id)
@@ -162,7 +162,7 @@ async def test_forged_posts_are_refused(browser: Any, console: Console) -> None:
     """A form posted without the session's token (another site, a stale page) changes nothing."""
     wid, call_id = await park(console, support_agent, "cancel order 36")
     page = await signed_in(browser, console, "ann")
-    url = f"{console.url}/n/default/runs/{wid}/calls/{call_id}/decide"
+    url = console.url + decide_url("default", wid, call_id)
     answer = await page.request.post(url, form={"action": "approve", "csrf": "forged"})
     assert answer.status == 403
     evil = await page.request.post(
@@ -177,11 +177,11 @@ async def test_live_inbox_shows_a_new_call_without_a_reload(browser: Any, consol
     page = await signed_in(browser, console, "bob")
     await page.goto(console.url + "/")
     wid, call_id = await park(console, support_agent, "cancel order 37")
-    await page.locator(f"tr[data-call='{call_id}']").wait_for(timeout=20_000)  # htmx polling
+    await row_of(page, wid, call_id).wait_for(timeout=20_000)  # htmx polling
     await console.client.get_workflow_handle(wid).terminate("test over")
 
     async def gone() -> bool:
-        return await page.locator(f"tr[data-call='{call_id}']").count() == 0
+        return await row_of(page, wid, call_id).count() == 0
 
     await wait_for(gone, timeout=20, what="the call to leave the inbox")
 

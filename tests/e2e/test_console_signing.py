@@ -1,6 +1,7 @@
 """The console as the approval gateway (dev server): a run that requires signed decisions
-accepts the console's decisions, signed with its gateway key for the signed-in person, and
-refuses the same decision sent unsigned; the person must still be allowed to decide."""
+accepts the console's decisions, signed with its gateway key for the signed-in person and bound
+to the arguments the person saw, and refuses the same decision sent unsigned; the person must
+still be allowed to decide, and a decision bound to other arguments is refused."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from hitl import Runner
 from hitl.console.data import ConsoleData
 from hitl.signing import key_id_for, new_key_pair
-from hitl.wire import ApproverDirectory, ApproverEntry, DecisionInput, RunOutput
+from hitl.wire import ApproverDirectory, ApproverEntry, DecisionInput, RunOutput, RunStatus
+from hitl.wire.runs import text_digest
 from tests.agents import signed_treasury
 from tests.helpers import serving
 
@@ -38,16 +40,27 @@ async def test_a_signed_run_takes_decisions_through_the_console_only(dev_client:
             raise AssertionError("an unsigned decision was accepted")
         except WorkflowUpdateFailedError as err:
             assert getattr(err.cause, "type", None) == "Unsigned"
-        ns = dev_client.namespace
+        ns, wid = dev_client.namespace, result.workflow_id
+        [pending] = (await handle.query("status", result_type=RunStatus)).pending
+        seen = pending.arguments_sha256
+        assert seen == text_digest(pending.arguments)
         # Through the console, for someone outside finance: signed, but not allowed.
-        refused = await console.decide(ns, result.workflow_id, item.call_id, "mallory", "approve")
+        refused = await console.decide(
+            ns, wid, item.call_id, "mallory", "approve", seen_sha256=seen
+        )
         assert (refused.ok, refused.error_type) == (False, "NotAuthorized")
         assert refused.headline == "You are not allowed to decide this call"
+        # Signed for ann, but for arguments she did not see: the run refuses it.
+        other = text_digest('{"supplier":"ACME","amount":5}')
+        stale = await console.decide(ns, wid, item.call_id, "ann", "approve", seen_sha256=other)
+        assert (stale.ok, stale.error_type) == (False, "ArgumentsChanged")
+        assert stale.headline == "This call changed since you opened it: look again"
         # Through the console, for ann: signed for her with the gateway's key, accepted.
-        done = await console.decide(ns, result.workflow_id, item.call_id, "ann", "approve")
+        done = await console.decide(ns, wid, item.call_id, "ann", "approve", seen_sha256=seen)
         assert done.ok, (done.headline, done.detail)
         assert done.headline == "Approved by ann via console (signed)"
         out = await handle.result()
     [d] = out.decisions
     assert (d.approver, d.verified, d.key_id, d.client) == ("ann", True, kid, "console")
+    assert d.arguments_sha256 == seen
     assert out.final_output == "Paid ACME $500"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -152,8 +154,9 @@ def test_the_login_link_signs_in_once_and_only_redirects_inside_the_console() ->
         assert again.status_code == 403 and "This link was used." in again.text
         # Signed in: a POST without the session's form token is refused.
         assert client.post("/logout", follow_redirects=False).status_code == 403
-        page = client.get("/n/nowhere/runs/r/calls/c")
-        assert page.status_code == 404 and "does not serve namespace" in page.text
+        page = client.get("/call?ns=nowhere&run=r&call=c")
+        assert page.status_code == 404 and "Nothing to show" in page.text
+        assert "nowhere" not in page.text, "the reason is for viewers only"
 
 
 def test_the_codec_server_admits_the_ui_origin_only() -> None:
@@ -181,3 +184,281 @@ def test_the_codec_server_admits_the_ui_origin_only() -> None:
         decoded = client.post("/decode", json=encoded).json()
         assert decoded == plain
         assert client.post("/decode", content=b"not json").status_code == 400
+
+
+# ----------------------------------------------------------------------------- identifiers
+
+HOSTILE_IDS = [
+    "plain",
+    "a/b",
+    "VICTIM/calls/t1.1/decide?x",
+    "x?run=other&call=t9.9",
+    "frag#ment",
+    "per%2Fcent%",
+    "..",
+    "../../audit",
+    "sp ace+plus",
+    "ünïcødé/😀",
+    "t2.1/t1.1",
+    "'\"<>&",
+    "x" * 255,
+    "/" * 255,
+]
+
+
+@pytest.mark.parametrize("value", HOSTILE_IDS, ids=range(len(HOSTILE_IDS)))
+def test_console_addresses_carry_any_id_whole(value: str) -> None:
+    from starlette.datastructures import URL, QueryParams
+
+    from hitl.console.urls import audit_url, call_url, decide_url, ids_of
+
+    for url, names, given in [
+        (call_url(value, value, value), ("ns", "run", "call"), [value] * 3),
+        (decide_url("default", value, "t1.1"), ("ns", "run", "call"), ["default", value, "t1.1"]),
+        (call_url("default", "run", value), ("ns", "run", "call"), ["default", "run", value]),
+        (audit_url("default", value), ("ns", "run"), ["default", value]),
+    ]:
+        path, _, query = url.partition("?")
+        assert path in ("/call", "/decide", "/audit"), "ids never reach the path"
+        assert not any(c in query for c in "/?# "), query
+        assert re.fullmatch(r"([^%]|%[0-9A-F]{2})*", query), "every % starts an escape"
+        assert ids_of(url, names) == given
+        # As Starlette reads it (the console's own parsing): the same values.
+        parsed = QueryParams(URL("http://127.0.0.1:8090" + url).query)
+        assert [parsed.getlist(n) for n in names] == [[g] for g in given]
+
+
+def test_an_address_naming_a_run_twice_names_none() -> None:
+    from hitl.console.urls import call_url, ids_of
+
+    url = call_url("default", "a", "t1.1") + "&run=b"
+    assert ids_of(url, ("ns", "run", "call")) is None
+    assert ids_of("/call?ns=default&call=t1.1", ("ns", "run", "call")) is None
+
+
+# ----------------------------------------------------------------------------- who sees what
+
+
+def test_calls_are_seen_by_their_approvers_and_viewers() -> None:
+    from hitl.console.rules import Rules
+    from hitl.wire import ApproverDirectory, ApproverEntry
+
+    directory = ApproverDirectory(
+        approvers={
+            "ann": ApproverEntry(groups=["finance"]),
+            "vic": ApproverEntry(groups=["audit"]),
+        }
+    )
+    rules = Rules.of(directory, ["group:audit", "olga", " "])
+    finance = ["group:finance"]
+    assert rules.may_decide("ann", finance) and rules.may_see("ann", finance)
+    assert not rules.may_decide("cy", finance) and not rules.may_see("cy", finance)
+    assert rules.may_decide("cy", []), "an empty list means anyone"
+    assert rules.may_decide("cy", ["cy"]) and not rules.may_decide("cy", ["group:cy"])
+    assert rules.may_see("vic", finance) and not rules.may_decide("vic", finance)
+    assert rules.may_see("olga", finance) and not rules.may_decide("olga", finance)
+    assert not Rules().may_see("ann", finance), "without the directory, groups match nobody"
+    assert not rules.is_viewer(""), "a blank viewer entry names nobody"
+
+
+def test_a_ticket_is_for_one_person_and_one_call_as_seen() -> None:
+    sessions = Sessions(key=b"k" * 32, seconds=60)
+    ticket = sessions.ticket("ann", "default", "run-1", "t1.1", "abc", "0")
+    assert sessions.check(ticket, "ann", "default", "run-1", "t1.1", "abc", "0")
+    assert not sessions.check(ticket, "bob", "default", "run-1", "t1.1", "abc", "0")
+    assert not sessions.check(ticket, "ann", "default", "run-2", "t1.1", "abc", "0")
+    assert not sessions.check(ticket, "ann", "default", "run-1", "t1.1", "abd", "0")
+    assert not sessions.check(ticket, "ann", "default", "run-1", "t1.1", "abc", "1")
+    assert not sessions.check(ticket + "0", "ann", "default", "run-1", "t1.1", "abc", "0")
+    assert not sessions.check("", "ann") and not sessions.check("x.y", "ann")
+    old = Sessions(key=b"k" * 32, seconds=-1).ticket("ann", "x")
+    assert not sessions.check(old, "ann", "x"), "expired"
+    other = Sessions(key=b"z" * 32, seconds=60).ticket("ann", "x")
+    assert not sessions.check(other, "ann", "x"), "another console's"
+    cookie, _ = sessions.issue("ann")
+    assert not sessions.check(cookie, "ann"), "a cookie is no ticket"
+
+
+# ----------------------------------------------------------------------------- the inbox
+
+
+def test_the_inbox_lists_the_configured_task_queues(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hitl.cli.inbox import QUEUES_ENV, allowed_queues, queue_clause
+
+    monkeypatch.delenv(QUEUES_ENV, raising=False)
+    assert allowed_queues() == ["hitl"]
+    assert allowed_queues(None, "mine") == ["mine"]
+    monkeypatch.setenv(QUEUES_ENV, " a, b ,,a")
+    assert allowed_queues(None, "mine") == ["a", "b"]
+    assert allowed_queues(["c", "c", " "], "mine") == ["c"]
+    assert queue_clause(["a"]) == "TaskQueue = 'a'"
+    assert queue_clause(["a", "o'q"], outside=True) == "TaskQueue NOT IN ('a', 'o\\'q')"
+    assert queue_clause(['say "hi"']) is None, "matched on the client instead"
+
+
+async def test_a_memo_counts_only_when_it_names_its_own_run() -> None:
+    from types import SimpleNamespace
+
+    from hitl.cli.inbox import memo_confirmed
+    from hitl.wire import InboxMemo
+
+    described: list[str] = []
+
+    class Handle:
+        def __init__(self, first: str) -> None:
+            self.first = first
+
+        async def describe(self, **_: object) -> object:
+            described.append(self.first)
+            info = SimpleNamespace(first_run_id=self.first)
+            return SimpleNamespace(raw_description=SimpleNamespace(workflow_execution_info=info))
+
+    def run(run_id: str, first_in_visibility: str, first_described: str = "") -> object:
+        raw = SimpleNamespace(first_run_id=first_in_visibility)
+        client = SimpleNamespace(get_workflow_handle=lambda *a, **k: Handle(first_described))
+        return client, SimpleNamespace(id="w", run_id=run_id, raw_info=raw)
+
+    async def confirmed(memo_run: str, *args: str) -> bool:
+        client, w = run(*args)
+        return await memo_confirmed(client, w, InboxMemo(run=memo_run))  # type: ignore[arg-type]
+
+    assert not await confirmed("", "r1", "r1"), "a memo naming no run"
+    assert await confirmed("r1", "r2", "r1"), "visibility's first run id"
+    assert not await confirmed("r2", "r2", "r1"), "visibility says another first run"
+    assert await confirmed("r1", "r1", "") and described == [], "a first run: no call"
+    assert await confirmed("r1", "r2", "", "r1"), "a continued run: the server says"
+    assert not await confirmed("spoofed", "r2", "", "r1")
+
+
+class _Forms(HTMLParser):
+    """The forms of a page: (action, {name: value}) of their inputs; and its links."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forms: list[tuple[str, dict[str, str]]] = []
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "form":
+            self.forms.append((a.get("action", ""), {}))
+        elif tag == "input" and self.forms and "name" in a:
+            self.forms[-1][1][a["name"]] = a.get("value", "")
+        elif tag == "a":
+            self.links.append(a.get("href", ""))
+
+
+@pytest.mark.parametrize("wid", ["VICTIM/calls/t1.1/decide?x", "a&run=b#c", "ü/../%2F"])
+def test_a_call_page_names_its_call_whole_and_its_post_must_match(wid: str) -> None:
+    from datetime import UTC, datetime
+
+    from starlette.testclient import TestClient
+
+    from hitl.console.app import create_app
+    from hitl.console.data import ConsoleData, Inbox, Outcome, Row
+    from hitl.console.urls import call_url, ids_of
+    from hitl.wire import RunSnapshot, RunStatus
+    from hitl.wire.runs import text_digest
+
+    cid = "t2.1/t1.1"
+    call = PendingApproval(
+        call_id=cid, tool_name="pay", agent_id="A", agent_name="A", turn=1,
+        arguments='{"amount": 5}', arguments_sha256=text_digest('{"amount": 5}'), round=3,
+        requested_at=datetime.now(UTC),
+    )  # fmt: skip
+    snap = RunSnapshot(
+        status=RunStatus(workflow_id=wid, run_id="r", phase="awaiting_approval", agent="A",
+                         pending=[call]),
+        input_items=[], new_items=[],
+    )  # fmt: skip
+    sent: list[tuple[tuple[object, ...], dict[str, object]]] = []
+
+    class Canned(ConsoleData):
+        async def inbox(self) -> Inbox:
+            return Inbox(rows=[Row.of_pending("default", wid, "A", "hitl", call)], read_at=1e12)
+
+        async def snapshot(self, namespace: str, workflow_id: str) -> RunSnapshot:
+            assert (namespace, workflow_id) == ("default", wid)
+            return snap
+
+        async def decide(self, *args: object, **kw: object) -> Outcome:  # type: ignore[override]
+            sent.append((args, kw))
+            return Outcome(True, "Done")
+
+    auth = Authenticator(mode="link", user="ann")
+    app = create_app(Canned({"default": None}), auth)  # type: ignore[dict-item]
+    with TestClient(app, base_url="http://127.0.0.1:8090") as client:
+        client.get(auth.login_link("http://127.0.0.1:8090"))
+        inbox = _Forms()
+        inbox.feed(client.get("/").text)
+        assert call_url("default", wid, cid) in inbox.links
+        page = client.get(call_url("default", wid, cid))
+        assert page.status_code == 200, page.text
+        parsed = _Forms()
+        parsed.feed(page.text)
+        decides = [(action, fields) for action, fields in parsed.forms if "ticket" in fields]
+        assert decides, "the approve and reject forms"
+        for action, fields in decides:
+            assert ids_of(action, ("ns", "run", "call")) == ["default", wid, cid]
+            assert (fields["ns"], fields["run"], fields["call"]) == ("default", wid, cid)
+            assert (fields["seen"], fields["round"]) == (call.arguments_sha256, "3")
+        action, fields = decides[0]
+        # The same form posted to another call's address, or naming another run: refused.
+        other = call_url("default", "VICTIM", "t1.1").replace("/call", "/decide")
+        assert client.post(other, data=fields | {"action": "approve"}).status_code == 400
+        renamed = fields | {"run": "VICTIM", "action": "approve"}
+        assert client.post(action, data=renamed).status_code == 400
+        assert sent == []
+        done = client.post(action, data=fields | {"action": "approve", "approver": "bob"})
+        assert done.status_code == 200, done.text
+    [(args, kw)] = sent
+    assert args == ("default", wid, cid, "ann", "approve")
+    assert kw["seen_sha256"] == call.arguments_sha256
+
+
+async def test_answers_and_extensions_are_bound_and_signed_for_the_person() -> None:
+    """An answer and an extension through the console name the arguments seen and the round,
+    and carry the gateway's signature over exactly that, which the run's own check accepts for
+    the signed-in person (approvals: tests/e2e/test_console_signing.py)."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from hitl.console.data import ConsoleData
+    from hitl.signing import key_id_for, new_key_pair, verify_decision
+    from hitl.wire import ApproverDirectory, ApproverEntry, Extension, InputAnswer
+
+    key, public = new_key_pair()
+    kid = key_id_for(public)
+    directory = ApproverDirectory(
+        approvers={"console": ApproverEntry(gateway=True, keys={kid: public})}
+    )
+    sent: list[tuple[str, object]] = []
+    now = datetime.now(UTC)
+
+    class Handle:
+        async def execute_update(self, name: str, payload: object, **_: object) -> object:
+            sent.append((name, payload))
+            if name == "extend":
+                return Extension(
+                    call_id="t1.1", seconds=3600, extended_at=now, previous=now, deadline=now
+                )
+            if name == "answer":
+                return InputAnswer.model_construct(call_id="t1.1", action="accept")
+            raise AssertionError(name)
+
+    client = SimpleNamespace(get_workflow_handle=lambda *a, **k: Handle())
+    data = ConsoleData({"default": client}, signing=(kid, key))  # type: ignore[dict-item]
+    seen = "ab" * 32
+    extended = await data.extend(
+        "default", "run/1?x", "t1.1", "ann", 3600, seen_sha256=seen, round=4
+    )
+    answered = await data.answer(
+        "default", "run/1?x", "t1.1", "ann", "accept", {"ok": True}, seen_sha256=seen, round=5
+    )
+    assert extended.ok and answered.ok
+    for name, payload in sent:
+        assert getattr(payload, "seen_sha256") == seen, name  # noqa: B009
+        assert getattr(payload, "client") == "console"  # noqa: B009
+        who = verify_decision(directory, payload, workflow_id="run/1?x", now=now)  # type: ignore[arg-type]
+        assert who == "ann", name
+    assert [getattr(p, "round") for _, p in sent] == [4, 5]  # noqa: B009

@@ -1,0 +1,71 @@
+"""The console's addresses: identifiers travel as query parameters, never as path segments.
+
+Run ids, call ids and namespaces are anyone's text (a run id may hold `/`, `?`, `#`, `%`, `..`
+or `/calls/x/decide?`). A route that took them from the path would let one run's id name
+another run's call (Starlette routes on the decoded path, so even `%2F` splits a segment).
+So every page that is about a run or a call has a fixed path and names them in its query
+string, each value percent-encoded whole (`urllib.parse.urlencode`): `/call?ns=...&run=...&
+call=...`. `ids_of` reads them back, refusing a query that names one of them twice or not at
+all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+__all__ = [
+    "AUDIT",
+    "CALL",
+    "DECIDE",
+    "audit_url",
+    "call_url",
+    "decide_url",
+    "ids_of",
+    "one_each",
+]
+
+CALL = "/call"
+"""A call's page: `?ns=&run=&call=`."""
+DECIDE = "/decide"
+"""Where a call's forms post: `?ns=&run=&call=` (the form repeats them in hidden fields)."""
+AUDIT = "/audit"
+"""A run's decisions and refused attempts: `?ns=&run=`."""
+
+
+def call_url(namespace: str, run: str, call: str) -> str:
+    """The page of call `call` of run `run` in `namespace`."""
+    return CALL + "?" + urlencode({"ns": namespace, "run": run, "call": call})
+
+
+def decide_url(namespace: str, run: str, call: str) -> str:
+    """Where the forms of that call's page post."""
+    return DECIDE + "?" + urlencode({"ns": namespace, "run": run, "call": call})
+
+
+def audit_url(namespace: str, run: str) -> str:
+    """The audit page of run `run` in `namespace`."""
+    return AUDIT + "?" + urlencode({"ns": namespace, "run": run})
+
+
+def ids_of(url: str, names: Sequence[str]) -> list[str] | None:
+    """The values of `names` in a console address (or its query string), each given once.
+
+    `None` when one is missing or repeated: a page never guesses which of two runs was meant.
+    """
+    query = urlsplit(url).query if url.startswith("/") else url
+    found: dict[str, list[str]] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        found.setdefault(key, []).append(value)
+    return one_each(found, names)
+
+
+def one_each(given: Mapping[str, Sequence[str]], names: Sequence[str]) -> list[str] | None:
+    """`given[name]`'s one value for each of `names`; `None` if any is missing or repeated."""
+    values = []
+    for name in names:
+        found = list(given.get(name, ()))
+        if len(found) != 1:
+            return None
+        values.append(found[0])
+    return values

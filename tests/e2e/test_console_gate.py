@@ -1,0 +1,151 @@
+"""The console's own checks on a post, each against a real run (dev server): a post that
+fails one of them decides nothing, as the run's record shows, and the same post without the
+fault is taken (so the refusal was that check's, not an accident of the test).
+
+- the origin: a post from another origin, with a valid session and form token, is refused;
+- `header` mode: the session stands only while the proxy names the same person;
+- the person deciding is the signed-in one, whatever the form says;
+- the form names the call of its address, with the ticket the page gave (no other call's).
+
+The app runs in the test's event loop, reached through httpx's ASGI transport (no browser).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest_asyncio
+from temporalio.client import Client
+
+from hitl import Runner
+from hitl.console.app import create_app
+from hitl.console.auth import COOKIE, Authenticator, AuthMode, token_digest
+from hitl.console.data import ConsoleData
+from hitl.console.urls import call_url, decide_url
+from hitl.wire import RunOutput, RunStatus
+from tests.agents import support_agent
+from tests.helpers import serving
+
+BASE = "http://127.0.0.1:8090"
+TOKENS = {"ann": "ann-token-0123456789", "bob": "bob-token-0123456789"}
+
+
+@pytest_asyncio.fixture(scope="module")
+async def queue(dev_client: Client) -> AsyncIterator[str]:
+    async with serving(dev_client, support_agent) as tq:
+        yield tq
+
+
+def console(client: Client, tq: str, mode: AuthMode) -> httpx.AsyncClient:
+    """A browser-like client of a console in `mode` (tokens: ann and bob)."""
+    auth = Authenticator(mode=mode, users={n: token_digest(t) for n, t in TOKENS.items()})
+    app = create_app(ConsoleData({client.namespace: client}, task_queues=[tq]), auth)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE)
+
+
+async def park(client: Client, tq: str, text: str) -> tuple[str, str]:
+    result = await Runner.run(support_agent, text, client=client, task_queue=tq, serve=False)
+    return result.workflow_id, result.interruptions[0].call_id
+
+
+def form_of(page: str) -> dict[str, str]:
+    """The hidden fields of a call page's approve form (the first form that posts a decision)."""
+    start = page.index('class="decide"')
+    form = page[start : page.index("</form>", start)]
+    fields = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form)
+    return {name: html.unescape(value) for name, value in fields}
+
+
+async def recorded(client: Client, wid: str) -> list[tuple[str, str | None]]:
+    got: RunStatus = await client.get_workflow_handle(wid).query("status", result_type=RunStatus)
+    return [(d.kind, d.approver) for d in got.decisions]
+
+
+async def signed_in(web: httpx.AsyncClient, who: str) -> None:
+    answer = await web.post("/login", data={"name": who, "token": TOKENS[who]})
+    assert answer.status_code == 303 and COOKIE in web.cookies
+
+
+async def test_a_post_from_another_origin_decides_nothing(dev_client: Client, queue: str) -> None:
+    wid, call = await park(dev_client, queue, "cancel order 51")
+    async with console(dev_client, queue, "tokens") as web:
+        await signed_in(web, "ann")
+        page = await web.get(call_url("default", wid, call))
+        assert page.status_code == 200, page.text
+        form = form_of(page.text) | {"action": "approve"}
+        url = decide_url("default", wid, call)
+        evil = await web.post(url, data=form, headers={"Origin": "http://evil.example"})
+        assert (evil.status_code, evil.text) == (403, "cross-site request refused")
+        assert await recorded(dev_client, wid) == []
+        ours = await web.post(url, data=form, headers={"Origin": BASE})
+        assert ours.status_code == 200, ours.text
+    out = await dev_client.get_workflow_handle(wid, result_type=RunOutput).result()
+    assert [(d.kind, d.approver) for d in out.decisions] == [("approve", "ann")]
+
+
+async def test_in_header_mode_the_proxy_must_name_the_sessions_person(
+    dev_client: Client, queue: str
+) -> None:
+    wid, call = await park(dev_client, queue, "cancel order 52")
+    async with console(dev_client, queue, "header") as web:
+        page = await web.get(call_url("default", wid, call), headers={"X-Forwarded-User": "ann"})
+        assert page.status_code == 200 and COOKIE in web.cookies, page.text
+        form = form_of(page.text) | {"action": "approve"}
+        url = decide_url("default", wid, call)
+        # ann's session and form, but the proxy now says bob: signed out, for either of them.
+        as_bob = await web.post(url, data=form, headers={"X-Forwarded-User": "bob"})
+        assert (as_bob.status_code, as_bob.text) == (401, "log in first")
+        # ann's session and form, and no proxy header at all (a request around the proxy).
+        around = await web.post(url, data=form)
+        assert (around.status_code, around.text) == (401, "log in first")
+        assert await recorded(dev_client, wid) == []
+        # The proxy says ann, as the session does: taken, as ann.
+        as_ann = await web.post(url, data=form, headers={"X-Forwarded-User": "ann"})
+        assert as_ann.status_code == 200, as_ann.text
+    out = await dev_client.get_workflow_handle(wid, result_type=RunOutput).result()
+    assert [(d.kind, d.approver) for d in out.decisions] == [("approve", "ann")]
+
+
+async def test_the_form_cannot_name_who_decides(dev_client: Client, queue: str) -> None:
+    wid, call = await park(dev_client, queue, "cancel order 53")
+    async with console(dev_client, queue, "tokens") as web:
+        await signed_in(web, "ann")
+        page = await web.get(call_url("default", wid, call))
+        form: dict[str, Any] = form_of(page.text) | {"action": "approve"}
+        form |= {"approver": "bob", "person": "bob", "as": "bob", "client": "hitl"}
+        done = await web.post(decide_url("default", wid, call), data=form)
+        assert done.status_code == 200, done.text
+    out = await dev_client.get_workflow_handle(wid, result_type=RunOutput).result()
+    [d] = out.decisions
+    assert (d.approver, d.client) == ("ann", "console")
+
+
+async def test_a_form_for_one_call_cannot_decide_another(dev_client: Client, queue: str) -> None:
+    """Two paused runs; ann's page of the first gives a form. Posted to the second run's address
+    (or with the second run's id in its fields), it is refused and neither run is decided."""
+    first, first_call = await park(dev_client, queue, "cancel order 54")
+    second, second_call = await park(dev_client, queue, "cancel order 55")
+    async with console(dev_client, queue, "tokens") as web:
+        await signed_in(web, "ann")
+        page = await web.get(call_url("default", first, first_call))
+        form = form_of(page.text) | {"action": "approve"}
+        elsewhere = await web.post(decide_url("default", second, second_call), data=form)
+        assert elsewhere.status_code == 400
+        renamed = form | {"run": second, "call": second_call}
+        forged = await web.post(decide_url("default", second, second_call), data=renamed)
+        assert forged.status_code == 404, "no ticket for the second call: as if it did not exist"
+        twice = await web.post(
+            decide_url("default", first, first_call) + "&" + "run=" + second, data=form
+        )
+        assert twice.status_code == 400, "a run named twice is not guessed at"
+        assert await recorded(dev_client, first) == [] and await recorded(dev_client, second) == []
+        ok = await web.post(decide_url("default", first, first_call), data=form)
+        assert ok.status_code == 200, ok.text
+    out = await dev_client.get_workflow_handle(first, result_type=RunOutput).result()
+    assert [(d.kind, d.approver) for d in out.decisions] == [("approve", "ann")]
+    assert await recorded(dev_client, second) == []
+    await dev_client.get_workflow_handle(second).terminate("test over")
