@@ -11,15 +11,22 @@ from temporalio import activity
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from hitl.wire import ACT_READ_RUN, ChildReport, FromRoot, ReadRunInput, ReadRunOutput
+from hitl.wire import (
+    ACT_READ_RUN,
+    QUERY_REPORT,
+    ChildReport,
+    FromRoot,
+    ReadRunInput,
+    ReadRunOutput,
+)
 
 
 @activity.defn(name=ACT_READ_RUN)
 async def read_run(inp: ReadRunInput) -> ReadRunOutput:
-    """Query `__hitl_report` or `__hitl_mail` of another run; nothing when it is gone."""
+    """Query `QUERY_REPORT` or `QUERY_MAIL` of another run; nothing when it is gone."""
     handle = activity.client().get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
     try:
-        if inp.query == "__hitl_report":
+        if inp.query == QUERY_REPORT:
             report: ChildReport = await handle.query(inp.query, result_type=ChildReport)
             return ReadRunOutput(report=report)
         mail: FromRoot = await handle.query(inp.query, inp.call_id, result_type=FromRoot)

@@ -8,6 +8,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from hitl.wire import (
     ACT_LOAD_SESSION,
     ACT_SAVE_SESSION,
+    SESSION_APPEND,
     SESSION_ITEMS,
     SESSION_WORKFLOW_TYPE,
     SessionInput,
@@ -44,6 +45,6 @@ class SessionActivities:
             id=session_workflow_id(ref.session_id),
             task_queue=ref.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            start_signal="append",
+            start_signal=SESSION_APPEND,
             start_signal_args=[ref.append],
         )

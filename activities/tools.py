@@ -41,6 +41,7 @@ from hitl.wire import (
     RunContextData,
     RunErrorInfo,
     ToolOutput,
+    idempotency_key,
 )
 
 log = logging.getLogger("hitl.activities")
@@ -192,7 +193,7 @@ class ToolActivities:
                     tool_name=tool.name,
                     tool_call_id=call.call_id,
                     tool_arguments=call.arguments,
-                    idempotency_key=f"{ctx.workflow_id}:{call.call_id}",
+                    idempotency_key=idempotency_key(ctx.workflow_id, call.call_id),
                 ),
                 agent=agent,
                 tool_name=tool.name,
@@ -396,7 +397,12 @@ class ToolActivities:
             tool_name=inp.tool_name,
             tool_call_id=inp.call_id,
             tool_arguments=inp.arguments,
-            idempotency_key=f"{inp.workflow_id}:{inp.call_id}",
+            # The key the workflow sent with the call; `rejection_text` is sent none: same rule.
+            idempotency_key=(
+                inp.idempotency_key
+                if isinstance(inp, ExecuteToolInput)
+                else idempotency_key(inp.workflow_id, inp.call_id)
+            ),
             attempt=attempt,
             decision=inp.decision,
             answers=list(inp.answers) if isinstance(inp, ExecuteToolInput) else [],

@@ -46,6 +46,7 @@ from hitl.wire import (
     DecisionSource,
     PlanCall,
     StandingRule,
+    idempotency_key,
 )
 from hitl.workflows import turn
 from hitl.workflows.book import ApprovalBook
@@ -139,7 +140,7 @@ class ToolCheck:
             tool_name=self.tool.name,
             tool_call_id=call_id,
             tool_arguments=text,
-            idempotency_key=f"{TEST_WORKFLOW_ID}:{call_id}",
+            idempotency_key=idempotency_key(TEST_WORKFLOW_ID, call_id),
         )
         result = await self.tool.invoke(ctx, text, UserAction(primary_confirmed=confirmed))
         return tool_output_text(result)
