@@ -63,47 +63,69 @@ class ToolArgumentsError(ValueError):
 class FunctionTool:
     """A Python function the model can call.
 
-    Build it with `@function_tool`; the fields are its recorded policy.
+    Build it with `@function_tool`, whose arguments set these fields: they are the tool's
+    recorded policy, documented here once.
 
     Attributes:
-        name: Name the model calls it by.
-        description: What the tool does, for the model.
-        params_json_schema: JSON schema of the arguments.
+        name: Name the model calls it by (`name_override`; default: the function's name).
+        description: What the tool does, for the model (`description_override`; default: the
+            docstring's description).
+        params_json_schema: JSON schema of the arguments, from the signature and docstring.
         func: The wrapped function.
-        needs_approval: `True`, `False` or a predicate `(ctx, params, call_id) -> bool`.
-        strict_json_schema: Whether the schema follows OpenAI's strict mode.
+        needs_approval: `True` (always ask), `False` (never ask), or a predicate
+            `(ctx, params, call_id) -> bool`, sync or async, evaluated in an activity.
+        strict_json_schema: Whether the schema follows OpenAI's strict mode, all parameters
+            required and no extras (`strict_mode`).
         timeout: Seconds one attempt may take (the activity's start-to-close timeout).
         heartbeat_timeout: Seconds without a heartbeat before a crashed worker is presumed dead
             and the attempt is retried (the tool need not heartbeat itself: the activity beats
             while it runs, sync tools included). `None` disables it.
-        max_attempts: Attempts for retryable failures; keep it low for side effects.
+        max_attempts: Attempts for retryable failures; keep it low for side effects, and give
+            side-effecting tools an idempotency key (`ctx.idempotency_key`).
         approval_timeout: Seconds a call may wait for a decision before it is rejected as
             expired; `None` waits forever.
-        approval_request: Renders the approval request (title, message, preview).
+        approval_request: Renders the approval request (title, message, preview):
+            `(params) -> ApprovalRequest | str` or `(ctx, params) -> ...`, sync or async,
+            in an activity before the run pauses. Default: the tool's name and arguments.
         auto_approve: This tool's key of two-key auto-approval: with the run's preset also on
             (`RunConfig(auto_approve=True)`), calls are approved without a person.
         approver: A programmatic approver `(ctx, ApprovalCall) -> ToolApproved | ToolDenied |
             None` consulted before a person (`None` defers to a person).
-        required_approvals: Distinct people who must approve a call (four eyes: 2), or
-            `(ctx, params, call_id) -> int` deciding per call. Only people approve such a
-            call; one rejection rejects it.
-        allow_edits: Whether a person may approve a call with edited arguments.
-        signed_decisions: Decisions on this tool's calls must be signed by a key in the
-            worker's approver directory.
-        remind_after: Seconds a call waits before people are reminded (a notification).
-        escalate_after: Seconds a call waits before `escalate_to` may decide it too.
-        escalate_to: Approvers or groups (`group:<name>`) added when a call escalates.
-        retry_safe: `False` for a tool whose effect must not be repeated blindly: it runs one
-            attempt, and an attempt that dies (worker crash, timeout) parks the call as
-            *uncertain* until a person says whether the effect happened.
+        tool_input_guardrails: Checks run (in the tool's activity) right before it executes;
+            they may reject the call (the model sees their message) or stop the run.
+        timeout_behavior: When an attempt exceeds `timeout`: tell the model
+            (`"error_as_result"`) or fail the run with `ToolTimeoutError`.
+        approvers: Who may decide this tool's calls (approver ids or `group:<name>`, e.g.
+            `["group:finance"]`); others are refused with `NotAuthorized`. Empty: anyone (or
+            the run's list). Or `(ctx, params, call_id) -> list[str]`, evaluated in an
+            activity (on the model's arguments, and again on a person's edit).
+        required_approvals: Distinct people who must approve a call before it runs (four eyes:
+            2), or `(ctx, params, call_id) -> int` deciding per call, in an activity. Each
+            approval must name its approver; rules, approver callbacks and auto-approval never
+            approve such a call (they may reject it); one rejection rejects it.
         called_on_rejection: A tool that takes a `UserAction` is also called when its call is
             rejected or expires (with `primary_confirmed=False`), and what it returns is what
             the model sees. Off by default: a rejected call runs no tool code.
+        allow_edits: Whether a person may approve a call with edited arguments (checked against
+            the schema; the approval requirement is evaluated on them again).
+        signed_decisions: Decisions on this tool's calls must be signed by a key in the
+            worker's approver directory (`HITL_APPROVERS`) whose owner is the approver.
+        remind_after: Seconds a call waits before people are reminded (a `reminder`
+            notification).
+        escalate_after: Seconds a call waits before `escalate_to` may decide it too (people are
+            notified).
+        escalate_to: Approvers or groups (`group:<name>`) added when a call escalates.
+        retry_safe: `False` for a tool whose effect must not be repeated blindly: it runs one
+            attempt, and an attempt that dies (worker crash, timeout) parks the call as
+            *uncertain* until a person says whether the effect happened (with its result), to
+            run it again, or to give up.
         local_activity: Run calls as local activities: on the worker that runs the run, inside
             the workflow task that decided them (an approval's, or the model answer's), which
-            saves a workflow task and an activity task per call. For quick, retry-safe tools:
-            a call holds its workflow task while it runs, shows no pending activity in the UI,
-            has no heartbeat timeout, and ignores `RunConfig.tool_task_queue`.
+            saves a workflow task and an activity task per call. For quick, retry-safe tools
+            (a lookup, an idempotent API call): a call holds its workflow task while it runs,
+            shows no pending activity in the UI, has no heartbeat timeout, and ignores
+            `RunConfig.tool_task_queue`. Needs `retry_safe=True`: a worker that dies midway
+            reruns the call without asking anyone.
     """
 
     name: str
@@ -388,117 +410,79 @@ def function_tool(
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
     """Turn a function into a tool; its JSON schema comes from the signature and docstring.
 
-    The first parameter may be a `ToolContext` / `RunContextWrapper` (by annotation); it is
-    filled in at call time and not shown to the model. Sync functions run in a thread.
+    Use it bare (`@function_tool`) or with options (`@function_tool(needs_approval=True)`). The
+    first parameter may be a `ToolContext` / `RunContextWrapper` (by annotation): it is filled
+    in at call time and not shown to the model. A parameter annotated `UserAction` receives the
+    person's action at execution (not shown to the model either); the tool must act only when
+    `action.primary_confirmed` is true. Sync functions run in a thread.
 
-    Args:
-        func: The function (when used as a bare decorator).
-        name_override: Tool name (default: the function's name).
-        description_override: Tool description (default: the docstring's description).
-        needs_approval: `True` (always ask), `False` (never ask), or a predicate
-            `(ctx, params, call_id) -> bool`, sync or async, evaluated in an activity.
-        strict_mode: Use OpenAI's strict JSON schema (all parameters required, no extras).
-        timeout: Seconds one attempt may take.
-        heartbeat_timeout: Seconds without heartbeat before a crash is noticed (`None` disables).
-        max_attempts: Attempts for retryable failures (give side-effecting tools an
-            idempotency key: `ctx.idempotency_key`).
-        approval_timeout: Seconds a call may wait for a decision before it is rejected as
-            expired (`None`: wait forever).
-        approval_request: `(params) -> ApprovalRequest` (or `(ctx, params)`), rendered in an
-            activity before the run pauses; default: the tool's name and arguments.
-        auto_approve: Allow auto-approval when the run's preset enables it (both keys needed).
-        approver: A programmatic approver consulted before a person.
-        tool_input_guardrails: Checks run (in the tool's activity) right before it executes;
-            they may reject the call (the model sees their message) or stop the run.
-        timeout_behavior: When an attempt exceeds `timeout`: tell the model
-            (`"error_as_result"`) or fail the run with `ToolTimeoutError`.
-        approvers: Who may decide this tool's calls (approver ids or `group:<name>`, e.g.
-            `["group:finance"]`); others are refused with `NotAuthorized`. Empty: anyone (or
-            the run's list). Or `(ctx, params, call_id) -> list[str]`, evaluated in an
-            activity (on the model's arguments, and again on a person's edit).
-        required_approvals: Distinct approvers a call needs before it runs (four eyes: 2),
-            or `(ctx, params, call_id) -> int`, evaluated in an activity. Each approval must
-            name its approver; rules, approver callbacks and auto-approval never approve such
-            a call (they may reject it); one rejection rejects it.
-        called_on_rejection: For a tool that takes a `UserAction`: also call it (with
-            `primary_confirmed=False`) when its call is rejected or expires, so it can word
-            the answer the model sees. Default: rejected calls run no tool code.
-        allow_edits: Let a person approve a call with edited arguments (checked against the
-            schema; the approval requirement is evaluated on them again).
-        signed_decisions: Accept only decisions signed with a key of the worker's approver
-            directory (`HITL_APPROVERS`), whose owner is the decision's approver.
-        remind_after: Seconds after which a waiting call is reminded (a `reminder`
-            notification).
-        escalate_after: Seconds after which a waiting call escalates: `escalate_to` (approvers
-            or `group:<name>`) may decide it too, and people are notified.
-        escalate_to: Who is added to the approvers when a call escalates.
-        retry_safe: `False`: the tool runs a single attempt, and an attempt that dies midway
-            (worker crash, timeout) parks the call as *uncertain*: a person says whether the
-            effect happened (with its result), to run it again, or to give up.
-        local_activity: Run calls as local activities, inside the workflow task that decided
-            them: one workflow task and one activity task fewer per call (an approved call
-            runs in the approval's own task). For quick, retry-safe tools (a lookup, an
-            idempotent API call): while a call runs it holds its workflow task, shows no
-            pending activity, has no heartbeat timeout, and always runs on the run's worker
-            (`RunConfig.tool_task_queue` does not apply). Needs `retry_safe=True`: a worker
-            that dies midway reruns the call without asking anyone.
+    `name_override` and `description_override` replace the function's name and its docstring's
+    description; `strict_mode` asks for OpenAI's strict JSON schema (all parameters required,
+    no extras). Every other argument sets the `FunctionTool` field of the same name, where each
+    is documented: who must approve a call and how (`needs_approval`, `approvers`,
+    `required_approvals`, `approver`, `auto_approve`, `signed_decisions`, `allow_edits`,
+    `approval_request`), how long it may wait (`approval_timeout`, `remind_after`,
+    `escalate_after`, `escalate_to`), and how it runs (`timeout`, `heartbeat_timeout`,
+    `max_attempts`, `timeout_behavior`, `retry_safe`, `local_activity`,
+    `tool_input_guardrails`, `called_on_rejection`).
 
-    A parameter annotated `UserAction` receives the person's action at execution (and is not
-    shown to the model); the tool must act only when `action.primary_confirmed` is true.
+    Raises:
+        UserError: When the function is decorated: a policy that cannot hold (e.g.
+            `required_approvals=2` on a tool that needs no approval), or parameters a model
+            cannot be told about (`*args`, a context parameter that is not first).
     """
+    options = dict(locals())  # every argument, named once: in the signature above
+    del options["func"]
 
     def build(fn: ToolFunction) -> FunctionTool:
-        if not callable(fn):
-            raise UserError("@function_tool decorates a function")
-        if not (isinstance(needs_approval, bool) or callable(needs_approval)):
-            raise UserError("needs_approval must be True, False or a callable")
-        _check_required_approvals(required_approvals, needs_approval)
-        name = name_override or fn.__name__
-        description, param_docs = parse_docstring(fn.__doc__)
-        model, takes_context, user_action = _build_args_model(fn, name, param_docs)
-        if called_on_rejection and user_action is None:
-            raise UserError(
-                f"called_on_rejection needs a UserAction parameter on {name!r} (it is how the "
-                "tool learns the call was rejected)"
-            )
-        schema = model.model_json_schema()
-        schema.pop("title", None)
-        if strict_mode:
-            schema = ensure_strict_json_schema(schema)
-        return FunctionTool(
-            name=name,
-            description=description_override or description,
-            params_json_schema=schema,
-            func=fn,
-            needs_approval=needs_approval,
-            strict_json_schema=strict_mode,
-            timeout=timeout,
-            heartbeat_timeout=heartbeat_timeout,
-            max_attempts=max_attempts,
-            approval_timeout=approval_timeout,
-            approval_request=approval_request,
-            auto_approve=auto_approve,
-            approver=approver,
-            tool_input_guardrails=list(tool_input_guardrails or []),
-            timeout_behavior=timeout_behavior,
-            approvers=approvers if callable(approvers) else list(approvers or []),
-            required_approvals=required_approvals,
-            called_on_rejection=called_on_rejection,
-            allow_edits=allow_edits,
-            signed_decisions=signed_decisions,
-            remind_after=remind_after,
-            escalate_after=escalate_after,
-            escalate_to=list(escalate_to or []),
-            retry_safe=retry_safe,
-            local_activity=local_activity,
-            _args_model=model,
-            _takes_context=takes_context,
-            _user_action_param=user_action,
-        )
+        return _build_tool(fn, **options)
 
-    if func is not None:
-        return build(func)
-    return build
+    return build(func) if func is not None else build
+
+
+def _build_tool(
+    fn: ToolFunction,
+    *,
+    name_override: str | None,
+    description_override: str | None,
+    strict_mode: bool,
+    **policy: Any,
+) -> FunctionTool:
+    """`function_tool`'s work: check the policy, describe the parameters, build the tool."""
+    if not callable(fn):
+        raise UserError("@function_tool decorates a function")
+    needs_approval = policy["needs_approval"]
+    if not (isinstance(needs_approval, bool) or callable(needs_approval)):
+        raise UserError("needs_approval must be True, False or a callable")
+    _check_required_approvals(policy["required_approvals"], needs_approval)
+    name = name_override or fn.__name__
+    description, param_docs = parse_docstring(fn.__doc__)
+    model, takes_context, user_action = _build_args_model(fn, name, param_docs)
+    if policy["called_on_rejection"] and user_action is None:
+        raise UserError(
+            f"called_on_rejection needs a UserAction parameter on {name!r} (it is how the "
+            "tool learns the call was rejected)"
+        )
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    approvers = policy["approvers"]
+    return FunctionTool(
+        name=name,
+        description=description_override or description,
+        params_json_schema=ensure_strict_json_schema(schema) if strict_mode else schema,
+        func=fn,
+        strict_json_schema=strict_mode,
+        **{
+            **policy,
+            # The tool keeps lists of its own (the caller's may change later).
+            "tool_input_guardrails": list(policy["tool_input_guardrails"] or []),
+            "approvers": approvers if callable(approvers) else list(approvers or []),
+            "escalate_to": list(policy["escalate_to"] or []),
+        },
+        _args_model=model,
+        _takes_context=takes_context,
+        _user_action_param=user_action,
+    )
 
 
 def _check_required_approvals(
