@@ -38,7 +38,13 @@ from temporalio.service import RPCError
 
 from hitl.cli.common import EXIT_FAILED, EXIT_OK, one_line
 from hitl.errors import UserError
-from hitl.wire import CORE_SEARCH_ATTRIBUTES, DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES, WORKFLOW_TYPE
+from hitl.wire import (
+    CORE_SEARCH_ATTRIBUTES,
+    DEFAULT_TASK_QUEUE,
+    SA_STATUS,
+    SEARCH_ATTRIBUTES,
+    WORKFLOW_TYPE,
+)
 
 Level = Literal["ok", "warn", "fail"]
 
@@ -156,10 +162,12 @@ async def _search_attributes(client: Client) -> list[Finding]:
         if have.get(name) == search_attribute_type(kind):
             found.append(Finding("ok", "search attribute", f"{name} ({kind})"))
         elif name not in have:
+            # Runs keep the attributes the namespace has and leave out the missing ones (runs
+            # recorded by an earlier release skip all of them while one core attribute is).
             effect = (
-                "runs skip their search attributes (no inbox, no HitlStatus query)"
-                if core
-                else "runs do not record their calls' outcomes"
+                "no run can be listed by it (the inbox lists runs by it)"
+                if name == SA_STATUS
+                else "no run can be listed by it"
             )
             level: Level = "fail" if core else "warn"
             text = f"{name} ({kind}) is missing: {effect}"
