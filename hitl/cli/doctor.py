@@ -4,8 +4,8 @@ One line per check, `ok`, `warn` or `fail`, with the fix for each problem:
 
 - the server: reachable, its version, the namespace;
 - our search attributes, each registered with the right type (`hitl setup` adds the missing);
-- the workers polling each task queue (the `hitl` queue and every `--task-queue` given), for
-  workflows and for activities;
+- the workers polling each task queue (the `hitl` queue, the global `--task-queue`, the queues
+  of `HITL_TASK_QUEUES` and every `doctor --task-queue`), for workflows and for activities;
 - payload encryption: `HITL_ENCRYPTION_KEY` on this machine, and the keys recent runs were
   encrypted with;
 - the blob store (`HITL_STORAGE`);
@@ -76,13 +76,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="append",
         default=[],
         metavar="QUEUE",
-        help="also check the workers of this task queue (repeatable; the default queue always)",
+        help="also check the workers of this task queue (repeatable; always: the default queue, "
+        "the global --task-queue and HITL_TASK_QUEUES)",
     )
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Print the report; `EXIT_FAILED` when a check fails."""
-    queues = list(dict.fromkeys([DEFAULT_TASK_QUEUE, args.task_queue, *args.doctor_queues]))
+    served = [q.strip() for q in os.environ.get("HITL_TASK_QUEUES", "").split(",") if q.strip()]
+    queues = [DEFAULT_TASK_QUEUE, args.task_queue, *served, *args.doctor_queues]
+    queues = list(dict.fromkeys(queues))
     findings = asyncio.run(diagnose(args.profile, args.address, args.namespace, queues))
     for finding in findings:
         print(finding.line())
