@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from hitl.activities.tools import ToolActivities
+from hitl.activities.planning import plan_call
 from hitl.agent import Agent
 from hitl.approval import ApprovalRequest, UserAction
 from hitl.context import RunContextWrapper, ToolContext
@@ -39,12 +39,16 @@ from hitl.registry import AgentRegistry
 from hitl.run_config import RunConfig
 from hitl.tools import FunctionTool, tool_output_text
 from hitl.wire import (
+    AgentSpec,
     ApprovalRequestData,
+    CallPlan,
+    CallRecord,
     CarriedState,
     DecisionKind,
     DecisionRecord,
     DecisionSource,
     PlanCall,
+    RunConfigSpec,
     StandingRule,
     idempotency_key,
 )
@@ -159,55 +163,65 @@ class ToolCheck:
         """
         cfg = run_config or RunConfig()
         registry = AgentRegistry([self.agent], allow=cfg.callables())
-        captured = registry.resolve(self.agent.name)
-        graph = captured.graph
+        graph = registry.resolve(self.agent.name).graph
         spec = graph.agents[graph.root]
         cfg_spec = cfg.spec()
         call = FunctionCall(
             call_id=call_id, name=self.tool.name, arguments=json.dumps(arguments), raw={}
         )
-        state = CarriedState(
-            graph=graph,
-            rules=[
-                StandingRule(agent_id=spec.id, tool_name=self.tool.name, kind=k, approver=a)
-                for k, a in rules
-            ],
-        )
-        book = ApprovalBook(state)
+        standing = [
+            StandingRule(agent_id=spec.id, tool_name=self.tool.name, kind=k, approver=a)
+            for k, a in rules
+        ]
+        book = ApprovalBook(CarriedState(graph=graph, rules=standing))
         opened = turn.open_turn(
             spec, [call], book, graph.agents, 1, cfg_spec.max_tool_argument_bytes
         )
         book.begin_turn(opened.records)
-        plans = {}
-        planned = turn.to_plan(spec, opened.records)
-        if planned:
-            run_approver = cfg.approver
-            acts = ToolActivities(registry)
-            plan = await acts._plan_one(  # the planning activity's own code
-                self.agent,
-                PlanCall(call_id=call_id, tool_name=self.tool.name, arguments=call.arguments),
-                self._ctx(),
-                run_approver,
-                turn.skip_policy(spec, book, cfg_spec, planned),
-                cfg.pre_approval_tool_input_guardrails,
-            )
-            plans = turn.apply_plans(opened, planned, [plan])
+        plans = await self._plan(call, opened, spec, book, cfg, cfg_spec)
         turn.settle(spec, opened, plans, book, cfg_spec, datetime.now(UTC))
-        rec = opened.records[0]
-        verdict = Verdict(
-            outcome="waits",
-            needs_approval=rec.needs_approval,
-            approvers=list(rec.approvers),
-            required_approvals=rec.required_approvals,
-            request=rec.request,
-            decision=rec.decision,
-            source=rec.decision.source if rec.decision is not None else None,
+        return _verdict(opened.records[0])
+
+    async def _plan(
+        self,
+        call: FunctionCall,
+        opened: turn.OpenedTurn,
+        spec: AgentSpec,
+        book: ApprovalBook,
+        cfg: RunConfig,
+        cfg_spec: RunConfigSpec,
+    ) -> dict[str, CallPlan]:
+        """The planning activity's own code, when the run would plan the call."""
+        planned = turn.to_plan(spec, opened.records)
+        if not planned:
+            return {}
+        plan = await plan_call(
+            self.agent,
+            PlanCall(call_id=call.call_id, tool_name=self.tool.name, arguments=call.arguments),
+            self._ctx(),
+            cfg.approver,
+            turn.skip_policy(spec, book, cfg_spec, planned),
+            cfg.pre_approval_tool_input_guardrails,
         )
-        if rec.state == "refused":
-            verdict.outcome, verdict.message = "refused", rec.output
-        elif rec.state == "approved":
-            verdict.outcome = "approved"
-        elif rec.state == "rejected":
-            verdict.outcome = "rejected"
-            verdict.message = rec.decision.message if rec.decision else None
-        return verdict
+        return turn.apply_plans(opened, planned, [plan])
+
+
+def _verdict(rec: CallRecord) -> Verdict:
+    """What the run's decision core made of the call, as a `Verdict`."""
+    verdict = Verdict(
+        outcome="waits",
+        needs_approval=rec.needs_approval,
+        approvers=list(rec.approvers),
+        required_approvals=rec.required_approvals,
+        request=rec.request,
+        decision=rec.decision,
+        source=rec.decision.source if rec.decision is not None else None,
+    )
+    if rec.state == "refused":
+        verdict.outcome, verdict.message = "refused", rec.output
+    elif rec.state == "approved":
+        verdict.outcome = "approved"
+    elif rec.state == "rejected":
+        verdict.outcome = "rejected"
+        verdict.message = rec.decision.message if rec.decision else None
+    return verdict
