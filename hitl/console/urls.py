@@ -4,15 +4,15 @@ Run ids, call ids and namespaces are anyone's text (a run id may hold `/`, `?`, 
 or `/calls/x/decide?`). A route that took them from the path would let one run's id name
 another run's call (Starlette routes on the decoded path, so even `%2F` splits a segment).
 So every page that is about a run or a call has a fixed path and names them in its query
-string, each value percent-encoded whole (`urllib.parse.urlencode`): `/call?ns=...&run=...&
-call=...`. `ids_of` reads them back, refusing a query that names one of them twice or not at
-all.
+string, each value percent-encoded whole (`urllib.parse.quote`, no character kept but letters,
+digits and `_.-~`): `/call?ns=...&run=...&call=...`. `ids_of` reads them back, refusing a
+query that names one of them twice or not at all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 __all__ = [
     "AUDIT",
@@ -33,19 +33,24 @@ AUDIT = "/audit"
 """A run's decisions and refused attempts: `?ns=&run=`."""
 
 
+def _q(value: str) -> str:
+    """`value` percent-encoded whole (UTF-8; nothing left as is but letters, digits, `_.-~`)."""
+    return quote(value, safe="")
+
+
 def call_url(namespace: str, run: str, call: str) -> str:
     """The page of call `call` of run `run` in `namespace`."""
-    return CALL + "?" + urlencode({"ns": namespace, "run": run, "call": call})
+    return f"{CALL}?ns={_q(namespace)}&run={_q(run)}&call={_q(call)}"
 
 
 def decide_url(namespace: str, run: str, call: str) -> str:
     """Where the forms of that call's page post."""
-    return DECIDE + "?" + urlencode({"ns": namespace, "run": run, "call": call})
+    return f"{DECIDE}?ns={_q(namespace)}&run={_q(run)}&call={_q(call)}"
 
 
 def audit_url(namespace: str, run: str) -> str:
     """The audit page of run `run` in `namespace`."""
-    return AUDIT + "?" + urlencode({"ns": namespace, "run": run})
+    return f"{AUDIT}?ns={_q(namespace)}&run={_q(run)}"
 
 
 def ids_of(url: str, names: Sequence[str]) -> list[str] | None:
