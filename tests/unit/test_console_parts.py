@@ -462,3 +462,74 @@ async def test_answers_and_extensions_are_bound_and_signed_for_the_person() -> N
         who = verify_decision(directory, payload, workflow_id="run/1?x", now=now)  # type: ignore[arg-type]
         assert who == "ann", name
     assert [getattr(p, "round") for _, p in sent] == [4, 5]  # noqa: B009
+
+
+def test_a_runs_audit_lists_only_the_calls_a_person_may_see() -> None:
+    """A run with a decided finance call (ann approved it) and a pending call only cy may
+    decide: cy's audit lists her call's refusals and not ann's decision; ann's lists her own
+    decision; a viewer's lists everything; dan, who may see none of it, gets the not-found
+    page, the same as for a run that does not exist."""
+    from datetime import UTC, datetime
+
+    from starlette.testclient import TestClient
+
+    from hitl.console.app import create_app
+    from hitl.console.auth import COOKIE
+    from hitl.console.data import ConsoleData
+    from hitl.console.rules import Rules
+    from hitl.console.urls import audit_url
+    from hitl.wire import DecisionRecord, RefusedDecision, RunSnapshot, RunStatus
+
+    now = datetime.now(UTC)
+    mine = PendingApproval(
+        call_id="t1.2", tool_name="note", agent_id="A", agent_name="A", turn=1,
+        arguments="{}", approvers=["cy"],
+    )  # fmt: skip
+    snap = RunSnapshot(
+        status=RunStatus(
+            workflow_id="w", run_id="r", phase="awaiting_approval", agent="A", pending=[mine],
+            decisions=[DecisionRecord(call_id="t1.1", tool_name="pay_secret_supplier",
+                                      kind="approve", approver="ann", decided_at=now)],
+            refused=[
+                RefusedDecision(received_at=now, name="approve", payload="{}",
+                                error_type="NotAuthorized", message="finance-only", call_id="t1.1"),
+                RefusedDecision(received_at=now, name="approve", payload="{}",
+                                error_type="Stale", message="cy-visible", call_id="t1.2"),
+            ],
+        ),
+        input_items=[], new_items=[],
+    )  # fmt: skip
+
+    class Canned(ConsoleData):
+        async def snapshot(self, namespace: str, workflow_id: str) -> RunSnapshot:
+            if workflow_id != "w":
+                from hitl.cli.common import _Gone
+
+                raise _Gone("no such run")
+            return snap
+
+    auth = Authenticator(mode="link", user="ann")
+    rules = Rules.of(None, ["olga"])
+    app = create_app(Canned({"default": None}), auth, rules=rules)  # type: ignore[dict-item]
+
+    def audit(who: str, run: str = "w") -> tuple[int, str]:
+        cookie, _ = auth.sessions.issue(who)
+        with TestClient(app, base_url="http://127.0.0.1:8090", cookies={COOKIE: cookie}) as c:
+            page = c.get(audit_url("default", run))
+            return page.status_code, page.text.replace(cookie, "")
+
+    code, cy = audit("cy")
+    assert code == 200 and "cy-visible" in cy
+    assert "pay_secret_supplier" not in cy and "finance-only" not in cy
+    code, ann = audit("ann")
+    assert code == 200 and "pay_secret_supplier" in ann and "finance-only" in ann
+    assert "cy-visible" not in ann
+    code, olga = audit("olga")
+    assert code == 200 and all(t in olga for t in ("pay_secret_supplier", "cy-visible"))
+    assert "Only the calls you may see" not in olga
+    code, dan = audit("dan")
+    assert code == 404 and "pay_secret_supplier" not in dan and "cy-visible" not in dan
+    code, nowhere = audit("dan", "no-such-run")
+    assert code == 404
+    strip = re.compile(r'value="[^"]*"|"X-CSRF-Token": "[^"]*"')
+    assert strip.sub("", nowhere) == strip.sub("", dan), "no oracle: the same page"
