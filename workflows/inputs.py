@@ -20,9 +20,8 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from hitl.codec import UNDECRYPTABLE
 from hitl.limits import MAX_CONTEXT_BYTES, MAX_NAME_CHARS, MAX_SIGNAL_BYTES, run_config_problems
-from hitl.storage import UNRETRIEVABLE
+from hitl.markers import UNDECRYPTABLE, UNRETRIEVABLE
 from hitl.wire import REFUSAL_MARK, CarriedState, RunContextData, RunInput, WaitInput
 
 M = TypeVar("M", bound=BaseModel)
