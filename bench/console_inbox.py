@@ -20,6 +20,7 @@ from starlette.testclient import TestClient
 from hitl.console.app import create_app
 from hitl.console.auth import COOKIE, Authenticator
 from hitl.console.data import ConsoleData, Inbox, Row
+from hitl.console.rules import Rules
 from hitl.wire import ApprovalRequestData, PendingApproval
 
 
@@ -63,7 +64,8 @@ def main() -> None:
     args = p.parse_args()
     auth = Authenticator(mode="link", user="ann")
     cookie, _ = auth.sessions.issue("ann")
-    app = create_app(Canned(rows(args.rows)), auth)
+    # The bench's person sees every row (a viewer): rows name approver groups it is not in.
+    app = create_app(Canned(rows(args.rows)), auth, rules=Rules(viewers=frozenset({"ann"})))
     times, size = [], 0
     with TestClient(app, base_url="http://127.0.0.1:8090", cookies={COOKIE: cookie}) as client:
         for query in ["/", "/inbox/rows", "/?q=order+1999&sort=newest", "/?group=finance"]:

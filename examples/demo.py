@@ -163,6 +163,7 @@ async def demo(address: str, mode: str, example: str) -> RunResult:
 async def open_console(address: str, workflow_id: str, result: RunResult) -> Any:
     """The approval console, with the link to each paused call (`None` without the extra)."""
     from hitl.console import ConsoleSettings, start_console
+    from hitl.console.urls import call_url
     from hitl.errors import UserError
 
     try:
@@ -171,7 +172,7 @@ async def open_console(address: str, workflow_id: str, result: RunResult) -> Any
         print(f"(no approval console: {exc.message})")
         return None
     first = result.interruptions[0].call_id
-    link = auth.login_link(server.url, f"/n/default/runs/{workflow_id}/calls/{first}")
+    link = auth.login_link(server.url, call_url("default", workflow_id, first))
     print(f"\nthe paused call in the approval console (the link signs you in once):\n  {link}")
     return server
 

@@ -113,7 +113,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     # Large payloads by reference, in the state dir (`hitl.storage`), unless configured.
     storage = os.environ.get("HITL_STORAGE") or (state / "blobs").absolute().as_uri()
     worker = subprocess.Popen(cmd, env={**os.environ, "HITL_STORAGE": storage})
-    console, console_lines = _start_console(server.address, args.console_port)
+    console, console_lines = _start_console(server.address, args.console_port, args.task_queue)
     print(f"Temporal dev server  {server.address}  (SQLite {state / 'dev.sqlite'})")
     print(f"Web UI               http://127.0.0.1:{ui_port}")
     print(
@@ -171,15 +171,30 @@ def _codec_for_ui(ui_port: int) -> Any:
     return serve_codec(codec, "127.0.0.1", 0, (f"http://127.0.0.1:{ui_port}",))
 
 
-def _start_console(address: str, port: int | None) -> tuple[Any, list[str]]:
-    """The approval console as a child process (port 0: none); the lines that present it."""
+def _start_console(address: str, port: int | None, task_queue: str) -> tuple[Any, list[str]]:
+    """The approval console as a child process (port 0: none); the lines that present it.
+
+    It lists the runs of the task queue the stack's worker serves (the console lists only
+    runs on the task queues it is told are ours).
+    """
     from hitl.serving import free_port, port_free
 
     if port == 0:
         return None, []
     port = port or (8090 if port_free(8090) else free_port())
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hitl.cli", "--address", address, "console", "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "hitl.cli",
+            "--address",
+            address,
+            "--task-queue",
+            task_queue,
+            "console",
+            "--port",
+            str(port),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -53,7 +53,8 @@ async def test_two_people_approve_from_the_cli(
     assert "needs 2 different approvers; approved so far by ann" in shown.stdout
     # `pending` lists runs from visibility (eventually consistent): ask until the run is there.
     await wait_for(
-        lambda: "[1/2 approved]" in hitl(address, "pending").stdout, what="the inbox row"
+        lambda: "[1/2 approved]" in hitl(address, "pending", "--queue", tq).stdout,
+        what="the inbox row",
     )
 
     twice = hitl(address, "approve", wid, call, "--as", "ann", "--reason", "sure")

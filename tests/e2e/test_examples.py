@@ -124,7 +124,10 @@ def test_make_demo_runs_end_to_end_without_a_terminal(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     assert "paused after" in out.stdout
     # The link to the paused call in the approval console (it signs the person in once).
-    assert re.search(r"http://127\.0\.0\.1:\d+/login\?token=[\w-]+&next=%2Fn%2Fdefault", out.stdout)
+    assert re.search(
+        r"http://127\.0\.0\.1:\d+/login\?token=[\w-]+&next=%2Fcall%3Fns%3Ddefault%26run%3D",
+        out.stdout,
+    )
     assert out.stdout.count("temporal workflow update execute") == 2
     assert out.stdout.count("--name reject") == 2
     # The printed command is the decision that was sent: same approver, same message.

@@ -134,7 +134,7 @@ def test_an_unexpected_server_error_in_pending_is_one_typed_line(
     assert err == "hitl: cannot list paused runs: visibility is down (UNAVAILABLE)\n"
     assert fake.queries == [
         "HitlStatus = 'awaiting_approval' AND ExecutionStatus = 'Running' "
-        "AND HitlAgent = 'O\\'Brien\\'s desk' AND TaskQueue = 'q'"
+        "AND HitlAgent = 'O\\'Brien\\'s desk' AND WorkflowType = 'AgentRun' AND TaskQueue = 'q'"
     ]
 
 
