@@ -10,7 +10,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from hitl._user_code import call_user
-from hitl.activities.context import rebuild_context
+from hitl.activities.context import rebuild_context, user_failure
 from hitl.admin import available_search_attributes
 from hitl.agent import Agent
 from hitl.errors import UserError
@@ -185,7 +185,7 @@ class AgentActivities:
                 )
             check_approver_setup(graph, cfg, self.directory)
         except UserError as exc:
-            raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+            raise user_failure(exc) from None
         attributes = await self._search_attributes_ready()
         return ResolvedRun(
             graph=graph,
@@ -208,7 +208,7 @@ class AgentActivities:
             )
             context = rebuild_context(inp.context, self.registry.allowed)
         except UserError as exc:
-            raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+            raise user_failure(exc) from None
         data = RunErrorHandlerInput(
             kind=inp.kind,
             message=inp.message,

@@ -1,4 +1,7 @@
-"""Rebuild the user's context object inside an activity."""
+"""What every activity needs: the user's context object, and misconfiguration as a failure.
+
+The context is rebuilt from the run's JSON; a `UserError` fails the activity without retries.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import json
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
+from temporalio.exceptions import ApplicationError
 
 from hitl.errors import UserError
 from hitl.refs import Allowed
@@ -44,3 +48,12 @@ def context_value(obj: Any, data: RunContextData | None) -> Any:
     if data is not None and data.type is not None:
         return TypeAdapter(type(obj)).dump_python(obj, mode="json")
     return json.loads(json.dumps(obj))
+
+
+def user_failure(exc: UserError) -> ApplicationError:
+    """A `UserError` as the activity's failure: typed `UserError`, and not retried.
+
+    An unknown agent, a name this worker does not allow, user code returning the wrong type:
+    retrying cannot fix any of them.
+    """
+    return ApplicationError(exc.message, type="UserError", non_retryable=True)

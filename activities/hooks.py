@@ -6,10 +6,9 @@ import json
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from hitl._user_code import ReturnTypeError, call_user
-from hitl.activities.context import rebuild_context
+from hitl.activities.context import rebuild_context, user_failure
 from hitl.agent import HandoffInputData, _as_handoff
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
@@ -59,7 +58,7 @@ class HookActivities:
                 for r in inp.run_guardrails
             ]
         except UserError as exc:
-            raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+            raise user_failure(exc) from None
         own: list[Any] = list(agent.input_guardrails if inp.kind == "input" else [])
         if inp.kind == "output":
             own = list(agent.output_guardrails)
@@ -101,7 +100,7 @@ class HookActivities:
                 else None
             )
         except UserError as exc:
-            raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+            raise user_failure(exc) from None
         data = HandoffInputData(
             input_history=list(inp.input_history),
             pre_handoff_items=list(inp.pre_handoff_items),
@@ -114,7 +113,7 @@ class HookActivities:
                     fn, data, expect=HandoffInputData, what="a handoff input filter"
                 )
             except ReturnTypeError as exc:
-                raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+                raise user_failure(exc) from None
         elif inp.nest:
             transcript = [*inp.input_history, *(i.raw_item for i in inp.pre_handoff_items)]
             history = (

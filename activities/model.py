@@ -13,7 +13,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
 from hitl._user_code import ReturnTypeError, call_user
-from hitl.activities.context import rebuild_context
+from hitl.activities.context import rebuild_context, user_failure
 from hitl.activities.tools import ToolActivities
 from hitl.agent import Agent, output_is_wrapped
 from hitl.context import RunContextWrapper
@@ -63,18 +63,8 @@ class ModelActivities:
             context = rebuild_context(inp.context, self.registry.allowed)
             instructions = await self._instructions(inp, agent, context)
         except UserError as exc:
-            raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
-        transcript = inp.transcript
-        if transcript is None:
-            if inp.transcript_ref is None:
-                raise ApplicationError(
-                    "call_model needs a transcript or a transcript_ref",
-                    type="UserError",
-                    non_retryable=True,
-                )
-            transcript = await _fetch_transcript(inp.transcript_ref)
-        elif inp.previous_response_id:
-            transcript = transcript[inp.since :]  # (inline: the whole transcript is given)
+            raise user_failure(exc) from None
+        transcript = await _model_input(inp)
         filtered: InputFilterRecord | None = None
         if inp.input_filter:
             before, given = len(transcript), instructions
@@ -88,31 +78,7 @@ class ModelActivities:
                 instructions_changed=instructions != given,
                 digest=input_digest(transcript, instructions),
             )
-
-        if inp.model.provider == "scripted":
-            try:
-                scripted = ScriptedModel.registered(inp.model.name)
-            except UserError as exc:
-                raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
-            request = ModelRequest(
-                agent_name=inp.agent_name,
-                instructions=instructions,
-                input=transcript,
-                tools=inp.tools,
-                output_schema=inp.output_schema,
-                turn=inp.turn,
-                context=context,
-            )
-            output = await scripted.respond(request)
-            usage = Usage(requests=1)
-            response_id = None
-        else:
-            if self.openai is None:
-                from hitl.activities.openai_model import OpenAIProvider
-
-                self.openai = OpenAIProvider()
-            output, usage, response_id = await self._openai(inp, instructions, transcript)
-
+        output, usage, response_id = await self._ask(inp, instructions, transcript, context)
         output = _cap_output(output, inp.max_argument_bytes)
         response = ModelResponse(
             output=output, usage=usage, response_id=response_id, input_filter=filtered
@@ -122,10 +88,38 @@ class ModelActivities:
         if not any(item.get("type") == "function_call" for item in output):
             messages = [i for i in output if i.get("type") == "message"]
             if messages:
-                text = message_text(messages[-1])
-                response.final_output = _validate_output(agent, text)
+                response.final_output = _validate_output(agent, message_text(messages[-1]))
                 response.has_final_output = True
         return response
+
+    async def _ask(
+        self,
+        inp: CallModelInput,
+        instructions: str | None,
+        transcript: list[dict[str, Any]],
+        context: Any,
+    ) -> tuple[list[dict[str, Any]], Usage, str | None]:
+        """The model's answer: a scripted model's reply, or a provider's (OpenAI) response."""
+        if inp.model.provider != "scripted":
+            if self.openai is None:
+                from hitl.activities.openai_model import OpenAIProvider
+
+                self.openai = OpenAIProvider()
+            return await self._openai(inp, instructions, transcript)
+        try:
+            scripted = ScriptedModel.registered(inp.model.name)
+        except UserError as exc:
+            raise user_failure(exc) from None
+        request = ModelRequest(
+            agent_name=inp.agent_name,
+            instructions=instructions,
+            input=transcript,
+            tools=inp.tools,
+            output_schema=inp.output_schema,
+            turn=inp.turn,
+            context=context,
+        )
+        return await scripted.respond(request), Usage(requests=1), None
 
     async def _plan(
         self, inp: CallModelInput, req: PlanRequest, output: list[dict[str, Any]]
@@ -241,6 +235,24 @@ class ModelActivities:
         return str(await call_user(fn, ctx, agent, what=f"the instructions of {agent.name!r}"))
 
 
+async def _model_input(inp: CallModelInput) -> list[dict[str, Any]]:
+    """The transcript the model is sent: inline, or read from the run when passed by reference.
+
+    With `previous_response_id`, the provider holds what came before `since`: only the rest.
+    """
+    if inp.transcript is None:
+        if inp.transcript_ref is None:
+            raise ApplicationError(
+                "call_model needs a transcript or a transcript_ref",
+                type="UserError",
+                non_retryable=True,
+            )
+        return await _fetch_transcript(inp.transcript_ref)
+    if inp.previous_response_id:
+        return inp.transcript[inp.since :]  # (inline: the whole transcript is given)
+    return inp.transcript
+
+
 MAX_OUTPUT_BYTES = 1_500_000
 """Model output is recorded in history; a payload over 2 MB would break the run."""
 
@@ -340,7 +352,7 @@ async def _apply_input_filter(
     try:
         fn = allowed.get_callable(ref, what="the run's call_model_input_filter")
     except UserError as exc:
-        raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+        raise user_failure(exc) from None
     data = CallModelData(
         model_data=ModelInputData(input=list(transcript), instructions=instructions),
         agent=agent,
@@ -349,7 +361,7 @@ async def _apply_input_filter(
     try:
         result = await call_user(fn, data, expect=ModelInputData, what="call_model_input_filter")
     except ReturnTypeError as exc:
-        raise ApplicationError(exc.message, type="UserError", non_retryable=True) from None
+        raise user_failure(exc) from None
     return result.instructions, list(result.input)
 
 

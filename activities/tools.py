@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from hitl._user_code import call_user
-from hitl.activities.context import context_value, rebuild_context
+from hitl.activities.context import context_value, rebuild_context, user_failure
 from hitl.activities.heartbeat import heartbeat_timeout, heartbeating
 from hitl.activities.planning import check_guardrails, guardrail_tripwire, plan_call
 from hitl.agent import Agent
@@ -44,10 +44,6 @@ from hitl.wire import (
 log = logging.getLogger("hitl.activities")
 
 
-def _user_error(exc: UserError) -> ApplicationError:
-    return ApplicationError(exc.message, type="UserError", non_retryable=True)
-
-
 class ToolActivities:
     """Plan and execute tool calls with the tools deployed on this worker."""
 
@@ -73,7 +69,7 @@ class ToolActivities:
                 else None
             )
         except UserError as exc:
-            raise _user_error(exc) from None
+            raise user_failure(exc) from None
         ctx = RunContextWrapper(context=context, workflow_id=inp.workflow_id, agent_name=agent.name)
         plans = [
             await plan_call(
@@ -144,7 +140,7 @@ class ToolActivities:
             )
             context = rebuild_context(inp.context, self.registry.allowed)
         except UserError as exc:
-            raise _user_error(exc) from None
+            raise user_failure(exc) from None
         args = ToolErrorFormatterArgs(
             kind=inp.kind,
             tool_type="function",
@@ -163,7 +159,7 @@ class ToolActivities:
             agent_name = self.registry.agent(root, agent_id).name
             context = rebuild_context(inp.context, self.registry.allowed)
         except UserError as exc:
-            raise _user_error(exc) from None
+            raise user_failure(exc) from None
         return ToolContext(
             context=context,
             workflow_id=inp.workflow_id,
