@@ -16,7 +16,8 @@ question, attempt or deadline of the same call.
 `verify_decision` runs inside workflow code: it is pure (no I/O, no clock, no randomness, no
 logging). `cryptography` is imported only when a key is used, so `import hitl` needs only the
 core dependencies; a worker that must check signatures without it refuses them, saying which
-extra to install. Everything else here (keys, files, the environment) is for clients and workers.
+extra to install. Keys and the approver directory file, for clients and workers, are read by
+`hitl._keys` (its public names are re-exported here).
 """
 
 from __future__ import annotations
@@ -25,11 +26,23 @@ import base64
 import binascii
 import hashlib
 import json
-import os
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from hitl._keys import (
+    CRYPTO_EXTRA,
+    MAX_NAME_CHARS,
+    SHOWN_CHARS,
+    directory_from_env,
+    key_id_for,
+    load_directory,
+    load_private_key,
+    new_key_pair,
+    private_key_pem,
+    public_key_b64,
+    shown,
+    signing_key_from_env,
+)
 from hitl.errors import UserError
 from hitl.wire import (
     AnswerInput,
@@ -49,16 +62,6 @@ VERSION = 2
 saw, so a plain approval stayed valid after an edit; it is no longer accepted."""
 MAX_SIGNATURE_LIFETIME = timedelta(days=7)
 """A signature may be valid for at most this long (a stolen one expires)."""
-MAX_NAME_CHARS = 200
-"""Longest approver name, group name or key id the approver directory accepts."""
-SHOWN_CHARS = 100
-"""At most this much of any input appears in an error message."""
-SIGNED_KINDS = ("approve", "reject", "answer", "resolve", "extend")
-"""Every kind of decision a person makes about a call; a call whose rules require signed
-decisions takes none of them unsigned."""
-CRYPTO_EXTRA = "pip install 'hitl-temporal[encryption]'"
-
-_PUBLIC_KEY_BYTES = 32
 _SIGNATURE_BYTES = 64
 _SIGNATURE_B64_CHARS = 88  # base64 of 64 bytes, padded
 
@@ -81,17 +84,6 @@ class SignatureError(Exception):
         super().__init__(message)
         self.type = type
         self.message = message
-
-
-def _printable(text: str) -> str:
-    """`text` on one line: control and formatting characters shown as `?`."""
-    return "".join(c if c.isprintable() else "?" for c in text)
-
-
-def _shown(value: object) -> str:
-    """`value` as it may appear in a message: at most 100 characters, on one line."""
-    text = str(value)
-    return _printable(text[:SHOWN_CHARS]) + ("..." if len(text) > SHOWN_CHARS else "")
 
 
 def _canonical_json(value: Any) -> str:
@@ -264,29 +256,51 @@ def verify_decision(
       another key, or any covered field changed after signing).
     - `SigningUnavailable`: this process cannot check signatures (`cryptography` missing).
     """
+    owner, public = _key_owner(directory, d)
+    approver = _signer(directory, d, owner)
+    _check_expiry(d, now)
+    _check_bound(d)
+    _check_signature(public, d, kind=kind, workflow_id=workflow_id)
+    return approver
+
+
+def _key_owner(directory: ApproverDirectory, d: Signed) -> tuple[str, str]:
+    """The approver whose key signed `d`, and that public key (`Unsigned`, `UnknownKey`)."""
     if not d.signature or not d.key_id:
         raise SignatureError("Unsigned", "the decision carries no signature and key id")
-    owner = next((name for name, e in directory.approvers.items() if d.key_id in e.keys), None)
-    if owner is None:
-        raise SignatureError(
-            "UnknownKey", f"no approver in the worker's directory has key '{_shown(d.key_id)}'"
-        )
-    gateway = directory.approvers[owner].gateway
-    claimed = f"'{_shown(d.approver)}'" if d.approver else "an unnamed approver"
-    if gateway:
-        # An approval gateway vouches for the person it names (it authenticated them); it
-        # never decides as itself or as another gateway.
+    for name, entry in directory.approvers.items():
+        if d.key_id in entry.keys:
+            return name, entry.keys[d.key_id]
+    raise SignatureError(
+        "UnknownKey", f"no approver in the worker's directory has key '{shown(d.key_id)}'"
+    )
+
+
+def _signer(directory: ApproverDirectory, d: Signed, owner: str) -> str:
+    """Who the signature speaks for: `d.approver`, if the key may sign for them (`WrongApprover`).
+
+    An approval gateway's key vouches for the person it names (it authenticated them); it never
+    decides as itself or as another gateway. Any other key signs for its owner only.
+    """
+    claimed = f"'{shown(d.approver)}'" if d.approver else "an unnamed approver"
+    if directory.approvers[owner].gateway:
         if not d.approver or d.approver in _gateways(directory):
             raise SignatureError(
                 "WrongApprover",
-                f"key '{_shown(d.key_id)}' belongs to the approval gateway '{_shown(owner)}': "
+                f"key '{shown(d.key_id)}' belongs to the approval gateway '{shown(owner)}': "
                 f"it signs for the people it authenticated, not for {claimed}",
             )
-    elif not d.approver or d.approver != owner:
+        return d.approver
+    if not d.approver or d.approver != owner:
         raise SignatureError(
             "WrongApprover",
-            f"key '{_shown(d.key_id)}' belongs to '{_shown(owner)}', not {claimed}",
+            f"key '{shown(d.key_id)}' belongs to '{shown(owner)}', not {claimed}",
         )
+    return owner
+
+
+def _check_expiry(d: Signed, now: datetime) -> None:
+    """`d` is signed until a time after `now`, at most `MAX_SIGNATURE_LIFETIME` ahead."""
     if d.expires_at is None:
         raise SignatureError("SignatureExpired", "a signed decision needs expires_at")
     expires, now = _utc(d.expires_at), _utc(now)
@@ -297,6 +311,10 @@ def verify_decision(
             "SignatureExpired",
             f"the signature is valid until {_iso(expires)}, more than 7 days ahead; sign it again",
         )
+
+
+def _check_bound(d: Signed) -> None:
+    """`d` names the arguments it saw and, if its kind has one, the call's round (`Unbound`)."""
     if not d.seen_sha256:
         raise SignatureError(
             "Unbound",
@@ -305,14 +323,23 @@ def verify_decision(
         )
     if _needs_round(d) and getattr(d, "round", None) is None:
         raise SignatureError("Unbound", "a signed decision of this kind names the call's round")
+
+
+def _check_signature(public_b64: str, d: Signed, *, kind: str | None, workflow_id: str) -> None:
+    """`d.signature` is the key's Ed25519 signature of `decision_message(d)` (`BadSignature`).
+
+    The signature's shape is checked before the message is built, and the message before the
+    cryptography (`SigningUnavailable` without it, `UnknownKey` for a malformed public key).
+    """
     try:
-        raw = base64.b64decode(directory.approvers[owner].keys[d.key_id], validate=True)
+        raw = base64.b64decode(public_b64, validate=True)
     except (ValueError, binascii.Error):
         raw = b""
     signature = b""
-    if len(d.signature) <= _SIGNATURE_B64_CHARS:
+    signed = d.signature or ""  # (never empty here: `_key_owner` refused unsigned decisions)
+    if len(signed) <= _SIGNATURE_B64_CHARS:
         try:
-            signature = base64.b64decode(d.signature, validate=True)
+            signature = base64.b64decode(signed, validate=True)
         except (ValueError, binascii.Error):
             raise SignatureError("BadSignature", "the signature is not base64") from None
     if len(signature) != _SIGNATURE_BYTES:
@@ -331,7 +358,6 @@ def verify_decision(
             "the signature does not match this decision (made with another key, for another "
             "run, call or version of its arguments, or altered since)",
         )
-    return d.approver if gateway else owner
 
 
 def _needs_round(d: Signed) -> bool:
@@ -376,216 +402,29 @@ def signing_available() -> bool:
     return True
 
 
-# --------------------------------------------------------------------------- keys
-
-
-def _crypto() -> Any:
-    """The `cryptography` Ed25519 and serialization modules, or a `UserError` naming the extra."""
-    try:
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import ed25519
-    except ImportError:
-        raise UserError(f"signing keys need the encryption extra: {CRYPTO_EXTRA}") from None
-    return ed25519, serialization
-
-
-def new_key_pair() -> tuple[Ed25519PrivateKey, str]:
-    """A new Ed25519 private key and its public key (raw 32 bytes, base64)."""
-    ed25519, _ = _crypto()
-    key: Ed25519PrivateKey = ed25519.Ed25519PrivateKey.generate()
-    return key, public_key_b64(key)
-
-
-def public_key_b64(key: Ed25519PrivateKey) -> str:
-    """The public key of `key`: raw 32 bytes, base64 (as the approver directory holds it)."""
-    _, serialization = _crypto()
-    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return base64.b64encode(raw).decode("ascii")
-
-
-def key_id_for(public_b64: str) -> str:
-    """A key's id: the first 16 hex characters of the SHA-256 of its raw public key.
-
-    Raises `ValueError` when `public_b64` is not base64.
-    """
-    return hashlib.sha256(base64.b64decode(public_b64, validate=True)).hexdigest()[:16]
-
-
-def private_key_pem(key: Ed25519PrivateKey) -> bytes:
-    """`key` as an unencrypted PKCS8 PEM (whoever reads the file can sign: keep it 0600)."""
-    _, serialization = _crypto()
-    pem: bytes = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    return pem
-
-
-def load_private_key(path: str | Path) -> Ed25519PrivateKey:
-    """The Ed25519 private key in the unencrypted PEM file at `path`.
-
-    Raises `UserError`, naming the file, when it is missing, unreadable, not a PEM private key,
-    encrypted, or a key of another type (or when `cryptography` is not installed).
-    """
-    ed25519, serialization = _crypto()
-    shown = _printable(str(path))  # the operator's own path: shown whole
-    try:
-        pem = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"the signing key file {shown} does not exist") from None
-    except OSError as exc:
-        raise UserError(f"cannot read the signing key file {shown}: {exc.strerror}") from None
-    try:
-        key = serialization.load_pem_private_key(pem, password=None)
-    except TypeError:
-        raise UserError(
-            f"the signing key file {shown} is encrypted; hitl reads unencrypted keys "
-            "(keep the file 0600)"
-        ) from None
-    except ValueError:
-        raise UserError(
-            f"the signing key file {shown} is not a PEM private key (make one with `hitl keys new`)"
-        ) from None
-    if not isinstance(key, ed25519.Ed25519PrivateKey):
-        raise UserError(f"the signing key file {shown} holds a key that is not Ed25519")
-    private: Ed25519PrivateKey = key
-    return private
-
-
-def signing_key_from_env() -> tuple[str, Ed25519PrivateKey] | None:
-    """The key id and key in the PEM file `HITL_SIGNING_KEY` names; `None` when it is unset.
-
-    The key id is `key_id_for` the key's public half. Raises `UserError` when the file cannot
-    be used (see `load_private_key`).
-    """
-    path = os.environ.get("HITL_SIGNING_KEY")
-    if not path:
-        return None
-    key = load_private_key(path)
-    return key_id_for(public_key_b64(key)), key
-
-
-# --------------------------------------------------------------------------- the directory
-
-
-class _DuplicateName(ValueError):
-    """A JSON object of the directory names something twice (JSON would keep the last)."""
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise _DuplicateName(f"'{_shown(key)}' is listed twice in one object")
-        seen[key] = value
-    return seen
-
-
-def _approvers_of(data: Any) -> Any:
-    """The approver mapping of a directory file: `{"approvers": {...}}` or the mapping itself."""
-    if isinstance(data, dict) and set(data) == {"approvers"}:
-        inner = data["approvers"]
-        # `{"approvers": {"groups": [...], "keys": {...}}}` is one approver called "approvers".
-        if not (isinstance(inner, dict) and inner and set(inner) <= {"groups", "keys"}):
-            return inner
-    return data
-
-
-def _name_problem(what: str, value: object) -> str | None:
-    if not isinstance(value, str):
-        return f"{what} is not a string"
-    if not value.strip() or len(value) > MAX_NAME_CHARS:
-        return f"{what} '{_shown(value)}' is not 1 to {MAX_NAME_CHARS} characters"
-    return None
-
-
-def load_directory(path: str | Path) -> ApproverDirectory:
-    """The approver directory in the JSON file at `path`, checked entry by entry.
-
-    The file holds `{"approvers": {NAME: ENTRY, ...}}` (an `ApproverDirectory`) or just
-    `{NAME: ENTRY, ...}`, the shape `hitl keys new` prints; an ENTRY is
-    `{"groups": [GROUP, ...], "keys": {KEY_ID: PUBLIC_KEY, ...}}` with each public key the raw
-    32 bytes of an Ed25519 public key, base64. Raises `UserError`, naming the file and the bad
-    entry, when the file cannot be read or parsed, a name (approver, group, key id) is empty or
-    longer than 200 characters, an entry has unknown fields, a public key is not base64 of 32
-    bytes, or a key id or public key is listed twice (one key would speak for two approvers).
-    """
-    shown = _printable(str(path))  # the operator's own path: shown whole
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"the approver directory {shown} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read the approver directory {shown}: {_shown(exc)}") from None
-    try:
-        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
-    except RecursionError:
-        raise UserError(f"the approver directory {shown} is nested too deeply") from None
-    except _DuplicateName as exc:
-        raise UserError(f"the approver directory {shown}: {exc}") from None
-    except ValueError as exc:
-        raise UserError(f"the approver directory {shown} is not JSON: {_shown(exc)}") from None
-    approvers = _approvers_of(data)
-    if not isinstance(approvers, dict):
-        raise UserError(
-            f"the approver directory {shown} is not an object of approvers "
-            '({"NAME": {"groups": [...], "keys": {"KEY_ID": "PUBLIC_KEY"}}})'
-        )
-
-    def bad(problem: str) -> UserError:
-        return UserError(f"the approver directory {shown}: {problem}")
-
-    key_owner: dict[str, str] = {}
-    public_owner: dict[bytes, str] = {}
-    for name, entry in approvers.items():
-        if problem := _name_problem("an approver name", name):
-            raise bad(problem)
-        who = f"approver '{_shown(name)}'"
-        if not isinstance(entry, dict):
-            raise bad(f"{who} is not an object with groups and keys")
-        unknown = sorted(set(entry) - {"groups", "keys", "gateway"})
-        if unknown:
-            raise bad(f"{who} has an unknown field '{_shown(unknown[0])}' (groups, keys, gateway)")
-        if not isinstance(entry.get("gateway", False), bool):
-            raise bad(f"{who}: gateway is true or false")
-        groups = entry.get("groups", [])
-        if not isinstance(groups, list):
-            raise bad(f"{who}: groups is not a list of names")
-        for group in groups:
-            if problem := _name_problem("a group name", group):
-                raise bad(f"{who}: {problem}")
-        keys = entry.get("keys", {})
-        if not isinstance(keys, dict):
-            raise bad(f"{who}: keys is not an object of key id -> public key")
-        for key_id, public in keys.items():
-            if problem := _name_problem("a key id", key_id):
-                raise bad(f"{who}: {problem}")
-            what = f"{who}: key '{_shown(key_id)}'"
-            raw = b""
-            if isinstance(public, str):
-                try:
-                    raw = base64.b64decode(public, validate=True)
-                except (ValueError, binascii.Error):
-                    raw = b""
-            if len(raw) != _PUBLIC_KEY_BYTES:
-                raise bad(f"{what} is not a base64 Ed25519 public key (32 bytes)")
-            if key_id in key_owner:
-                raise bad(
-                    f"key id '{_shown(key_id)}' is listed for '{_shown(key_owner[key_id])}' "
-                    f"and '{_shown(name)}'"
-                )
-            if raw in public_owner:
-                raise bad(
-                    f"{what}: the same public key is already listed for "
-                    f"'{_shown(public_owner[raw])}'"
-                )
-            key_owner[key_id] = name
-            public_owner[raw] = name
-    return ApproverDirectory.model_validate({"approvers": approvers})
-
-
-def directory_from_env() -> ApproverDirectory | None:
-    """The directory in the file `HITL_APPROVERS` names (`load_directory`); `None` if unset."""
-    path = os.environ.get("HITL_APPROVERS")
-    return load_directory(path) if path else None
+__all__ = [
+    "CRYPTO_EXTRA",
+    "DOMAIN",
+    "MAX_NAME_CHARS",
+    "MAX_SIGNATURE_LIFETIME",
+    "SHOWN_CHARS",
+    "VERSION",
+    "SignatureError",
+    "Signed",
+    "arguments_digest",
+    "decision_body",
+    "decision_message",
+    "directory_from_env",
+    "key_id_for",
+    "kind_of",
+    "load_directory",
+    "load_private_key",
+    "new_key_pair",
+    "private_key_pem",
+    "public_key_b64",
+    "sign_decision",
+    "sign_input",
+    "signing_available",
+    "signing_key_from_env",
+    "verify_decision",
+]
