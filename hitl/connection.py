@@ -24,6 +24,7 @@ from temporalio.client import (
     WithStartWorkflowOperation,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateHandle,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
@@ -129,79 +130,90 @@ class RunnerConnection:
         start: Callable[[], WithStartWorkflowOperation[Any, Any]] | None = None,
         result_type: type[Any] = RunStatus,
     ) -> Any:
-        """Send an update and wait for its result, serving in-process if no worker accepts it."""
+        """Send an update and wait for its result, serving in-process if no worker accepts it.
+
+        The server keeps a request no worker took in time: sending it again with the same
+        update id (and, for a start, USE_EXISTING) attaches to it instead of making another.
+        """
         uid = update_id or f"{name}-{uuid.uuid4().hex}"
-        handle: WorkflowHandle[Any, Any] = self.client.get_workflow_handle(workflow_id)
         while True:
-            grace = None if self.serving else timedelta(seconds=WORKER_GRACE_SECONDS)
             op = start() if start is not None else None
             try:
-                if op is not None:
-                    uh = await self.client.start_update_with_start_workflow(
-                        name,
-                        arg,
-                        start_workflow_operation=op,
-                        id=uid,
-                        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                        result_type=result_type,
-                        rpc_timeout=grace,
-                    )
-                else:
-                    uh = await handle.start_update(
-                        name,
-                        arg,
-                        id=uid,
-                        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                        result_type=result_type,
-                        rpc_timeout=grace,
-                    )
+                uh = await self._send(workflow_id, name, arg, uid, op, result_type)
             except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as exc:
-                # Update-with-start reports a timed-out update inside its multi-operation
-                # failure, as a bare `RPCError` (CANCELLED: "operation was canceled") that the
-                # SDK does not turn into its timeout error; both mean "not accepted in time".
-                if isinstance(exc, RPCError) and exc.status not in (
-                    RPCStatusCode.CANCELLED,
-                    RPCStatusCode.DEADLINE_EXCEEDED,
-                ):
-                    if op is not None:
-                        with contextlib.suppress(BaseException):
-                            await op.workflow_handle()
+                if not _not_accepted_in_time(exc):
+                    await _retrieve(op, BaseException)
                     raise
-                if op is not None:
-                    with contextlib.suppress(Exception):
-                        await op.workflow_handle()  # consume the operation's timeout error
-                # The request is kept by the server; sending it again with the same update id
-                # (and, for a start, USE_EXISTING) attaches to it instead of creating another.
-                if await self.worker_is_busy(workflow_id):
-                    log.info(
-                        "workers on task queue %r are busy; still waiting for run %s",
-                        self.task_queue,
-                        workflow_id,
-                    )
-                else:
-                    await self.no_worker(workflow_id)
+                await _retrieve(op, Exception)  # consume the operation's timeout error
+                await self._wait_or_serve(workflow_id)
                 continue
             except WorkflowUpdateFailedError as exc:
                 if refusal_type(exc) != "TooManyWaiters":
                     raise
                 # Others hold every waiting slot of the run (the slots left are for decisions):
                 # send a decision without waiting, then watch the run by query.
-                if name == UPDATE_DECIDE and isinstance(arg, DecideInput) and arg.wait:
+                if _waits_for_decision(name, arg):
                     arg = arg.model_copy(update={"wait": False})
                     uid, start = f"{uid}-nowait", None
                     continue
                 return await self.poll_settled(workflow_id)
             except BaseException:
-                if op is not None:
-                    # The start operation shares the failure (e.g. the id names a closed run):
-                    # retrieve it, or asyncio reports a future whose exception nobody read.
-                    with contextlib.suppress(BaseException):
-                        await op.workflow_handle()
+                # The start operation shares the failure (e.g. the id names a closed run):
+                # retrieve it, or asyncio reports a future whose exception nobody read.
+                await _retrieve(op, BaseException)
                 raise
             result = await uh.result()
             if name == UPDATE_DECIDE and isinstance(arg, DecideInput) and not arg.wait:
                 return await self.poll_settled(workflow_id)
             return result
+
+    async def _send(
+        self,
+        workflow_id: str,
+        name: str,
+        arg: Any,
+        uid: str,
+        op: WithStartWorkflowOperation[Any, Any] | None,
+        result_type: type[Any],
+    ) -> WorkflowUpdateHandle[Any]:
+        """Send the update (with the start, if any); returns once a worker accepted it.
+
+        Until the in-process worker serves, a worker gets `WORKER_GRACE_SECONDS` to accept it.
+        """
+        grace = None if self.serving else timedelta(seconds=WORKER_GRACE_SECONDS)
+        if op is not None:
+            return await self.client.start_update_with_start_workflow(
+                name,
+                arg,
+                start_workflow_operation=op,
+                id=uid,
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                result_type=result_type,
+                rpc_timeout=grace,
+            )
+        handle: WorkflowHandle[Any, Any] = self.client.get_workflow_handle(workflow_id)
+        return await handle.start_update(
+            name,
+            arg,
+            id=uid,
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            result_type=result_type,
+            rpc_timeout=grace,
+        )
+
+    async def _wait_or_serve(self, workflow_id: str) -> None:
+        """After an update no worker accepted in time: wait on while a worker is busy.
+
+        Otherwise there is none: serve in-process, or say so (`no_worker`).
+        """
+        if await self.worker_is_busy(workflow_id):
+            log.info(
+                "workers on task queue %r are busy; still waiting for run %s",
+                self.task_queue,
+                workflow_id,
+            )
+        else:
+            await self.no_worker(workflow_id)
 
     async def poll_settled(self, workflow_id: str) -> RunStatus:
         """Read the run by query until it waits for people, finishes or continues as new."""
@@ -259,6 +271,37 @@ class RunnerConnection:
         return desc.HasField("pending_workflow_task") and (
             task.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
         )
+
+
+def _not_accepted_in_time(exc: WorkflowUpdateRPCTimeoutOrCancelledError | RPCError) -> bool:
+    """Whether sending an update failed only because no worker accepted it in time.
+
+    Update-with-start reports a timed-out update inside its multi-operation failure, as a bare
+    `RPCError` (CANCELLED: "operation was canceled") that the SDK does not turn into its
+    timeout error; both mean "not accepted in time".
+    """
+    return not isinstance(exc, RPCError) or exc.status in (
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+    )
+
+
+def _waits_for_decision(name: str, arg: Any) -> bool:
+    """Whether this is a `decide` that waits for the run to settle (it takes a waiting slot)."""
+    return name == UPDATE_DECIDE and isinstance(arg, DecideInput) and arg.wait
+
+
+async def _retrieve(
+    op: WithStartWorkflowOperation[Any, Any] | None, ignore: type[BaseException]
+) -> None:
+    """Read a start operation's outcome after its update failed, ignoring what it raises.
+
+    The operation shares the update's failure; left unread, asyncio reports a future whose
+    exception nobody retrieved.
+    """
+    if op is not None:
+        with contextlib.suppress(ignore):
+            await op.workflow_handle()
 
 
 def refusal_type(exc: WorkflowUpdateFailedError) -> str | None:

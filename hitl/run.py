@@ -8,7 +8,7 @@ import hashlib
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 from temporalio.client import (
     Client,
@@ -34,9 +34,7 @@ from hitl.errors import (
 )
 from hitl.result import RunResult, resolve_agent, typed_final_output
 from hitl.run_config import RunConfig, RunErrorHandler
-from hitl.serving import (
-    in_process_allow,
-)
+from hitl.serving import in_process_allow
 from hitl.session import TemporalSession
 from hitl.starting import (
     StartRequest,
@@ -70,6 +68,9 @@ from hitl.wire import (
 )
 
 log = logging.getLogger("hitl")
+
+_Input: TypeAlias = str | list[dict[str, Any]] | RunState
+"""What a run starts from (a message or input items), or the state it resumes."""
 
 
 class Runner:
@@ -123,28 +124,19 @@ class Runner:
             DecisionError: a decision in the `RunState` was refused; nothing changed.
             NoWorkerError: no worker serves the task queue and `serve=False`.
         """
-        if not isinstance(starting_agent, Agent):
-            raise UserError(f"starting_agent must be an Agent, got {type(starting_agent).__name__}")
-        client = await connect(client)
-        tq = task_queue or (input.task_queue if isinstance(input, RunState) else None)
-        tq = tq or os.environ.get("HITL_TASK_QUEUE") or DEFAULT_TASK_QUEUE
-        allow = in_process_allow(
-            run_config, error_handlers, input.context if isinstance(input, RunState) else context
+        call = _Call(
+            context=context,
+            max_turns=max_turns,
+            run_config=run_config,
+            error_handlers=error_handlers,
+            client=client,
+            task_queue=task_queue,
+            workflow_id=workflow_id,
+            serve=serve,
+            approver=approver,
+            session=session,
         )
-        async with RunnerConnection(client, starting_agent, tq, serve, allow) as sess:
-            if isinstance(input, RunState):
-                return await _resume(sess, input, approver)
-            request = StartRequest.build(
-                starting_agent,
-                input,
-                context=context,
-                max_turns=max_turns,
-                run_config=run_config,
-                error_handlers=error_handlers,
-                workflow_id=workflow_id,
-                conversation=session,
-            )
-            return await _start(sess, request)
+        return await _run(starting_agent, input, call)
 
     @classmethod
     def run_streamed(
@@ -170,8 +162,7 @@ class Runner:
         The arguments are `run`'s. A business `workflow_id` whose run has closed streams no
         events: the result is that run's outcome, as `run` returns it.
         """
-        if not isinstance(starting_agent, Agent):
-            raise UserError(f"starting_agent must be an Agent, got {type(starting_agent).__name__}")
+        _check_agent(starting_agent)
         return RunResultStreaming(
             starting_agent,
             input,
@@ -202,6 +193,48 @@ class Runner:
         except RuntimeError:
             return asyncio.run(cls.run(starting_agent, input, **kwargs))
         raise UserError("run_sync cannot be called from a running event loop; await Runner.run")
+
+
+async def _run(agent: Agent[Any], input: _Input, call: _Call) -> RunResult:
+    """`Runner.run`: start a run, or send a state's decisions, and wait until it settles."""
+    _check_agent(agent)
+    async with await _connection(agent, input, call) as conn:
+        if isinstance(input, RunState):
+            return await _resume(conn, input, call.approver)
+        return await _start(conn, _start_request(agent, input, call))
+
+
+def _check_agent(agent: Any) -> None:
+    if not isinstance(agent, Agent):
+        raise UserError(f"starting_agent must be an Agent, got {type(agent).__name__}")
+
+
+async def _connection(agent: Agent[Any], input: _Input, call: _Call) -> RunnerConnection:
+    """The call's line to the cluster, on its task queue (else the state's, else the default)."""
+    state = input if isinstance(input, RunState) else None
+    client = await connect(call.client)
+    queue = call.task_queue or (state.task_queue if state else None)
+    queue = queue or os.environ.get("HITL_TASK_QUEUE") or DEFAULT_TASK_QUEUE
+    allow = in_process_allow(
+        call.run_config, call.error_handlers, state.context if state else call.context
+    )
+    return RunnerConnection(client, agent, queue, call.serve, allow)
+
+
+def _start_request(
+    agent: Agent[Any], input: str | list[dict[str, Any]], call: _Call
+) -> StartRequest:
+    """What starting a run of `agent` on `input` sends (the same for `run` and `run_streamed`)."""
+    return StartRequest.build(
+        agent,
+        input,
+        context=call.context,
+        max_turns=call.max_turns,
+        run_config=call.run_config,
+        error_handlers=call.error_handlers,
+        workflow_id=call.workflow_id,
+        conversation=call.session,
+    )
 
 
 async def _start(conn: RunnerConnection, request: StartRequest) -> RunResult:
@@ -482,12 +515,7 @@ class RunResultStreaming:
     The events are the run's `RunEvent`s (see `hitl.stream`), each with its stream offset.
     """
 
-    def __init__(
-        self,
-        starting_agent: Agent[Any],
-        input: str | list[dict[str, Any]] | RunState,
-        call: _Call,
-    ) -> None:
+    def __init__(self, starting_agent: Agent[Any], input: _Input, call: _Call) -> None:
         self._agent = starting_agent
         self._input = input
         self._call = call
@@ -497,39 +525,24 @@ class RunResultStreaming:
 
     async def stream_events(self) -> AsyncIterator[RunEvent]:
         """Start (or resume) the run and yield its events until it pauses or finishes."""
-        call = self._call
-        client = await connect(call.client)
-        state = self._input if isinstance(self._input, RunState) else None
-        tq = call.task_queue or (state.task_queue if state else None)
-        tq = tq or os.environ.get("HITL_TASK_QUEUE") or DEFAULT_TASK_QUEUE
-        allow = in_process_allow(
-            call.run_config, call.error_handlers, state.context if state else call.context
-        )
-        async with RunnerConnection(client, self._agent, tq, call.serve, allow) as sess:
-            if state is not None:
-                wid = state.workflow_id
+        call, input = self._call, self._input
+        async with await _connection(self._agent, input, call) as sess:
+            client = sess.client
+            if isinstance(input, RunState):
+                wid = input.workflow_id
                 offset = await current_offset(client, wid)
-                decisions = _decisions(state, call.approver)
+                decisions = _decisions(input, call.approver)
                 settled = asyncio.create_task(
                     _send_decisions(
-                        sess, wid, decisions, _state_context(state), _answers(state, call.approver)
+                        sess, wid, decisions, _state_context(input), _answers(input, call.approver)
                     )
                 )
             else:
-                request = StartRequest.build(
-                    self._agent,
-                    self._input,
-                    context=call.context,
-                    max_turns=call.max_turns,
-                    run_config=call.run_config,
-                    error_handlers=call.error_handlers,
-                    workflow_id=call.workflow_id,
-                    conversation=call.session,
-                )
+                request = _start_request(self._agent, input, call)
                 request.run_input.run_config.stream_text_deltas = True
                 wid, offset = request.workflow_id, 0
                 try:
-                    await request.start(client, tq)
+                    await request.start(client, sess.task_queue)
                 except WorkflowAlreadyStartedError:
                     log.info("run %s already exists and is closed; returning its outcome", wid)
                     self.workflow_id = wid
