@@ -45,7 +45,6 @@ with workflow.unsafe.imports_passed_through():
         QUERY_SNAPSHOT,
         QUERY_STATUS,
         QUERY_TRANSCRIPT,
-        SA_OUTCOMES,
         SIGNAL_APPROVE,
         SIGNAL_CHILD_REPORT,
         SIGNAL_FROM_ROOT,
@@ -78,7 +77,16 @@ with workflow.unsafe.imports_passed_through():
         TranscriptQuery,
         TurnInfo,
     )
-    from hitl.workflows import elicitation, hooks, nested, tracing, turn, uncertain, visibility
+    from hitl.workflows import (
+        elicitation,
+        hooks,
+        nested,
+        tracing,
+        turn,
+        uncertain,
+        visibility,
+    )
+    from hitl.workflows import status as answers
     from hitl.workflows.approvers import edit_note
     from hitl.workflows.book import ApprovalBook
     from hitl.workflows.decisions import Decisions
@@ -131,9 +139,9 @@ class AgentRun:
             self._bad_input = err.message
             inp = RunInput(agent="")
         self.inp = inp
-        self.s = initial_state(inp)
-        self.book = ApprovalBook(self.s, signed_run=inp.run_config.signed_decisions)
-        self.steps = Steps(inp, self.s)
+        self.state = initial_state(inp)
+        self.book = ApprovalBook(self.state, signed_run=inp.run_config.signed_decisions)
+        self.steps = Steps(inp, self.state)
         self.decisions = Decisions(self)
         self.notices = Notices(self)
         self._waiters = Waiters(MAX_WAITING_UPDATES)
@@ -146,16 +154,9 @@ class AgentRun:
         self.output: RunOutput | None = None
         self.error: RunErrorInfo | None = None
         self.continuing = False
-        self._cancelled = False
         self._no_compaction = False
         self.trace = tracing.RunTracer(False, {})
-        # What operators last saw; a fresh run someone started with our search attributes set
-        # publishes its own at once.
-        self._published: visibility.Visible | None = (
-            None if visibility.spoofed() else visibility.STARTED
-        )
-        self._shown = 0  # refusals the UI's current details list
-        self._clear_memo = visibility.memo_spoofed()
+        self.published = visibility.Publisher(self)
 
     # ================================================================= main loop
 
@@ -183,19 +184,19 @@ class AgentRun:
                 if is_cancelled_exception(exc) and workflow.patched("hitl-cancelled-status"):
                     # Cancelled while parked or running: the inbox must not keep listing it.
                     # (Patched: runs cancelled before this change replay without the upsert.)
-                    self._cancelled = True
-                    self._publish()
+                    self.published.cancelled = True
+                    self.published.publish()
                 raise
             self.error = exc.info
             self.trace.end_run(error=exc.info.type)
-            self._publish()
+            self.published.publish()
             self.events.emit("run_failed", text=exc.info.message, data={"type": exc.info.type})
             await self._finish_handlers()
             raise ApplicationError(
                 exc.info.message, exc.info.details, type=exc.info.type, non_retryable=True
             ) from None
         self.trace.end_run()
-        self._publish()
+        self.published.publish()
         self.events.emit("final_output", text=output_text(self.output.final_output))
         if self.inp.session:
             await self.steps.save_session()
@@ -204,7 +205,7 @@ class AgentRun:
 
     async def _start(self) -> None:
         """Pin the graph (a top-level run), take the input, check input guardrails."""
-        inp, s = self.inp, self.s
+        inp, s = self.inp, self.state
         patched = False
         if inp.carried is None and workflow.unsafe.is_replaying():
             # Runs started by the code before the resolution said so carry the patch marker;
@@ -238,7 +239,7 @@ class AgentRun:
         await workflow.wait_condition(workflow.all_handlers_finished)
 
     async def _loop(self) -> RunOutput:
-        s = self.s
+        s = self.state
         max_turns = self.inp.max_turns or self.inp.run_config.max_turns or DEFAULT_MAX_TURNS
         if s.open_turn is not None:
             # This run continued as new while its turn waited for people: finish that turn.
@@ -287,7 +288,7 @@ class AgentRun:
         a long run's result leaves it out (`transcript_omitted`) instead of doubling its
         history; the `snapshot` and `transcript` queries read it, also after the run closed.
         """
-        s = self.s
+        s = self.state
         out = RunOutput(
             final_output=final,
             last_agent=agent.id,
@@ -312,12 +313,12 @@ class AgentRun:
         return out
 
     def _count_bad_turn(self, why: str) -> None:
-        self.s.bad_turns += 1
+        self.state.bad_turns += 1
         limit = self.inp.run_config.max_consecutive_bad_turns
-        if self.s.bad_turns >= limit:
+        if self.state.bad_turns >= limit:
             raise RunFailure(
                 "ModelBehaviorError",
-                f"the model produced {self.s.bad_turns} unusable turns in a row (last: {why})",
+                f"the model produced {self.state.bad_turns} unusable turns in a row (last: {why})",
             )
 
     # ================================================================= a turn of tool calls
@@ -325,7 +326,7 @@ class AgentRun:
     async def _run_turn(
         self, agent: AgentSpec, calls: list[FunctionCall], given: list[CallPlan] | None = None
     ) -> None:
-        cfg, s = self.inp.run_config, self.s
+        cfg, s = self.inp.run_config, self.state
         assert s.graph is not None
         start = len(s.new_items)
         opened = turn.open_turn(
@@ -378,7 +379,7 @@ class AgentRun:
                     await self._continue_as_new()
                 self._no_compaction = True
         await drives
-        info, self.s.open_turn = self.s.open_turn, None
+        info, self.state.open_turn = self.state.open_turn, None
         handoff_call = info.handoff_call if info else None
         for rec in records:
             kind = "handoff_output_item" if rec.call_id == handoff_call else "tool_call_output_item"
@@ -390,7 +391,7 @@ class AgentRun:
             # (The transcript names the handoff's call by the model's id.)
             model_id = next((r.model_id for r in records if r.call_id == handoff_call), "")
             await hooks.filter_handoff(self, agent, model_id, info.handoff_target, info.start)
-            self.s.current_agent = info.handoff_target
+            self.state.current_agent = info.handoff_target
             self.events.emit("handoff", data={"from": previous, "to": self.agent_name()})
             self.trace.event(
                 "hitl.handoff", **{"hitl.from": previous, "hitl.to": self.agent_name()}
@@ -465,8 +466,8 @@ class AgentRun:
         if len(state.log) > STREAM_EVENTS_KEPT:
             stream.truncate(state.base_offset + len(state.log) - STREAM_EVENTS_KEPT)
             state = stream.get_state()
-        self.s.stream = state
-        size = encoded_size(self.s)
+        self.state.stream = state
+        size = encoded_size(self.state)
         if size > MAX_RESULT_BYTES:
             self.continuing = False
             raise RunFailure(
@@ -479,14 +480,14 @@ class AgentRun:
         workflow.continue_as_new(
             RunInput(
                 agent=inp.agent,
-                context=self.s.context.value if self.s.context else None,
+                context=self.state.context.value if self.state.context else None,
                 max_turns=inp.max_turns,
                 run_config=inp.run_config,
-                carried=self.s,
+                carried=self.state,
                 session=inp.session,
                 parent=inp.parent,
             ),
-            memo=visibility.carried_memo(self),
+            memo=self.published.carried_memo(),
         )
 
     # ================================================================= decisions
@@ -545,7 +546,7 @@ class AgentRun:
         made = self.decisions.decide_batch(req)
         if req.wait:
             await self._wait_settled()
-        return visibility.settled_status(self, made)
+        return answers.settled_status(self, made)
 
     @decide.validator
     def _validate_decide(self, *args: Any) -> None:
@@ -560,7 +561,7 @@ class AgentRun:
         """Return once the run waits for a person, finishes, or continues as new."""
         req = read_wait(args)
         await self._wait_settled()
-        return visibility.settled_status(self, [], items=req.items)
+        return answers.settled_status(self, [], items=req.items)
 
     @wait.validator
     def _validate_wait(self, *args: Any) -> None:
@@ -617,12 +618,12 @@ class AgentRun:
     @workflow.query(name=QUERY_STATUS, description=HANDLER_HELP[QUERY_STATUS])
     def status(self, *args: Any) -> RunStatus:
         """Phase, current agent and pending approvals."""
-        return visibility.status(self)
+        return answers.status(self)
 
     @workflow.query(name=QUERY_SNAPSHOT, description=HANDLER_HELP[QUERY_SNAPSHOT])
     def snapshot(self, *args: Any) -> RunSnapshot:
         """Status plus every item produced so far."""
-        return visibility.snapshot(self)
+        return answers.snapshot(self)
 
     @workflow.query(name=QUERY_TRANSCRIPT, description=HANDLER_HELP[QUERY_TRANSCRIPT])
     def transcript(self, *args: Any) -> TranscriptPage:
@@ -636,33 +637,20 @@ class AgentRun:
             error_type="InvalidMessage",
             optional=True,
         )
-        items = [*self.s.input_items, *(i.raw_item for i in self.s.new_items)]
+        items = [*self.state.input_items, *(i.raw_item for i in self.state.new_items)]
         return TranscriptPage(items=items[q.start : q.end], total=len(items))
 
     # ================================================================= what operators see
 
-    def _visible(self) -> visibility.Visible:
-        if self._cancelled:
-            return visibility.Visible("cancelled")
-        pending = self.book.pending()
-        phase = self.phase()
-        outcomes = (
-            visibility.outcomes(self.book)
-            if SA_OUTCOMES in visibility.kept_attributes(self.s)
-            else ()
-        )
-        return visibility.Visible.of(
-            "awaiting_approval" if pending and phase == "running" else phase, pending, outcomes
-        )
-
     async def _keep_published(self) -> None:
         """Keep search attributes, the inbox memo and the UI's details in step with the run."""
         while True:
-            await workflow.wait_condition(lambda: visibility.changed(self))
-            self._publish()
+            await workflow.wait_condition(self.published.changed)
+            self.published.publish()
 
-    def _publish(self) -> None:
-        visibility.publish_run(self)
+    def note_pause(self) -> None:
+        """Tell event subscribers when the run starts or stops waiting for people only."""
+        self.events.note_pause()
 
     # ================================================================= helpers
 
@@ -672,7 +660,7 @@ class AgentRun:
             return "completed"
         if self.error is not None:
             return "failed"
-        if self.s.graph is None:
+        if self.state.graph is None:
             return "starting"
         if self.steps.busy == 0 and self.book.has_pending() and not self.book.active():
             return "awaiting_approval"
@@ -691,13 +679,13 @@ class AgentRun:
 
     def agent(self) -> AgentSpec:
         """The agent whose turn it is."""
-        assert self.s.graph is not None
-        return self.s.graph.agents[self.s.current_agent]
+        assert self.state.graph is not None
+        return self.state.graph.agents[self.state.current_agent]
 
     def agent_name(self) -> str | None:
         """Its name (`None` before the graph is pinned)."""
-        graph = self.s.graph
-        agent = graph.agents.get(self.s.current_agent) if graph else None
+        graph = self.state.graph
+        agent = graph.agents.get(self.state.current_agent) if graph else None
         return agent.name if agent else None
 
     def announce_request(self, call_id: str, tool: str, request: Any) -> None:

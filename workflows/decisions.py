@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from hitl.wire import (
         AgentSpec,
         CallRecord,
+        CarriedState,
         DecideInput,
         DecisionInput,
         DecisionKind,
@@ -43,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         Extension,
         RefusedDecision,
         RunContextData,
+        RunInput,
         ToolSpec,
     )
     from hitl.workflows.approvers import apply_edit, check_edit, may_decide
@@ -52,17 +54,36 @@ with workflow.unsafe.imports_passed_through():
     from hitl.workflows.turn import escalation_targets
 
 if TYPE_CHECKING:
-    from hitl.workflows.agent_run import AgentRun
+    from hitl.workflows.book import ApprovalBook
+    from hitl.workflows.events import Events
+    from hitl.workflows.notices import Notices
+    from hitl.workflows.steps import Steps
 
 DECISION_EXAMPLE = '{"call_id": "<call id>", "approver": "you@example.com"}'
 DECIDE_EXAMPLE = '{"decisions": [{"kind": "approve", "call_id": "<call id>"}]}'
 EXTEND_EXAMPLE = '{"call_id": "<call id>", "seconds": 86400, "approver": "you@example.com"}'
 
 
+class Decided(Protocol):
+    """What taking decisions reads and changes of a run."""
+
+    inp: RunInput
+    state: CarriedState
+    book: ApprovalBook
+    steps: Steps
+    events: Events
+    notices: Notices
+    continuing: bool
+
+    def finished(self) -> bool:
+        """The run completed or failed (it takes no more decisions)."""
+        ...
+
+
 class Decisions:
     """Read, validate, record and refuse the decisions sent to one run."""
 
-    def __init__(self, run: AgentRun) -> None:
+    def __init__(self, run: Decided) -> None:
         self.run = run
 
     # ----------------------------------------------------------------- reading
@@ -120,7 +141,7 @@ class Decisions:
                 "InvalidDecision",
                 f"the new context is {size} bytes; the limit is {MAX_CONTEXT_BYTES}",
             )
-        current = self.run.s.context
+        current = self.run.state.context
         for field in ("type", "deserializer"):
             given = getattr(ctx, field)
             pinned = getattr(current, field) if current else None
@@ -248,15 +269,15 @@ class Decisions:
         made = [self.decide(d.kind, d, "update") for d in req.decisions]
         if req.context is not None:
             ctx = req.context
-            if run.s.context is not None:
+            if run.state.context is not None:
                 # The run's context type and deserializer still rebuild the new value.
                 ctx = ctx.model_copy(
                     update={
-                        "deserializer": run.s.context.deserializer,
-                        "type": ctx.type or run.s.context.type,
+                        "deserializer": run.state.context.deserializer,
+                        "type": ctx.type or run.state.context.type,
                     }
                 )
-            run.s.context = ctx
+            run.state.context = ctx
         return made
 
     def by_signal(self, kind: DecisionKind, args: tuple[Any, ...]) -> None:
@@ -291,8 +312,8 @@ class Decisions:
                 f"call '{d.call_id}' belongs to a nested run; its arguments cannot be edited",
             )
         call = run.book.calls[d.call_id]  # `check` found it pending
-        assert run.s.graph is not None
-        agent = run.s.graph.agents[call.agent_id]
+        assert run.state.graph is not None
+        agent = run.state.graph.agents[call.agent_id]
         tool = agent.tool(call.tool_name)
         assert tool is not None
         text = check_edit(kind, d, tool, run.inp.run_config.max_tool_argument_bytes)
@@ -334,7 +355,7 @@ class Decisions:
             call.approvers = plan.approvers or run.inp.run_config.approvers
         apply_edit(call, d, text, workflow.now())
         run.events.emit("arguments_edited", call_id=d.call_id, tool=call.tool_name, text=text)
-        if not may_decide(d.approver, call.approvers, run.s.directory):
+        if not may_decide(d.approver, call.approvers, run.state.directory):
             # The edit moved the call out of this approver's reach: it waits for the right one.
             return DecisionRecord(
                 call_id=d.call_id,
@@ -465,7 +486,8 @@ class Decisions:
 
     def _late_recorded(self, call_id: str) -> bool:
         return any(
-            r.call_id == call_id and r.error_type == "DeadlinePassed" for r in self.run.s.refused
+            r.call_id == call_id and r.error_type == "DeadlinePassed"
+            for r in self.run.state.refused
         )
 
     def _refuse_late(self, kind: str, d: DecisionInput, err: ApplicationError) -> None:
@@ -491,7 +513,7 @@ class Decisions:
     ) -> None:
         """Keep a record of a refused message (the latest `MAX_REFUSED_KEPT`)."""
         workflow.logger.warning("refused %s %s: %s", name, via, message)
-        refused = self.run.s.refused
+        refused = self.run.state.refused
         refused.append(
             RefusedDecision(
                 received_at=workflow.now(),

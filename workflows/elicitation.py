@@ -11,21 +11,44 @@ given so far are handed to the server's questions in order.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from hitl.limits import MAX_APPROVER_CHARS, MAX_CALL_ID_CHARS, MAX_TEXT_CHARS, text_problem
     from hitl.schema import schema_problem
-    from hitl.wire import AnswerInput, CallRecord, InputAnswer, InputRequest, ToolOutput
+    from hitl.wire import (
+        AnswerInput,
+        CallRecord,
+        CarriedState,
+        InputAnswer,
+        InputRequest,
+        ToolOutput,
+    )
     from hitl.workflows.approvers import check_approver
     from hitl.workflows.book import check_round, check_seen
     from hitl.workflows.inputs import read_one, refusal
     from hitl.workflows.steps import NeedsInput
 
 if TYPE_CHECKING:
-    from hitl.workflows.agent_run import AgentRun
+    from hitl.workflows.book import ApprovalBook
+    from hitl.workflows.decisions import Decisions
+    from hitl.workflows.events import Events
+
+
+class Asker(Protocol):
+    """What a tool's question reads and changes of a run."""
+
+    state: CarriedState
+    book: ApprovalBook
+    decisions: Decisions
+    events: Events
+
+    def finished(self) -> bool:
+        """The run completed or failed."""
+        ...
+
 
 ANSWER_EXAMPLE = '{"call_id": "<call id>", "content": {"confirm": true}, "approver": "you"}'
 MAX_QUESTIONS = 5
@@ -33,7 +56,7 @@ MAX_QUESTIONS = 5
 MAX_SCHEMA_BYTES = 16 * 1024
 
 
-def park(run: AgentRun, rec: CallRecord, need: NeedsInput) -> ToolOutput | None:
+def park(run: Asker, rec: CallRecord, need: NeedsInput) -> ToolOutput | None:
     """Record the tool's question on `rec` (see `wait`); an output when it may ask no more."""
     if need.index < len(rec.answers):
         # The tool asked something else than last time at this point: later answers no
@@ -70,7 +93,7 @@ def read(args: tuple[Any, ...]) -> AnswerInput:
     )
 
 
-def check(run: AgentRun, d: AnswerInput) -> tuple[CallRecord, bool]:
+def check(run: Asker, d: AnswerInput) -> tuple[CallRecord, bool]:
     """Validate an answer (read-only); the call it answers, and whether it was signed.
 
     It must be signed when the call's decisions must be.
@@ -90,7 +113,7 @@ def check(run: AgentRun, d: AnswerInput) -> tuple[CallRecord, bool]:
     request = rec.input_request
     if request is None:
         raise refusal("NotPending", f"call '{d.call_id}' asks nothing now (it is {rec.state})")
-    check_approver(d, rec.tool_name, rec.approvers, run.s.directory)
+    check_approver(d, rec.tool_name, rec.approvers, run.state.directory)
     check_seen(d, rec.arguments, len(rec.edits))
     check_round(d.call_id, d.round, rec.round)
     verified = run.decisions.verified("answer", d)
@@ -107,7 +130,7 @@ def check(run: AgentRun, d: AnswerInput) -> tuple[CallRecord, bool]:
     return rec, verified
 
 
-def answer(run: AgentRun, args: tuple[Any, ...]) -> InputAnswer:
+def answer(run: Asker, args: tuple[Any, ...]) -> InputAnswer:
     """Record an answer (synchronously, after `check`); the call runs its tool again."""
     d = read(args)
     rec, verified = check(run, d)

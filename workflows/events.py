@@ -10,7 +10,7 @@ outside).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from temporalio import workflow
@@ -21,11 +21,12 @@ from temporalio.contrib.workflow_streams._types import PollInput, PublishInput
 with workflow.unsafe.imports_passed_through():
     from hitl.items import message_text
     from hitl.limits import MAX_SIGNAL_BYTES
-    from hitl.wire import EVENTS_TOPIC, AgentSpec, RunEvent, RunItem
+    from hitl.wire import EVENTS_TOPIC, AgentSpec, CarriedState, Phase, RunEvent, RunItem
     from hitl.workflows.inputs import Waiters, read_one, refusal
 
 if TYPE_CHECKING:
-    from hitl.workflows.agent_run import AgentRun
+    from hitl.workflows.book import ApprovalBook
+    from hitl.workflows.tracing import RunTracer
 
 MAX_DELTA_ENTRIES = 200
 """Entries in one publish batch from outside (the model activity batches every 150 ms)."""
@@ -43,15 +44,35 @@ def preview(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more]"
 
 
+class Emitter(Protocol):
+    """What the event stream reads of a run."""
+
+    state: CarriedState
+    book: ApprovalBook
+    trace: RunTracer
+
+    def agent_name(self) -> str | None:
+        """The current agent's name."""
+        ...
+
+    def phase(self) -> Phase:
+        """Where the run is."""
+        ...
+
+    def finished(self) -> bool:
+        """The run completed or failed."""
+        ...
+
+
 class Events:
     """Publish `RunEvent`s; guard the stream's handlers against hostile callers."""
 
-    def __init__(self, run: AgentRun, stream: WorkflowStream, waiters: Waiters) -> None:
+    def __init__(self, run: Emitter, stream: WorkflowStream, waiters: Waiters) -> None:
         self.run = run
         self.stream = stream
         self.topic = stream.topic(EVENTS_TOPIC, type=RunEvent)
-        self.announced: set[str] = {f"decided:{d.call_id}" for d in run.s.decisions} | {
-            c.call_id for c in run.s.calls
+        self.announced: set[str] = {f"decided:{d.call_id}" for d in run.state.decisions} | {
+            c.call_id for c in run.state.calls
         }
         """Calls whose request or decision subscribers were told of (carried runs: all)."""
         self.paused = False
@@ -86,7 +107,9 @@ class Events:
     def emit(self, kind: Any, **fields: Any) -> None:
         """Publish one event (no history event; rebuilt on replay)."""
         run = self.run
-        self.topic.publish(RunEvent(type=kind, turn=run.s.turn, agent=run.agent_name(), **fields))
+        self.topic.publish(
+            RunEvent(type=kind, turn=run.state.turn, agent=run.agent_name(), **fields)
+        )
 
     def add_item(
         self, kind: Any, raw: dict[str, Any], agent: AgentSpec, call_id: str | None = None
@@ -95,7 +118,7 @@ class Events:
 
         `call_id`: the run's id of the call the item belongs to (the item names the model's).
         """
-        self.run.s.new_items.append(
+        self.run.state.new_items.append(
             RunItem(type=kind, agent_id=agent.id, agent_name=agent.name, raw_item=raw)
         )
         if kind == "message_output_item":

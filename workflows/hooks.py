@@ -7,21 +7,47 @@ what its answer means.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from hitl.items import assistant_message
-    from hitl.wire import AgentSpec, HandleRunErrorInput, HandoffFilterInput, RunOutput
-    from hitl.workflows.steps import RunFailure
+    from hitl.wire import (
+        AgentSpec,
+        CarriedState,
+        HandleRunErrorInput,
+        HandoffFilterInput,
+        RunInput,
+        RunOutput,
+    )
+    from hitl.workflows.steps import RunFailure, Steps
 
 if TYPE_CHECKING:
-    from hitl.workflows.agent_run import AgentRun
+    from hitl.workflows.events import Events
+    from hitl.workflows.tracing import RunTracer
+
+
+class Hooked(Protocol):
+    """What the hooks around the loop read and change of a run."""
+
+    inp: RunInput
+    state: CarriedState
+    steps: Steps
+    events: Events
+    trace: RunTracer
+
+    def agent(self) -> AgentSpec:
+        """The agent whose turn it is."""
+        ...
+
+    def finish(self, final: Any, agent: AgentSpec) -> RunOutput:
+        """The run's result."""
+        ...
 
 
 async def guardrails(
-    run: AgentRun,
+    run: Hooked,
     kind: Literal["input", "output"],
     agent: AgentSpec,
     *,
@@ -50,10 +76,10 @@ async def guardrails(
 
 
 async def filter_handoff(
-    run: AgentRun, agent: AgentSpec, call_id: str, target: str, turn_start: int
+    run: Hooked, agent: AgentSpec, call_id: str, target: str, turn_start: int
 ) -> None:
     """Apply the handoff's input filter or nested history (an activity), if it has one."""
-    cfg, s = run.inp.run_config, run.s
+    cfg, s = run.inp.run_config, run.state
     spec = next((h for h in agent.handoffs if h.agent_id == target), None)
     call = next((i for i in s.new_items[turn_start:] if i.raw_item.get("call_id") == call_id), None)
     tool = call.raw_item.get("name") if call else (spec.tool_name if spec else "")
@@ -83,13 +109,13 @@ async def filter_handoff(
     s.new_items = [*out.pre_handoff_items, *out.new_items]
 
 
-async def max_turns_exceeded(run: AgentRun, max_turns: int) -> RunOutput:
+async def max_turns_exceeded(run: Hooked, max_turns: int) -> RunOutput:
     """Ask the run's `error_handlers["max_turns"]` for a final output, else fail the run."""
     message = f"Max turns ({max_turns}) exceeded"
     handler = run.inp.run_config.error_handlers.get("max_turns")
     agent = run.agent()
     if handler:
-        s = run.s
+        s = run.state
         out = await run.steps.handle_run_error(
             HandleRunErrorInput(
                 handler=handler,

@@ -64,7 +64,7 @@ class Host(Protocol):
     """What the nested-run protocol needs from the run it is part of."""
 
     inp: RunInput
-    s: CarriedState
+    state: CarriedState
     book: ApprovalBook
     steps: Steps
 
@@ -97,7 +97,7 @@ async def run_child(host: Host, agent: AgentSpec, rec: CallRecord, tool: ToolSpe
     child_input = RunInput(
         agent=host.inp.agent,
         input=str(text),
-        context=host.s.context.value if host.s.context else None,
+        context=host.state.context.value if host.state.context else None,
         max_turns=host.inp.max_turns,
         run_config=host.inp.run_config,
         parent=ParentLink(
@@ -106,13 +106,13 @@ async def run_child(host: Host, agent: AgentSpec, rec: CallRecord, tool: ToolSpe
             root_workflow_id=link.root_workflow_id if link else info.workflow_id,
             path=[*host.path(), agent.name, tool.name],
             call_path=[*(link.call_path if link else []), rec.call_id],
-            tracing=host.s.tracing,
-            notify=host.s.notify,
-            run_call_ids=host.s.run_call_ids,
+            tracing=host.state.tracing,
+            notify=host.state.notify,
+            run_call_ids=host.state.run_call_ids,
         ),
-        graph=host.s.graph,
+        graph=host.state.graph,
         start_agent=tool.agent_id,
-        rules=list(host.s.rules),
+        rules=list(host.state.rules),
     )
     handle = await workflow.start_child_workflow(
         WORKFLOW_TYPE,
@@ -182,7 +182,7 @@ def mail_for(host: Host, call_id: str) -> FromRoot:
     if view is None:
         return FromRoot(seq=0)
     return FromRoot(
-        seq=view.seq, decisions=list(view.decided.values()), standing=list(host.s.rules)
+        seq=view.seq, decisions=list(view.decided.values()), standing=list(host.state.rules)
     )
 
 
@@ -196,7 +196,7 @@ def report(host: Host) -> ChildReport:
         call_id=link.call_id if link else "",
         phase=host.phase(),
         pending=host.book.pending(host.path(), workflow.info().workflow_id),
-        seen=host.s.seen_from_root,
+        seen=host.state.seen_from_root,
     )
 
 
@@ -211,7 +211,11 @@ class ChildSide:
     def key(self) -> tuple[Any, ...]:
         """What the parent cares about: phase, pending call ids, mail acknowledged."""
         pending = self.host.book.pending()
-        return (self.host.phase(), tuple(p.call_id for p in pending), self.host.s.seen_from_root)
+        return (
+            self.host.phase(),
+            tuple(p.call_id for p in pending),
+            self.host.state.seen_from_root,
+        )
 
     async def keep_parent_informed(self) -> None:
         """Ask the parent to read this run whenever what it cares about changes."""
@@ -249,11 +253,11 @@ class ChildSide:
         which decide this run's other waiting calls they cover.
         """
         book, now = self.host.book, workflow.now()
-        if mail.seq <= self.host.s.seen_from_root:
+        if mail.seq <= self.host.state.seen_from_root:
             return
         for rec in mail.decisions:
             problem = book.apply_forwarded(rec)
             if problem is not None:
                 workflow.logger.info("mail for %s not applied: %s", rec.call_id, problem)
         book.merge_rules(mail.standing, now)
-        self.host.s.seen_from_root = mail.seq
+        self.host.state.seen_from_root = mail.seq

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -19,14 +19,25 @@ with workflow.unsafe.imports_passed_through():
     from hitl.wire import (
         ACT_NOTIFY,
         CallRecord,
+        CarriedState,
         DecisionRecord,
         NotifyEvent,
         NotifyInput,
         NotifyOutput,
+        RunInput,
     )
 
-if TYPE_CHECKING:
-    from hitl.workflows.agent_run import AgentRun
+
+class Told(Protocol):
+    """What notifying reads of a run.
+
+    Its parent link (a nested run's calls are told as the root shows them) and whether its
+    worker has notifiers.
+    """
+
+    inp: RunInput
+    state: CarriedState
+
 
 NOTIFY_TIMEOUT = timedelta(seconds=120)
 """Webhooks retry inside the activity (their own timeouts and backoff); this bounds the whole."""
@@ -55,14 +66,14 @@ def without_arguments(rec: DecisionRecord) -> DecisionRecord:
 class Notices:
     """Start `notify` activities for one run's calls."""
 
-    def __init__(self, run: AgentRun) -> None:
+    def __init__(self, run: Told) -> None:
         self.run = run
         self._tasks: set[asyncio.Task[None]] = set()
 
     def tell(self, event: NotifyEvent, rec: CallRecord) -> None:
         """Notify the worker's notifiers of `event` about `rec` (if the run has any)."""
         run = self.run
-        if not run.s.notify:
+        if not run.state.notify:
             return
         info = workflow.info()
         link = run.inp.parent

@@ -177,7 +177,7 @@ class Steps:
 
     def __init__(self, inp: RunInput, state: CarriedState) -> None:
         self.inp = inp
-        self.s = state
+        self.state = state
         self.busy = 0
 
     async def local(
@@ -238,7 +238,7 @@ class Steps:
     async def save_session(self) -> None:
         """Append this run's turn to its session (once, even if the activity is retried)."""
         assert self.inp.session is not None
-        turn = model_input(self.s.own_input, self.s.new_items)
+        turn = model_input(self.state.own_input, self.state.new_items)
         await workflow.execute_activity(
             ACT_SAVE_SESSION,
             SessionRef(
@@ -255,8 +255,8 @@ class Steps:
     async def call_model(self, agent: AgentSpec, plan: PlanRequest | None = None) -> ModelResponse:
         """Ask the agent's model for the next step (and plan its calls to `plan.tools`)."""
         cfg = self.inp.run_config
-        transcript = model_input(self.s.input_items, self.s.new_items)
-        s = self.s
+        transcript = model_input(self.state.input_items, self.state.new_items)
+        s = self.state
         server = (
             cfg.auto_previous_response_id
             and agent.model.provider == "openai"
@@ -304,8 +304,8 @@ class Steps:
             tools=tools,
             output_schema=agent.output_schema,
             output_type_name=agent.output_type_name,
-            context=self.s.context,
-            turn=self.s.turn,
+            context=self.state.context,
+            turn=self.state.turn,
             max_argument_bytes=cfg.max_tool_argument_bytes,
             stream=cfg.stream_text_deltas and agent.model.provider != "scripted",
             input_filter=cfg.call_model_input_filter,
@@ -387,7 +387,7 @@ class Steps:
                     )
                     for r in recs
                 ],
-                context=self.s.context,
+                context=self.state.context,
                 workflow_id=workflow.info().workflow_id,
                 run_approver=cfg.approver,
                 skip_policy=skip_policy,
@@ -411,7 +411,7 @@ class Steps:
             arguments=rec.arguments,
             idempotency_key=idempotency_key(info.workflow_id, rec.call_id),
             workflow_id=info.workflow_id,
-            context=self.s.context,
+            context=self.state.context,
             decision=rec.decision,
             max_output_bytes=self.inp.run_config.max_tool_output_bytes,
             answers=rec.answers,
@@ -482,9 +482,9 @@ class Steps:
                     ) from None
                 return ToolOutput(output=message, is_error=True)
             return ToolOutput(output=TOOL_ERROR_PREFIX + _error_text(err), is_error=True)
-        if out.context is not None and self.s.context is not None:
+        if out.context is not None and self.state.context is not None:
             # The tool changed the run context: later activities see the new value.
-            self.s.context = self.s.context.model_copy(update={"value": out.context.value})
+            self.state.context = self.state.context.model_copy(update={"value": out.context.value})
         return out
 
     async def rejection_text(self, agent: AgentSpec, rec: CallRecord, tool: ToolSpec) -> str:
@@ -506,7 +506,7 @@ class Steps:
                     arguments=rec.arguments,
                     formatter=formatter,
                     default_message=REJECTION_MESSAGE,
-                    context=self.s.context,
+                    context=self.state.context,
                     decision=rec.decision,
                     workflow_id=workflow.info().workflow_id,
                     mcp_server=tool.mcp_server,
@@ -535,7 +535,7 @@ class Steps:
                 run_guardrails=run_level,
                 input=subject if isinstance(subject, str | list) else "",
                 final_output=final,
-                context=self.s.context,
+                context=self.state.context,
                 workflow_id=workflow.info().workflow_id,
             ),
             GuardrailsOutput,

@@ -12,11 +12,21 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from temporalio import workflow
 
+with workflow.unsafe.imports_passed_through():
+    from hitl.wire import CarriedState, RunInput
+
 AttributeValue = str | bool | int | float
+
+
+class Traced(Protocol):
+    """What tracing reads of a run: its configuration and whether its worker traces."""
+
+    inp: RunInput
+    state: CarriedState
 
 
 class RunTracer:
@@ -108,7 +118,7 @@ class RunTracer:
             pass
 
 
-def start(run: Any) -> RunTracer:
+def start(run: Traced) -> RunTracer:
     """The tracer of a run, with its run span open (a no-op unless the worker traces)."""
     cfg = run.inp.run_config
     attrs: dict[str, Any] = {
@@ -121,12 +131,12 @@ def start(run: Any) -> RunTracer:
         attrs[f"hitl.metadata.{key}"] = (
             value if isinstance(value, str | int | float | bool) else json.dumps(value)
         )
-    tracer = RunTracer(run.s.tracing, attrs)
+    tracer = RunTracer(run.state.tracing, attrs)
     tracer.start_run(f"hitl.run {cfg.workflow_name or run.inp.agent}")
     return tracer
 
 
-def sensitive(run: Any, text: str | None) -> str | None:
+def sensitive(run: Traced, text: str | None) -> str | None:
     """Arguments and outputs go on spans only when the run asks for it."""
     if not run.inp.run_config.trace_include_sensitive_data:
         return None

@@ -12,7 +12,7 @@ again, with the same idempotency key), or `give_up` (the model reads an error).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from temporalio import workflow
 
@@ -21,8 +21,10 @@ with workflow.unsafe.imports_passed_through():
     from hitl.wire import (
         AgentSpec,
         CallRecord,
+        CarriedState,
         Resolution,
         ResolveInput,
+        RunInput,
         ToolOutput,
         ToolSpec,
         UncertainCall,
@@ -34,12 +36,33 @@ with workflow.unsafe.imports_passed_through():
     from hitl.workflows.steps import NeedsInput, Uncertain
 
 if TYPE_CHECKING:
-    from hitl.workflows.agent_run import AgentRun
+    from hitl.workflows.book import ApprovalBook
+    from hitl.workflows.decisions import Decisions
+    from hitl.workflows.events import Events
+    from hitl.workflows.notices import Notices
+    from hitl.workflows.steps import Steps
+
+
+class Runs(Protocol):
+    """What running a tool (and settling its uncertain attempts) reads and changes of a run."""
+
+    inp: RunInput
+    state: CarriedState
+    book: ApprovalBook
+    steps: Steps
+    decisions: Decisions
+    events: Events
+    notices: Notices
+
+    def finished(self) -> bool:
+        """The run completed or failed."""
+        ...
+
 
 RESOLVE_EXAMPLE = '{"call_id": "<call id>", "outcome": "happened", "output": "what the tool did"}'
 
 
-async def run_tool(run: AgentRun, agent: AgentSpec, rec: CallRecord, tool: ToolSpec) -> ToolOutput:
+async def run_tool(run: Runs, agent: AgentSpec, rec: CallRecord, tool: ToolSpec) -> ToolOutput:
     """Run an approved call's tool; park it as uncertain as often as its attempts die."""
     while True:
         if rec.state == "awaiting_input":  # (also a call carried over while it asked)
@@ -95,7 +118,7 @@ def read(args: tuple[Any, ...]) -> ResolveInput:
     )
 
 
-def check(run: AgentRun, d: ResolveInput) -> tuple[CallRecord, bool]:
+def check(run: Runs, d: ResolveInput) -> tuple[CallRecord, bool]:
     """Validate a resolution (read-only); the call it settles, and whether it was signed.
 
     It must be signed when the call's decisions must be.
@@ -118,13 +141,13 @@ def check(run: AgentRun, d: ResolveInput) -> tuple[CallRecord, bool]:
         raise refusal("UnknownCall", f"no uncertain call '{d.call_id}'")
     if rec.state != "uncertain" or rec.uncertain.resolution is not None:
         raise refusal("NotPending", f"call '{d.call_id}' is not uncertain (it is {rec.state})")
-    check_approver(d, rec.tool_name, rec.approvers, run.s.directory)
+    check_approver(d, rec.tool_name, rec.approvers, run.state.directory)
     check_seen(d, rec.arguments, len(rec.edits))
     check_round(d.call_id, d.round, rec.round)
     return rec, run.decisions.verified("resolve", d)
 
 
-def resolve(run: AgentRun, args: tuple[Any, ...]) -> Resolution:
+def resolve(run: Runs, args: tuple[Any, ...]) -> Resolution:
     """Settle an uncertain call (synchronously, after `check`)."""
     d = read(args)
     rec, verified = check(run, d)

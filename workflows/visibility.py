@@ -9,17 +9,14 @@ upsert (at the end). Search attributes never carry arguments or personal data.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
-    from hitl.limits import TRANSCRIPT_INLINE_BYTES
-    from hitl.markdown import fence, md_text
     from hitl.wire import (
         CORE_SEARCH_ATTRIBUTES,
         INBOX_CALLS,
@@ -31,26 +28,17 @@ with workflow.unsafe.imports_passed_through():
         SA_PENDING_TOOLS,
         SA_STATUS,
         CarriedState,
-        DecisionRecord,
         InboxEntry,
         InboxMemo,
         PendingApproval,
-        RefusedDecision,
+        Phase,
         RunErrorInfo,
-        RunSnapshot,
-        RunStatus,
-        SettledStatus,
+        RunInput,
     )
-    from hitl.workflows.events import preview
-    from hitl.workflows.inputs import encoded_size, fits
-
-if TYPE_CHECKING:
-    from hitl.workflows.agent_run import AgentRun
     from hitl.workflows.book import ApprovalBook
+    from hitl.workflows.details import details
+    from hitl.workflows.events import preview
 
-SETTLED_PENDING_KEPT = 50
-SETTLED_OUTPUT_BYTES = 16 * 1024
-"""A final output larger than this is left out of update results (read the run's result)."""
 
 STATUS_KEY = SearchAttributeKey.for_keyword(SA_STATUS)
 PENDING_TOOLS_KEY = SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS)
@@ -187,112 +175,10 @@ def publish(
     workflow.set_current_details(details)
 
 
-REFUSALS_SHOWN = 5
-
-
-def when(at: datetime | None) -> str:
-    """A time as a person reads it: `2026-11-25 11:45:03 UTC`."""
-    return at.strftime("%Y-%m-%d %H:%M:%S UTC") if at is not None else "an unknown time"
-
-
-def details(
-    *,
-    status: str,
-    turn: int,
-    agent: str,
-    current_agent: str,
-    error: RunErrorInfo | None,
-    pending: Sequence[PendingApproval],
-    root_workflow_id: str | None,
-    refused: Sequence[RefusedDecision] = (),
-) -> str:
-    """Markdown for the Temporal UI: what the run waits for and how to decide it.
-
-    Everything from the model, tools or callers is escaped (shown literally); each call gets a
-    short pretty-printed payload per update, which fits the UI's panel, and the `hitl` line.
-    """
-    wid = workflow.info().workflow_id
-    if status == "cancelled":
-        return f"**Cancelled** after {turn} model turns."
-    if status == "completed":
-        return f"**Completed** after {turn} model turns."
-    if status == "failed" and error is not None:
-        return f"**Failed** ({md_text(error.type)}): {md_text(error.message)}"
-    lines = _refusal_lines(refused)
-    if not pending:
-        return "\n".join(
-            [f"**Running** (turn {turn}, agent {md_text(current_agent or agent)}).", "", *lines]
-        )
-    if root_workflow_id is not None:
-        return (
-            f"**Waiting for approval** ({len(pending)} call(s)). This is a nested run: "
-            f"its approvals are decided on the root run `{root_workflow_id}`."
-        )
-    head = [f"**Waiting for approval**: {len(pending)} call(s), agent {md_text(agent)}", ""]
-    for c in pending:
-        head += _call_lines(wid, c)
-    return "\n".join([*head, *lines])
-
-
 INBOX_PATCH = "hitl-inbox-memo"
 """The patch that marked, for a while, runs keeping their pending calls in the memo
 (`INBOX_MEMO`); runs now learn it from their recorded resolution (`ResolvedRun.inbox_memo`),
 and the marker is only read back when such a run replays."""
-
-
-def inbox_key(run: AgentRun, visible: Visible) -> list[str] | None:
-    """What the inbox memo should show of a paused run; `None`: leave the memo as it is.
-
-    Its calls and their approvals so far, in the form `CarriedState.inbox_shown` keeps.
-    """
-    if not run.s.inbox_memo or visible.status != "awaiting_approval":
-        return None
-    return [f"{p.call_id}\t{len(p.approvals)}" for p in run.book.pending()]
-
-
-def changed(run: AgentRun) -> bool:
-    """Whether what operators see of `run` is out of date."""
-    visible = run._visible()
-    return (
-        visible != run._published
-        or len(run.s.refused) != run._shown
-        or inbox_key(run, visible) not in (None, run.s.inbox_shown)
-        or run._clear_memo
-    )
-
-
-def publish_run(run: AgentRun) -> None:
-    """Write what operators see of `run`, where it changed.
-
-    Search attributes and the UI's details when its visible state changed; only the details
-    (no history event) for a refused signal; the inbox memo when the calls a paused run waits
-    on changed. The memo is left as it is when the run goes on: readers use it only while
-    `HitlStatus` says the run waits (both are written in the same workflow task).
-    """
-    visible, refusals = run._visible(), len(run.s.refused)
-    key = inbox_key(run, visible)
-    if key is not None and key != run.s.inbox_shown:
-        run.s.inbox_shown = key
-        run._clear_memo = False
-        publish_inbox(run.book.pending(run.path(), workflow.info().workflow_id))
-    elif run._clear_memo:
-        run._clear_memo = False
-        workflow.upsert_memo({INBOX_MEMO: None})  # someone else's words: gone
-    if visible == run._published:
-        if refusals != run._shown:  # a refused signal: the details say so (no event)
-            run._shown = refusals
-            workflow.set_current_details(details_of(run, visible))
-        return
-    before = run._published if run._published is not STARTED else None
-    run._published, run._shown = visible, refusals
-    run.events.note_pause()
-    publish(
-        visible,
-        run.inp.agent,
-        details_of(run, visible),
-        kept_attributes(run.s),
-        before,
-    )
 
 
 def publish_inbox(pending: Sequence[PendingApproval]) -> None:
@@ -307,13 +193,6 @@ def inbox_memo(pending: Sequence[PendingApproval]) -> InboxMemo:
         total=len(pending),
         run=workflow.info().first_execution_run_id,
     )
-
-
-def carried_memo(run: AgentRun) -> dict[str, Any] | None:
-    """The memo a continued run starts with: what this one lists (it is not written again)."""
-    if not run.s.inbox_memo or not run.s.inbox_shown:
-        return None
-    return {INBOX_MEMO: inbox_memo(run.book.pending(run.path(), workflow.info().workflow_id))}
 
 
 def inbox_entry(p: PendingApproval) -> InboxEntry:
@@ -338,179 +217,121 @@ def inbox_entry(p: PendingApproval) -> InboxEntry:
     )
 
 
-def details_of(run: AgentRun, visible: Visible) -> str:
-    """The current details of `run` as it is now."""
-    link = run.inp.parent
-    return details(
-        status=visible.status,
-        turn=run.s.turn,
-        agent=run.inp.agent,
-        current_agent=run.s.current_agent,
-        error=run.error,
-        pending=run.book.pending(run.path()),
-        root_workflow_id=link.root_workflow_id if link else None,
-        refused=run.s.refused,
-    )
+class Shown(Protocol):
+    """What publishing reads of a run."""
+
+    inp: RunInput
+    state: CarriedState
+    book: ApprovalBook
+    error: RunErrorInfo | None
+
+    def phase(self) -> Phase:
+        """Where the run is."""
+        ...
+
+    def path(self) -> list[str]:
+        """Agents and agent tools from the root down to this run."""
+        ...
+
+    def note_pause(self) -> None:
+        """Tell event subscribers when the run starts or stops waiting for people."""
+        ...
 
 
-def _call_lines(wid: str, c: PendingApproval) -> list[str]:
-    title = c.request.title if c.request else f"{c.agent_name} wants to run {c.tool_name}"
-    where = " → ".join([*c.path, c.tool_name])
-    lines = [
-        f"### {md_text(title)}",
-        f"Tool `{c.tool_name}` ({md_text(where)}), waiting since {when(c.requested_at)}  ",
-        f"Call id `{c.call_id}`",
-        "",
-    ]
-    if c.kind == "input" and c.input_request is not None:
-        fields = c.input_request.requested_schema.get("properties")
-        example = {str(k): "..." for k in (fields if isinstance(fields, dict) else {})}
-        answer = {"call_id": c.call_id, "content": example, "approver": "you"}
-        return [
-            *lines,
-            f"**The tool asks:** {md_text(c.input_request.message)}",
-            "",
-            'To answer, *Send an Update* named `answer` with (`"action": "decline"` says no):',
-            *fence(json.dumps(answer, indent=2), "json"),
-            f"Or: `hitl answer {wid} {c.call_id} --set NAME=VALUE`",
-            "",
-        ]
-    if c.kind == "uncertain" and c.uncertain is not None:
-        settle = {"call_id": c.call_id, "outcome": "happened", "output": "what it did"}
-        return [
-            *lines,
-            f"**Uncertain:** its attempt died ({md_text(c.uncertain.error)}). Did it happen?",
-            "",
-            "Settle it with *Send an Update* named `resolve` (`happened`, `retry`, `give_up`):",
-            *fence(json.dumps(settle, indent=2), "json"),
-            f"Or: `hitl resolve {wid} {c.call_id} happened|retry|give-up`",
-            "",
-        ]
-    if c.deadline is not None:
-        lines += [f"Decide before {when(c.deadline)} (then it expires).", ""]
-    if c.required_approvals > 1:
-        so_far = ", ".join(f"`{a.approver}`" for a in c.approvals) or "nobody yet"
-        lines += [
-            f"Needs {c.required_approvals} different approvers; approved so far by {so_far}.",
-            "",
-        ]
-    if c.request is not None:
-        lines += [md_text(c.request.message), ""]
-        if c.request.preview:
-            label = c.request.preview_label or "Preview"
-            lines += [f"**{md_text(label)}**", *fence(c.request.preview[:4000]), ""]
-    approve = json.dumps({"call_id": c.call_id, "approver": "you"}, indent=2)
-    reject = json.dumps({"call_id": c.call_id, "message": "why, for the model"}, indent=2)
-    return [
-        *lines,
-        "To approve, *Send an Update* named `approve` with:",
-        *fence(approve, "json"),
-        "To reject, named `reject`:",
-        *fence(reject, "json"),
-        f"Or: `hitl approve {wid} {c.call_id}`",
-        "",
-    ]
+class Publisher:
+    """What operators last saw of one run, written again whenever it changes.
 
-
-def _refusal_lines(refused: Sequence[RefusedDecision]) -> list[str]:
-    """The latest refused signals (a signal cannot tell its sender it was refused)."""
-    signals = [r for r in refused if r.via == "signal"][-REFUSALS_SHOWN:]
-    if not signals:
-        return []
-    lines = ["**Refused signals** (the latest; an update would have said so at once):", ""]
-    for r in signals:
-        call = f" for `{r.call_id}`" if r.call_id else ""
-        lines.append(
-            f"- {when(r.received_at)}: `{r.name}`{call}: {md_text(r.error_type)}: "
-            f"{md_text(r.message)}"
-        )
-    return [*lines, ""]
-
-
-# ----------------------------------------------------------------------------- status
-
-
-def status(run: AgentRun, kind: type[RunStatus] = RunStatus, *, full: bool = True) -> RunStatus:
-    """The run as the `status` query shows it (`full=False`: without the long lists)."""
-    info = workflow.info()
-    s = run.s
-    current = s.graph.agents.get(s.current_agent) if s.graph else None
-    output = run.output
-    return kind(
-        workflow_id=info.workflow_id,
-        run_id=info.run_id,
-        phase=run.phase(),
-        agent=run.inp.agent,
-        current_agent=current.id if current else None,
-        current_agent_name=current.name if current else None,
-        turn=s.turn,
-        pending=run.book.pending(run.path(), info.workflow_id) if full else [],
-        decisions=run.book.all_decisions() if full else [],
-        refused=s.refused if full else [],
-        usage=s.usage,
-        items=len(s.input_items) + len(s.new_items),
-        final_output=output.final_output if output is not None and full else None,
-        error=run.error,
-        continued_as_new=run.continuing,
-    )
-
-
-def snapshot(run: AgentRun) -> RunSnapshot:
-    """The `snapshot` query's answer: the status, the items so far, each call's state."""
-    calls = {c.call_id: c.state for c in run.book.calls.values()}
-    s, st = run.s, status(run)
-    schemas = {}
-    for p in st.pending:
-        agent = s.graph.agents.get(p.agent_id) if s.graph else None
-        tool = agent.tool(p.tool_name) if agent else None
-        if tool is not None and tool.kind != "agent":
-            schemas[p.call_id] = tool.params_json_schema
-    return RunSnapshot(
-        status=st,
-        input_items=s.input_items,
-        new_items=s.new_items,
-        call_states=calls,
-        schemas=schemas,
-    )
-
-
-def settled_status(
-    run: AgentRun, decisions: list[DecisionRecord], *, items: bool = False
-) -> SettledStatus:
-    """What `wait` and `decide` return; kept small, since it is stored with the update.
-
-    `items` (a `wait` from `Runner.run`): a paused run whose whole status and transcript are
-    small returns them, so the caller needs no `snapshot` query.
+    Search attributes and the UI's details when the run's visible state changed; only the
+    details (no history event) for a refused signal; the inbox memo when the calls a paused run
+    waits on changed. The memo is left as it is when the run goes on: readers use it only while
+    `HitlStatus` says the run waits (both are written in the same workflow task).
     """
-    if (
-        items
-        and run.phase() == "awaiting_approval"
-        and fits([*run.s.input_items, *run.s.new_items], TRANSCRIPT_INLINE_BYTES)
-    ):
-        whole = status(run, SettledStatus)
-        assert isinstance(whole, SettledStatus)
-        whole.refused, whole.final_output = [], None
-        whole.input_items, whole.new_items = run.s.input_items, run.s.new_items
-        if encoded_size(whole) <= TRANSCRIPT_INLINE_BYTES:
-            return whole
-    result = status(run, SettledStatus, full=False)
-    assert isinstance(result, SettledStatus)
-    result.decisions = decisions
-    result.pending = [_brief(p) for p in run.book.pending(run.path())[:SETTLED_PENDING_KEPT]]
-    final = run.output.final_output if run.output is not None else None
-    if final is not None and len(json.dumps(final, default=str)) <= SETTLED_OUTPUT_BYTES:
-        result.final_output = final
-    return result
 
+    def __init__(self, run: Shown) -> None:
+        self.run = run
+        # A fresh run someone started with our search attributes (or memo) set publishes its
+        # own at once.
+        self.published: Visible | None = None if spoofed() else STARTED
+        self.shown = 0
+        """Refusals the UI's current details list."""
+        self.clear_memo = memo_spoofed()
+        self.cancelled = False
+        """Cancelled while parked or running: the inbox must not keep listing it."""
 
-def _brief(p: PendingApproval) -> PendingApproval:
-    """A pending call with its long texts cut (for results stored in history)."""
-    request = p.request
-    if request is not None:
-        request = request.model_copy(
-            update={
-                "message": preview(request.message, 1000),
-                "preview": preview(request.preview, 1000) if request.preview else None,
-            }
+    def visible(self) -> Visible:
+        """What operators should see of the run now."""
+        run = self.run
+        if self.cancelled:
+            return Visible("cancelled")
+        pending = run.book.pending()
+        phase = run.phase()
+        kept = SA_OUTCOMES in kept_attributes(run.state)
+        return Visible.of(
+            "awaiting_approval" if pending and phase == "running" else phase,
+            pending,
+            outcomes(run.book) if kept else (),
         )
-    return p.model_copy(update={"arguments": preview(p.arguments, 1000), "request": request})
+
+    def inbox_key(self, visible: Visible) -> list[str] | None:
+        """What the inbox memo should show of a paused run; `None`: leave the memo as it is.
+
+        Its calls and their approvals so far, in the form `CarriedState.inbox_shown` keeps.
+        """
+        run = self.run
+        if not run.state.inbox_memo or visible.status != "awaiting_approval":
+            return None
+        return [f"{p.call_id}\t{len(p.approvals)}" for p in run.book.pending()]
+
+    def changed(self) -> bool:
+        """Whether what operators see of the run is out of date."""
+        visible = self.visible()
+        return (
+            visible != self.published
+            or len(self.run.state.refused) != self.shown
+            or self.inbox_key(visible) not in (None, self.run.state.inbox_shown)
+            or self.clear_memo
+        )
+
+    def publish(self) -> None:
+        """Write what operators see of the run, where it changed."""
+        run = self.run
+        visible, refusals = self.visible(), len(run.state.refused)
+        key = self.inbox_key(visible)
+        if key is not None and key != run.state.inbox_shown:
+            run.state.inbox_shown = key
+            self.clear_memo = False
+            publish_inbox(run.book.pending(run.path(), workflow.info().workflow_id))
+        elif self.clear_memo:
+            self.clear_memo = False
+            workflow.upsert_memo({INBOX_MEMO: None})  # someone else's words: gone
+        if visible == self.published:
+            if refusals != self.shown:  # a refused signal: the details say so (no event)
+                self.shown = refusals
+                workflow.set_current_details(self.details(visible))
+            return
+        before = self.published if self.published is not STARTED else None
+        self.published, self.shown = visible, refusals
+        run.note_pause()
+        publish(visible, run.inp.agent, self.details(visible), kept_attributes(run.state), before)
+
+    def details(self, visible: Visible) -> str:
+        """The run's current details as they are now."""
+        run = self.run
+        link = run.inp.parent
+        return details(
+            status=visible.status,
+            turn=run.state.turn,
+            agent=run.inp.agent,
+            current_agent=run.state.current_agent,
+            error=run.error,
+            pending=run.book.pending(run.path()),
+            root_workflow_id=link.root_workflow_id if link else None,
+            refused=run.state.refused,
+        )
+
+    def carried_memo(self) -> dict[str, Any] | None:
+        """The memo a continued run starts with: what this one lists (not written again)."""
+        run = self.run
+        if not run.state.inbox_memo or not run.state.inbox_shown:
+            return None
+        return {INBOX_MEMO: inbox_memo(run.book.pending(run.path(), workflow.info().workflow_id))}

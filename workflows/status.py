@@ -1,0 +1,135 @@
+"""What the `status` and `snapshot` queries, and the `wait` and `decide` updates, answer."""
+
+from __future__ import annotations
+
+import json
+from typing import Protocol
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from hitl.limits import TRANSCRIPT_INLINE_BYTES
+    from hitl.wire import (
+        CarriedState,
+        DecisionRecord,
+        PendingApproval,
+        Phase,
+        RunErrorInfo,
+        RunInput,
+        RunOutput,
+        RunSnapshot,
+        RunStatus,
+        SettledStatus,
+    )
+    from hitl.workflows.book import ApprovalBook
+    from hitl.workflows.events import preview
+    from hitl.workflows.inputs import encoded_size, fits
+
+SETTLED_PENDING_KEPT = 50
+SETTLED_OUTPUT_BYTES = 16 * 1024
+"""A final output larger than this is left out of update results (read the run's result)."""
+
+
+class Reads(Protocol):
+    """What the answers read of a run."""
+
+    inp: RunInput
+    state: CarriedState
+    book: ApprovalBook
+    output: RunOutput | None
+    error: RunErrorInfo | None
+    continuing: bool
+
+    def phase(self) -> Phase:
+        """Where the run is."""
+        ...
+
+    def path(self) -> list[str]:
+        """Agents and agent tools from the root down to this run."""
+        ...
+
+
+def status(run: Reads, kind: type[RunStatus] = RunStatus, *, full: bool = True) -> RunStatus:
+    """The run as the `status` query shows it (`full=False`: without the long lists)."""
+    info = workflow.info()
+    s = run.state
+    current = s.graph.agents.get(s.current_agent) if s.graph else None
+    output = run.output
+    return kind(
+        workflow_id=info.workflow_id,
+        run_id=info.run_id,
+        phase=run.phase(),
+        agent=run.inp.agent,
+        current_agent=current.id if current else None,
+        current_agent_name=current.name if current else None,
+        turn=s.turn,
+        pending=run.book.pending(run.path(), info.workflow_id) if full else [],
+        decisions=run.book.all_decisions() if full else [],
+        refused=s.refused if full else [],
+        usage=s.usage,
+        items=len(s.input_items) + len(s.new_items),
+        final_output=output.final_output if output is not None and full else None,
+        error=run.error,
+        continued_as_new=run.continuing,
+    )
+
+
+def snapshot(run: Reads) -> RunSnapshot:
+    """The `snapshot` query's answer: the status, the items so far, each call's state."""
+    calls = {c.call_id: c.state for c in run.book.calls.values()}
+    s, st = run.state, status(run)
+    schemas = {}
+    for p in st.pending:
+        agent = s.graph.agents.get(p.agent_id) if s.graph else None
+        tool = agent.tool(p.tool_name) if agent else None
+        if tool is not None and tool.kind != "agent":
+            schemas[p.call_id] = tool.params_json_schema
+    return RunSnapshot(
+        status=st,
+        input_items=s.input_items,
+        new_items=s.new_items,
+        call_states=calls,
+        schemas=schemas,
+    )
+
+
+def settled_status(
+    run: Reads, decisions: list[DecisionRecord], *, items: bool = False
+) -> SettledStatus:
+    """What `wait` and `decide` return; kept small, since it is stored with the update.
+
+    `items` (a `wait` from `Runner.run`): a paused run whose whole status and transcript are
+    small returns them, so the caller needs no `snapshot` query.
+    """
+    if (
+        items
+        and run.phase() == "awaiting_approval"
+        and fits([*run.state.input_items, *run.state.new_items], TRANSCRIPT_INLINE_BYTES)
+    ):
+        whole = status(run, SettledStatus)
+        assert isinstance(whole, SettledStatus)
+        whole.refused, whole.final_output = [], None
+        whole.input_items, whole.new_items = run.state.input_items, run.state.new_items
+        if encoded_size(whole) <= TRANSCRIPT_INLINE_BYTES:
+            return whole
+    result = status(run, SettledStatus, full=False)
+    assert isinstance(result, SettledStatus)
+    result.decisions = decisions
+    result.pending = [_brief(p) for p in run.book.pending(run.path())[:SETTLED_PENDING_KEPT]]
+    final = run.output.final_output if run.output is not None else None
+    if final is not None and len(json.dumps(final, default=str)) <= SETTLED_OUTPUT_BYTES:
+        result.final_output = final
+    return result
+
+
+def _brief(p: PendingApproval) -> PendingApproval:
+    """A pending call with its long texts cut (for results stored in history)."""
+    request = p.request
+    if request is not None:
+        request = request.model_copy(
+            update={
+                "message": preview(request.message, 1000),
+                "preview": preview(request.preview, 1000) if request.preview else None,
+            }
+        )
+    return p.model_copy(update={"arguments": preview(p.arguments, 1000), "request": request})
