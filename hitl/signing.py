@@ -394,8 +394,14 @@ def _gateways(directory: ApproverDirectory) -> set[str]:
 
 
 def signing_available() -> bool:
-    """Whether this process can sign and check signatures (`cryptography` is installed)."""
+    """Whether this process can sign and check signatures (`cryptography` is installed).
+
+    Workers call it before their first workflow task: it imports what `verify_decision`
+    uses, outside the workflow sandbox, which passes the already imported modules through
+    (`cryptography`'s Rust extension must not be imported a second time inside it).
+    """
     try:
+        import cryptography.exceptions  # noqa: F401
         import cryptography.hazmat.primitives.asymmetric.ed25519  # noqa: F401
     except ImportError:
         return False

@@ -29,7 +29,7 @@ from hitl.admin import search_attributes_ready
 from hitl.agent import Agent
 from hitl.notify import notifiers_from_env
 from hitl.registry import AgentRegistry
-from hitl.signing import directory_from_env
+from hitl.signing import directory_from_env, signing_available
 from hitl.wire import DEFAULT_TASK_QUEUE, ApproverDirectory
 from hitl.workflows.agent_run import AgentRun
 from hitl.workflows.session import AgentSession
@@ -55,6 +55,7 @@ PASSTHROUGH = (
 
 def workflow_runner() -> SandboxedWorkflowRunner:
     """The sandbox our workflows run in; a `Replayer` of their histories must use it too."""
+    signing_available()  # signatures are checked in workflow code: import their modules here
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
     )
