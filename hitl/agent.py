@@ -289,8 +289,25 @@ def capture_graph(root: Agent[Any], *, default_model: str | None = None) -> Capt
     different agent objects share a name (in discovery order, depth first, list order). The same
     code rebuilding the same graph therefore yields the same ids in any process.
     """
+    if not isinstance(root, Agent):
+        raise UserError(f"expected an Agent, got {type(root).__name__}")
+    ids, order = _agent_ids(root)
+    specs = {ids[id(agent)]: _agent_spec(agent, ids, default_model) for agent in order}
+    canonical = json.dumps({k: v.model_dump(mode="json") for k, v in specs.items()}, sort_keys=True)
+    graph = AgentGraph(
+        root=ids[id(root)],
+        agents=specs,
+        fingerprint=hashlib.sha256(canonical.encode()).hexdigest()[:16],
+    )
+    return CapturedGraph(graph=graph, agents={ids[id(agent)]: agent for agent in order})
+
+
+def _agent_ids(root: Agent[Any]) -> tuple[dict[int, str], list[Agent[Any]]]:
+    """Every agent reachable from `root` (handoffs, agent tools) in discovery order; ids by object.
+
+    An agent's id is its name, then `name~2`, `name~3` for other objects of the same name.
+    """
     ids: dict[int, str] = {}
-    objects: dict[str, Agent[Any]] = {}
     name_counts: dict[str, int] = {}
     order: list[Agent[Any]] = []
 
@@ -299,9 +316,7 @@ def capture_graph(root: Agent[Any], *, default_model: str | None = None) -> Capt
             return
         n = name_counts.get(agent.name, 0) + 1
         name_counts[agent.name] = n
-        agent_id = agent.name if n == 1 else f"{agent.name}~{n}"
-        ids[id(agent)] = agent_id
-        objects[agent_id] = agent
+        ids[id(agent)] = agent.name if n == 1 else f"{agent.name}~{n}"
         order.append(agent)
         for h in agent.handoffs:
             visit(_as_handoff(h).agent)
@@ -309,52 +324,44 @@ def capture_graph(root: Agent[Any], *, default_model: str | None = None) -> Capt
             if isinstance(t, AgentTool) and t.agent is not None:
                 visit(t.agent)
 
-    if not isinstance(root, Agent):
-        raise UserError(f"expected an Agent, got {type(root).__name__}")
     visit(root)
+    return ids, order
 
-    specs: dict[str, AgentSpec] = {}
-    for agent in order:
-        agent_id = ids[id(agent)]
-        handoffs = [_as_handoff(h) for h in agent.handoffs]
-        tool_names = {t.name for t in agent.tools}
-        for h in handoffs:
-            if h.tool_name in tool_names:
-                raise UserError(
-                    f"agent {agent.name!r}: handoff tool {h.tool_name!r} clashes with a tool name"
-                )
-        instructions = agent.instructions
-        specs[agent_id] = AgentSpec(
-            id=agent_id,
-            name=agent.name,
-            instructions=instructions if isinstance(instructions, str) else None,
-            dynamic_instructions=callable(instructions),
-            handoff_description=agent.handoff_description,
-            model=model_spec_for(agent.model, default_model),
-            model_settings=agent.model_settings,
-            tools=[_tool_spec(t, ids) for t in agent.tools],
-            handoffs=[
-                HandoffSpec(
-                    tool_name=h.tool_name,
-                    tool_description=h.tool_description,
-                    agent_id=ids[id(h.agent)],
-                    input_filter=h.input_filter is not None,
-                    nest_handoff_history=h.nest_handoff_history,
-                )
-                for h in handoffs
-            ],
-            output_schema=output_schema_for(agent.output_type),
-            output_type_name=_type_name(agent.output_type),
-            input_guardrails=[g.get_name() for g in agent.input_guardrails],
-            output_guardrails=[g.get_name() for g in agent.output_guardrails],
-        )
-    canonical = json.dumps({k: v.model_dump(mode="json") for k, v in specs.items()}, sort_keys=True)
-    graph = AgentGraph(
-        root=ids[id(root)],
-        agents=specs,
-        fingerprint=hashlib.sha256(canonical.encode()).hexdigest()[:16],
+
+def _agent_spec(agent: Agent[Any], ids: dict[int, str], default_model: str | None) -> AgentSpec:
+    """One agent as data, naming the agents it hands off to and runs as tools by their ids."""
+    handoffs = [_as_handoff(h) for h in agent.handoffs]
+    tool_names = {t.name for t in agent.tools}
+    for h in handoffs:
+        if h.tool_name in tool_names:
+            raise UserError(
+                f"agent {agent.name!r}: handoff tool {h.tool_name!r} clashes with a tool name"
+            )
+    instructions = agent.instructions
+    return AgentSpec(
+        id=ids[id(agent)],
+        name=agent.name,
+        instructions=instructions if isinstance(instructions, str) else None,
+        dynamic_instructions=callable(instructions),
+        handoff_description=agent.handoff_description,
+        model=model_spec_for(agent.model, default_model),
+        model_settings=agent.model_settings,
+        tools=[_tool_spec(t, ids) for t in agent.tools],
+        handoffs=[
+            HandoffSpec(
+                tool_name=h.tool_name,
+                tool_description=h.tool_description,
+                agent_id=ids[id(h.agent)],
+                input_filter=h.input_filter is not None,
+                nest_handoff_history=h.nest_handoff_history,
+            )
+            for h in handoffs
+        ],
+        output_schema=output_schema_for(agent.output_type),
+        output_type_name=_type_name(agent.output_type),
+        input_guardrails=[g.get_name() for g in agent.input_guardrails],
+        output_guardrails=[g.get_name() for g in agent.output_guardrails],
     )
-    return CapturedGraph(graph=graph, agents=objects)
 
 
 def _tool_spec(tool: FunctionTool, ids: dict[int, str]) -> ToolSpec:

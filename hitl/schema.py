@@ -61,61 +61,78 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     """
     if not doc:
         return "", {}
-    text = inspect.cleandoc(doc)
-    lines = text.splitlines()
-    params: dict[str, str] = {}
-    description: list[str] = []
-    in_args = False
-    current: str | None = None
-    args_indent: int | None = None
-    for line in lines:
+    reader = _DocstringReader()
+    for line in inspect.cleandoc(doc).splitlines():
+        reader.read(line)
+    return reader.description(), reader.params
+
+
+_END = "\x00"
+"""Marks where the description ends: sections after it are not part of it."""
+
+
+class _DocstringReader:
+    """Reads a docstring line by line: the description, and each parameter's text."""
+
+    def __init__(self) -> None:
+        self.params: dict[str, str] = {}
+        self.lines: list[str] = []  # the description, `_END` where a section began
+        self.in_args = False  # inside an `Args:` section
+        self.current: str | None = None  # the parameter a continuation line belongs to
+        self.args_indent: int | None = None  # the indentation of the section's parameters
+
+    def description(self) -> str:
+        """The text before the first section."""
+        return "\n".join(self.lines).split(_END)[0].strip()
+
+    def read(self, line: str) -> None:
+        """Take the next line."""
         sphinx = _SPHINX_PARAM.match(line)
         if sphinx:
-            current = sphinx.group(1)
-            params[current] = sphinx.group(2).strip()
-            in_args = False
-            continue
-        if line.strip().startswith(":return") or line.strip().startswith(":raises"):
-            current = None
-            continue
-        if _ARGS_HEADER.match(line):
-            description.append("\x00")
-            in_args = True
-            current = None
-            args_indent = None
-            continue
-        if in_args:
-            if not line.strip():
-                continue
-            indent = len(line) - len(line.lstrip())
-            if indent == 0 and _SECTION_HEADER.match(line):
-                in_args = False
-                current = None
-                description.append("\x00")  # later sections are not part of the description
-                continue
-            if args_indent is None:
-                args_indent = indent
-            match = _GOOGLE_PARAM.match(line)
-            if match and indent <= args_indent:
-                current = match.group(1).lstrip("*")
-                params[current] = match.group(3).strip()
-            elif current is not None:
-                params[current] = (params[current] + " " + line.strip()).strip()
-            continue
-        if _SECTION_HEADER.match(line) and not description:
-            continue
+            self.current = sphinx.group(1)
+            self.params[self.current] = sphinx.group(2).strip()
+            self.in_args = False
+        elif line.strip().startswith((":return", ":raises")):
+            self.current = None
+        elif _ARGS_HEADER.match(line):
+            self.lines.append(_END)
+            self.in_args, self.current, self.args_indent = True, None, None
+        elif self.in_args:
+            self._args_line(line)
+        else:
+            self._prose_line(line)
+
+    def _args_line(self, line: str) -> None:
+        """A line of an `Args:` section: a parameter, more of its text, or the next section."""
+        if not line.strip():
+            return
+        indent = len(line) - len(line.lstrip())
+        if indent == 0 and _SECTION_HEADER.match(line):
+            self.in_args, self.current = False, None
+            self.lines.append(_END)
+            return
+        if self.args_indent is None:
+            self.args_indent = indent
+        match = _GOOGLE_PARAM.match(line)
+        if match and indent <= self.args_indent:
+            self.current = match.group(1).lstrip("*")
+            self.params[self.current] = match.group(3).strip()
+        elif self.current is not None:
+            self._more(self.current, line)
+
+    def _prose_line(self, line: str) -> None:
+        """A line outside `Args:`: description, a section header, or more of a `:param:`."""
         if _SECTION_HEADER.match(line):
-            # Returns:, Raises:, Examples: end the description.
-            in_args = False
-            current = None
-            description.append("\x00")
-            continue
-        if current is not None and line.startswith(" "):
-            params[current] = (params[current] + " " + line.strip()).strip()
-            continue
-        description.append(line)
-    desc_text = "\n".join(description).split("\x00")[0].strip()
-    return desc_text, params
+            if self.lines:  # Returns:, Raises:, Examples: end the description
+                self.current = None
+                self.lines.append(_END)
+        elif self.current is not None and line.startswith(" "):
+            self._more(self.current, line)
+        else:
+            self.lines.append(line)
+
+    def _more(self, name: str, line: str) -> None:
+        self.params[name] = (self.params[name] + " " + line.strip()).strip()
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {

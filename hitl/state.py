@@ -122,6 +122,38 @@ class ToolApprovalItem:
             "model_call_id": self.model_call_id,
         }
 
+    @classmethod
+    def from_json(
+        cls, data: dict[str, Any], agents: dict[str, Agent[Any]], workflow_id: str
+    ) -> ToolApprovalItem:
+        """Read `to_json()` back; the agent is the live one of `agents` when it is there.
+
+        Raises `KeyError`, `TypeError` or `ValueError` for a malformed item.
+        """
+        return cls(
+            call_id=data["call_id"],
+            name=data["name"],
+            arguments=data["arguments"],
+            agent=agents.get(data["agent_id"]) or AgentRef(data["agent_name"], data["agent_id"]),
+            agent_id=data["agent_id"],
+            requested_at=(
+                datetime.fromisoformat(data["requested_at"]) if data.get("requested_at") else None
+            ),
+            workflow_id=workflow_id,
+            request=(
+                ApprovalRequestData.model_validate(data["request"]) if data.get("request") else None
+            ),
+            path=[str(a) for a in data.get("path") or []],
+            owner_workflow_id=data.get("owner_workflow_id"),
+            required_approvals=int(data.get("required_approvals") or 1),
+            approved_by=[str(a) for a in data.get("approved_by") or []],
+            kind=str(data.get("kind") or "approval"),
+            question=(
+                InputRequest.model_validate(data["question"]) if data.get("question") else None
+            ),
+            model_call_id=data.get("model_call_id"),
+        )
+
 
 def items_from_pending(
     pending: list[PendingApproval], root: Agent[Any], workflow_id: str
@@ -289,55 +321,16 @@ class RunState:
     @classmethod
     async def from_json(cls, initial_agent: Agent[Any], data: dict[str, Any]) -> RunState:
         """Load a state; `initial_agent` is the root agent of the run (rebuilt by this process)."""
-        if not isinstance(data, dict):
-            raise UserError("a RunState must be a JSON object")
-        version = data.get("$schemaVersion")
-        if not isinstance(version, int):
-            raise UserError("not a RunState: $schemaVersion is missing")
-        if version > CURRENT_SCHEMA_VERSION:
-            raise StateVersionError(
-                f"this RunState has schema version {version}; this version of hitl reads up to "
-                f"{CURRENT_SCHEMA_VERSION}. Upgrade hitl to resume it."
-            )
-        if data.get("root_agent") != initial_agent.name:
-            raise UserError(
-                f"this RunState belongs to agent {data.get('root_agent')!r}, "
-                f"not {initial_agent.name!r}"
-            )
+        _check_header(data, initial_agent)
         captured = capture_graph(initial_agent)
-        agents = captured.agents
         try:
+            workflow_id = data["workflow_id"]
             interruptions = [
-                ToolApprovalItem(
-                    call_id=i["call_id"],
-                    name=i["name"],
-                    arguments=i["arguments"],
-                    agent=agents.get(i["agent_id"]) or AgentRef(i["agent_name"], i["agent_id"]),
-                    agent_id=i["agent_id"],
-                    requested_at=(
-                        datetime.fromisoformat(i["requested_at"]) if i.get("requested_at") else None
-                    ),
-                    workflow_id=data["workflow_id"],
-                    request=(
-                        ApprovalRequestData.model_validate(i["request"])
-                        if i.get("request")
-                        else None
-                    ),
-                    path=[str(a) for a in i.get("path") or []],
-                    owner_workflow_id=i.get("owner_workflow_id"),
-                    required_approvals=int(i.get("required_approvals") or 1),
-                    approved_by=[str(a) for a in i.get("approved_by") or []],
-                    kind=str(i.get("kind") or "approval"),
-                    question=(
-                        InputRequest.model_validate(i["question"]) if i.get("question") else None
-                    ),
-                    model_call_id=i.get("model_call_id"),
-                )
+                ToolApprovalItem.from_json(i, captured.agents, workflow_id)
                 for i in data.get("interruptions", [])
             ]
             decisions = [DecisionRequest.model_validate(d) for d in data.get("decisions", [])]
             answers = [AnswerInput.model_validate(a) for a in data.get("answers", [])]
-            workflow_id = data["workflow_id"]
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"malformed RunState: {exc}") from exc
         _check_graph(captured, interruptions, data.get("graph_fingerprint"), workflow_id)
@@ -386,6 +379,24 @@ class RunState:
         if context_strategy == "replace":
             state.decisions = {}
         return state
+
+
+def _check_header(data: Any, initial_agent: Agent[Any]) -> None:
+    """A `RunState` this version can read, saved for `initial_agent`."""
+    if not isinstance(data, dict):
+        raise UserError("a RunState must be a JSON object")
+    version = data.get("$schemaVersion")
+    if not isinstance(version, int):
+        raise UserError("not a RunState: $schemaVersion is missing")
+    if version > CURRENT_SCHEMA_VERSION:
+        raise StateVersionError(
+            f"this RunState has schema version {version}; this version of hitl reads up to "
+            f"{CURRENT_SCHEMA_VERSION}. Upgrade hitl to resume it."
+        )
+    if data.get("root_agent") != initial_agent.name:
+        raise UserError(
+            f"this RunState belongs to agent {data.get('root_agent')!r}, not {initial_agent.name!r}"
+        )
 
 
 def _check_graph(
