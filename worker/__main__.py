@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from hitl.client import check_namespace, connect, hard_exit
 from hitl.errors import UserError
@@ -22,6 +23,7 @@ from hitl.registry import AgentRegistry, load_agents, load_object
 from hitl.storage import close_storage
 from hitl.wire import DEFAULT_TASK_QUEUE
 from hitl.worker.build import (
+    DEFAULT_GRACEFUL_SHUTDOWN,
     DEFAULT_MAX_CACHED_WORKFLOWS,
     DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     DEFAULT_STICKY_QUEUE_TIMEOUT,
@@ -68,95 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m hitl.worker",
         description=(__doc__ or "").splitlines()[0],
     )
-    p.add_argument(
-        "--agents",
-        action="append",
-        metavar="MODULE[:ATTR]",
-        help="agents to serve: an Agent, a list/dict of Agents, or a module (repeatable; "
-        "env HITL_AGENTS, comma-separated)",
-    )
-    p.add_argument(
-        "--allow",
-        action="append",
-        default=[],
-        metavar="MODULE:ATTR",
-        help="also let runs name this function, guardrail, context type, Model or RunConfig "
-        "(or a list of them): e.g. a RunConfig's tool_error_formatter (repeatable; env "
-        "HITL_ALLOW, comma-separated). Runs can name nothing else besides the agents' own code",
-    )
-    p.add_argument(
-        "--task-queue",
-        default=env("HITL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
-        help="queue to poll (env HITL_TASK_QUEUE; now %(default)s)",
-    )
-    p.add_argument("--address", help="host:port (default: envconfig, else localhost:7233)")
-    p.add_argument("--namespace", help="namespace (default: envconfig, else default)")
-    p.add_argument("--profile", help="envconfig profile name (env TEMPORAL_PROFILE)")
-    p.add_argument(
-        "--activities-only",
-        nargs="?",
-        const=True,
-        default=env("HITL_ACTIVITIES_ONLY", "false"),
-        type=_flag,
-        metavar="BOOL",
-        help="serve tools and model calls only, no workflows: a worker for a run's "
-        "tool_task_queue / model_task_queue (env HITL_ACTIVITIES_ONLY)",
-    )
-    p.add_argument(
-        "--max-cached-workflows",
-        type=_number(int, 0),
-        default=env("HITL_MAX_CACHED_WORKFLOWS", str(DEFAULT_MAX_CACHED_WORKFLOWS)),
-        help="runs kept in memory; parked runs beyond it replay when woken "
-        "(env HITL_MAX_CACHED_WORKFLOWS; now %(default)s)",
-    )
-    p.add_argument(
-        "--max-concurrent-activities",
-        type=_number(int, 1),
-        default=env("HITL_MAX_CONCURRENT_ACTIVITIES"),
-        help="tool and model calls at once (env HITL_MAX_CONCURRENT_ACTIVITIES; default 100)",
-    )
-    p.add_argument(
-        "--max-concurrent-workflow-tasks",
-        type=_number(int, 2),
-        default=env(
-            "HITL_MAX_CONCURRENT_WORKFLOW_TASKS", str(DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS)
-        ),
-        help="workflow tasks (CPU work in this process) at once "
-        "(env HITL_MAX_CONCURRENT_WORKFLOW_TASKS; now %(default)s)",
-    )
-    p.add_argument(
-        "--graceful-shutdown",
-        type=_number(float, 0),
-        default=env("HITL_GRACEFUL_SHUTDOWN", "10"),
-        metavar="SECONDS",
-        help="on SIGTERM, in-flight activities get this long to finish before they are "
-        "cancelled and retried elsewhere (env HITL_GRACEFUL_SHUTDOWN; now %(default)s)",
-    )
-    p.add_argument(
-        "--sticky-queue-timeout",
-        type=_number(float, 1),
-        default=env("HITL_STICKY_QUEUE_TIMEOUT", f"{DEFAULT_STICKY_QUEUE_TIMEOUT:g}"),
-        metavar="SECONDS",
-        help="how long a run's next task waits for the worker that cached it before another "
-        "worker takes it, e.g. after a crash (env HITL_STICKY_QUEUE_TIMEOUT; now %(default)s)",
-    )
-    p.add_argument(
-        "--identity",
-        default=env("HITL_WORKER_IDENTITY"),
-        help="shown in history (env HITL_WORKER_IDENTITY; default pid@host)",
-    )
-    p.add_argument(
-        "--audit-log",
-        default=env("HITL_AUDIT_LOG"),
-        metavar="FILE",
-        help="append updates the runs refused to this JSON-lines file, for `hitl audit "
-        "--worker-log` (env HITL_AUDIT_LOG)",
-    )
-    p.add_argument(
-        "--log-level",
-        default=env("HITL_LOG_LEVEL", "INFO"),
-        help="env HITL_LOG_LEVEL; now %(default)s",
-    )
+    for flag, settings in _options():
+        p.add_argument(flag, **settings)
     args = p.parse_args(argv)
     if not args.agents:
         args.agents = [a.strip() for a in env("HITL_AGENTS", "").split(",") if a.strip()]
@@ -165,6 +80,134 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.allow:
         args.allow = [a.strip() for a in env("HITL_ALLOW", "").split(",") if a.strip()]
     return args
+
+
+def _options() -> list[tuple[str, dict[str, Any]]]:
+    """The worker's options as (flag, `add_argument` settings): one row each, in `--help` order.
+
+    Defaults are read from the environment when called; `--agents` and `--allow` fall back to
+    theirs after parsing (an empty list there means "not given").
+    """
+    env = os.environ.get
+    return [
+        (
+            "--agents",
+            {
+                "action": "append",
+                "metavar": "MODULE[:ATTR]",
+                "help": "agents to serve: an Agent, a list/dict of Agents, or a module "
+                "(repeatable; env HITL_AGENTS, comma-separated)",
+            },
+        ),
+        (
+            "--allow",
+            {
+                "action": "append",
+                "default": [],
+                "metavar": "MODULE:ATTR",
+                "help": "also let runs name this function, guardrail, context type, Model or "
+                "RunConfig (or a list of them): e.g. a RunConfig's tool_error_formatter "
+                "(repeatable; env HITL_ALLOW, comma-separated). Runs can name nothing else "
+                "besides the agents' own code",
+            },
+        ),
+        (
+            "--task-queue",
+            {
+                "default": env("HITL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+                "help": "queue to poll (env HITL_TASK_QUEUE; now %(default)s)",
+            },
+        ),
+        ("--address", {"help": "host:port (default: envconfig, else localhost:7233)"}),
+        ("--namespace", {"help": "namespace (default: envconfig, else default)"}),
+        ("--profile", {"help": "envconfig profile name (env TEMPORAL_PROFILE)"}),
+        (
+            "--activities-only",
+            {
+                "nargs": "?",
+                "const": True,
+                "default": env("HITL_ACTIVITIES_ONLY", "false"),
+                "type": _flag,
+                "metavar": "BOOL",
+                "help": "serve tools and model calls only, no workflows: a worker for a run's "
+                "tool_task_queue / model_task_queue (env HITL_ACTIVITIES_ONLY)",
+            },
+        ),
+        (
+            "--max-cached-workflows",
+            {
+                "type": _number(int, 0),
+                "default": env("HITL_MAX_CACHED_WORKFLOWS", str(DEFAULT_MAX_CACHED_WORKFLOWS)),
+                "help": "runs kept in memory; parked runs beyond it replay when woken "
+                "(env HITL_MAX_CACHED_WORKFLOWS; now %(default)s)",
+            },
+        ),
+        (
+            "--max-concurrent-activities",
+            {
+                "type": _number(int, 1),
+                "default": env("HITL_MAX_CONCURRENT_ACTIVITIES"),
+                "help": "tool and model calls at once (env HITL_MAX_CONCURRENT_ACTIVITIES; "
+                "default 100)",
+            },
+        ),
+        (
+            "--max-concurrent-workflow-tasks",
+            {
+                "type": _number(int, 2),
+                "default": env(
+                    "HITL_MAX_CONCURRENT_WORKFLOW_TASKS", str(DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS)
+                ),
+                "help": "workflow tasks (CPU work in this process) at once "
+                "(env HITL_MAX_CONCURRENT_WORKFLOW_TASKS; now %(default)s)",
+            },
+        ),
+        (
+            "--graceful-shutdown",
+            {
+                "type": _number(float, 0),
+                "default": env("HITL_GRACEFUL_SHUTDOWN", f"{DEFAULT_GRACEFUL_SHUTDOWN:g}"),
+                "metavar": "SECONDS",
+                "help": "on SIGTERM, in-flight activities get this long to finish before they "
+                "are cancelled and retried elsewhere (env HITL_GRACEFUL_SHUTDOWN; now "
+                "%(default)s)",
+            },
+        ),
+        (
+            "--sticky-queue-timeout",
+            {
+                "type": _number(float, 1),
+                "default": env("HITL_STICKY_QUEUE_TIMEOUT", f"{DEFAULT_STICKY_QUEUE_TIMEOUT:g}"),
+                "metavar": "SECONDS",
+                "help": "how long a run's next task waits for the worker that cached it before "
+                "another worker takes it, e.g. after a crash (env HITL_STICKY_QUEUE_TIMEOUT; "
+                "now %(default)s)",
+            },
+        ),
+        (
+            "--identity",
+            {
+                "default": env("HITL_WORKER_IDENTITY"),
+                "help": "shown in history (env HITL_WORKER_IDENTITY; default pid@host)",
+            },
+        ),
+        (
+            "--audit-log",
+            {
+                "default": env("HITL_AUDIT_LOG"),
+                "metavar": "FILE",
+                "help": "append updates the runs refused to this JSON-lines file, for `hitl "
+                "audit --worker-log` (env HITL_AUDIT_LOG)",
+            },
+        ),
+        (
+            "--log-level",
+            {
+                "default": env("HITL_LOG_LEVEL", "INFO"),
+                "help": "env HITL_LOG_LEVEL; now %(default)s",
+            },
+        ),
+    ]
 
 
 async def main(argv: list[str] | None = None) -> int:

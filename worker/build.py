@@ -72,6 +72,9 @@ timeout and is done again (see docs/benchmarks.md)."""
 DEFAULT_STICKY_QUEUE_TIMEOUT = 10.0
 """Temporal's default `sticky_queue_schedule_to_start_timeout`, in seconds."""
 
+DEFAULT_GRACEFUL_SHUTDOWN = 10.0
+"""Seconds in-flight activities get to finish when the worker stops."""
+
 
 @dataclass
 class WorkerOptions:
@@ -98,7 +101,7 @@ class WorkerOptions:
     max_cached_workflows: int = DEFAULT_MAX_CACHED_WORKFLOWS
     max_concurrent_activities: int | None = None
     max_concurrent_workflow_tasks: int = DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS
-    graceful_shutdown: float = 10.0
+    graceful_shutdown: float = DEFAULT_GRACEFUL_SHUTDOWN
     activities_only: bool = False
     sticky_queue_timeout: float = DEFAULT_STICKY_QUEUE_TIMEOUT
 
@@ -187,17 +190,7 @@ def build_worker(
     else:
         registry = AgentRegistry(agents, allow=allow)
     model = ModelActivities(registry)
-    tools = ToolActivities(registry)
-    sessions = SessionActivities()
-    hooks = HookActivities(registry)
-    notes = NotifyActivities(notifiers_from_env() if notifiers is None else list(notifiers))
-    agent_acts = AgentActivities(
-        registry,
-        search_attributes=opts.search_attributes,
-        tracing=traces(client),
-        directory=directory if directory is not None else directory_from_env(),
-        notify=bool(notes.notifiers),
-    )
+    activities = _activities(client, registry, model, opts, directory, notifiers)
     kwargs: dict[str, Any] = {}
     if identity:
         kwargs["identity"] = identity
@@ -205,20 +198,7 @@ def build_worker(
         client,
         task_queue=opts.task_queue,
         workflows=[] if opts.activities_only else [AgentRun, AgentSession],
-        activities=[
-            agent_acts.resolve_agent,
-            agent_acts.handle_run_error,
-            model.call_model,
-            tools.plan_tools,
-            tools.execute_tool,
-            tools.rejection_text,
-            sessions.load_session,
-            sessions.save_session,
-            hooks.run_guardrails,
-            hooks.filter_handoff,
-            read_run,
-            notes.notify,
-        ],
+        activities=activities,
         workflow_runner=workflow_runner(),
         max_cached_workflows=opts.max_cached_workflows,
         max_concurrent_activities=opts.max_concurrent_activities,
@@ -235,3 +215,42 @@ def build_worker(
         plugins=[ReleaseOnStop(model.aclose)],
         **kwargs,
     )
+
+
+def _activities(
+    client: Client,
+    registry: AgentRegistry,
+    model: ModelActivities,
+    opts: WorkerOptions,
+    directory: ApproverDirectory | None,
+    notifiers: Iterable[Any] | None,
+) -> list[Callable[..., Any]]:
+    """Every activity of ours, for the agents in `registry` (any worker can run any of them).
+
+    The approver directory and the notifiers come from the environment when not given.
+    """
+    tools = ToolActivities(registry)
+    sessions = SessionActivities()
+    hooks = HookActivities(registry)
+    notes = NotifyActivities(notifiers_from_env() if notifiers is None else list(notifiers))
+    agent_acts = AgentActivities(
+        registry,
+        search_attributes=opts.search_attributes,
+        tracing=traces(client),
+        directory=directory if directory is not None else directory_from_env(),
+        notify=bool(notes.notifiers),
+    )
+    return [
+        agent_acts.resolve_agent,
+        agent_acts.handle_run_error,
+        model.call_model,
+        tools.plan_tools,
+        tools.execute_tool,
+        tools.rejection_text,
+        sessions.load_session,
+        sessions.save_session,
+        hooks.run_guardrails,
+        hooks.filter_handoff,
+        read_run,
+        notes.notify,
+    ]
