@@ -11,12 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import (
-    Client,
-)
+from temporalio.client import Client
 from temporalio.service import RPCError
 
 from hitl.cli.common import EXIT_FAILED, EXIT_OK, Refused
+from hitl.wire import SEARCH_ATTRIBUTES
 
 
 async def cmd_setup(client: Client, args: argparse.Namespace) -> int:
@@ -26,11 +25,10 @@ async def cmd_setup(client: Client, args: argparse.Namespace) -> int:
     try:
         added = await register_search_attributes(client)
     except RPCError as exc:
+        wanted = ", ".join(f"{name} {kind}" for name, kind in SEARCH_ATTRIBUTES.items())
         raise Refused(
             f"cannot register search attributes in {client.namespace!r}: {exc.message}. On "
-            "Temporal Cloud add them with `tcld namespace search-attributes add` "
-            "(HitlStatus Keyword, HitlPendingTools KeywordList, HitlAgent Keyword, "
-            "HitlPendingSince Datetime, HitlDeadline Datetime)."
+            f"Temporal Cloud add them with `tcld namespace search-attributes add` ({wanted})."
         ) from None
     if added:
         print(f"registered {', '.join(added)} in namespace {client.namespace!r}")
@@ -97,55 +95,20 @@ def cmd_dev(args: argparse.Namespace) -> int:
     agents = args.agents or os.environ.get("HITL_AGENTS", "hitl.examples.refund_desk:agent").split(
         ","
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "hitl.worker",
-        "--address",
-        server.address,
-        "--task-queue",
-        args.task_queue,
-    ]
-    for a in agents:
-        cmd += ["--agents", a]
-    for a in args.allow or []:
-        cmd += ["--allow", a]
     # Large payloads by reference, in the state dir (`hitl.storage`), unless configured.
     storage = os.environ.get("HITL_STORAGE") or (state / "blobs").absolute().as_uri()
-    worker = subprocess.Popen(cmd, env={**os.environ, "HITL_STORAGE": storage})
-    console, console_lines = _start_console(server.address, args.console_port, args.task_queue)
-    print(f"Temporal dev server  {server.address}  (SQLite {state / 'dev.sqlite'})")
-    print(f"Web UI               http://127.0.0.1:{ui_port}")
-    print(
-        f"Approval inbox       http://127.0.0.1:{ui_port}/namespaces/default/workflows"
-        "?query=HitlStatus%3D%22awaiting_approval%22%20AND%20ExecutionStatus%3D%22Running%22"
+    worker = subprocess.Popen(
+        _worker_command(server.address, args, agents), env={**os.environ, "HITL_STORAGE": storage}
     )
-    for line in console_lines:
-        print(line)
+    console, console_lines = _start_console(server.address, args.console_port, args.task_queue)
+    lines = [*console_lines]
     if codec_server is not None:
-        print(f"Codec server         {codec_server.url}  (the UI decodes payloads through it)")
-    print(f"Worker               {', '.join(agents)} on task queue {args.task_queue!r}")
-    print(f"Blob store           {storage}  (payloads over 256 KiB)")
-    print(f"Connect              export TEMPORAL_ADDRESS={server.address} HITL_STORAGE={storage}")
-    print("Ctrl-C stops everything.", flush=True)
-    code = EXIT_OK
+        lines.append(
+            f"Codec server         {codec_server.url}  (the UI decodes payloads through it)"
+        )
+    _print_stack(server.address, state, ui_port, lines, agents, args.task_queue, storage)
     try:
-        while not stop["now"]:
-            worker_gone = worker.poll() is not None
-            server_gone = server.process is None or server.process.poll() is not None
-            # Ctrl-C reaches the whole process group: the children may stop on their own
-            # signal a moment before ours is handled. That is a requested stop, not a crash.
-            if (worker_gone or server_gone) and _signal_pending(stop):
-                break
-            if worker_gone:
-                print(f"the worker exited with code {worker.returncode}", file=sys.stderr)
-                code = EXIT_FAILED
-                break
-            if server_gone:
-                print("the dev server exited", file=sys.stderr)
-                code = EXIT_FAILED
-                break
-            time.sleep(0.2)
+        return _watch(worker, server, stop)
     finally:
         for child in (worker, console):
             if child is not None and child.poll() is None:
@@ -158,7 +121,62 @@ def cmd_dev(args: argparse.Namespace) -> int:
             codec_server.shutdown()
         server.stop()
         print("stopped")
-    return code
+
+
+def _worker_command(address: str, args: argparse.Namespace, agents: list[str]) -> list[str]:
+    """`python -m hitl.worker` for the dev server at `address`, serving `agents`."""
+    cmd = [sys.executable, "-m", "hitl.worker", "--address", address]
+    cmd += ["--task-queue", args.task_queue]
+    for a in agents:
+        cmd += ["--agents", a]
+    for a in args.allow or []:
+        cmd += ["--allow", a]
+    return cmd
+
+
+def _print_stack(
+    address: str,
+    state: Path,
+    ui_port: int,
+    lines: list[str],
+    agents: list[str],
+    task_queue: str,
+    storage: str,
+) -> None:
+    """What runs where, and how to connect to it."""
+    from hitl.storage import DEFAULT_THRESHOLD
+
+    print(f"Temporal dev server  {address}  (SQLite {state / 'dev.sqlite'})")
+    print(f"Web UI               http://127.0.0.1:{ui_port}")
+    print(
+        f"Approval inbox       http://127.0.0.1:{ui_port}/namespaces/default/workflows"
+        "?query=HitlStatus%3D%22awaiting_approval%22%20AND%20ExecutionStatus%3D%22Running%22"
+    )
+    for line in lines:
+        print(line)
+    print(f"Worker               {', '.join(agents)} on task queue {task_queue!r}")
+    print(f"Blob store           {storage}  (payloads over {DEFAULT_THRESHOLD // 1024} KiB)")
+    print(f"Connect              export TEMPORAL_ADDRESS={address} HITL_STORAGE={storage}")
+    print("Ctrl-C stops everything.", flush=True)
+
+
+def _watch(worker: subprocess.Popen[bytes], server: Any, stop: dict[str, bool]) -> int:
+    """Wait until a stop is requested (exit 0) or the worker or dev server exits (exit 1)."""
+    while not stop["now"]:
+        worker_gone = worker.poll() is not None
+        server_gone = server.process is None or server.process.poll() is not None
+        # Ctrl-C reaches the whole process group: the children may stop on their own signal a
+        # moment before ours is handled. That is a requested stop, not a crash.
+        if (worker_gone or server_gone) and _signal_pending(stop):
+            break
+        if worker_gone:
+            print(f"the worker exited with code {worker.returncode}", file=sys.stderr)
+            return EXIT_FAILED
+        if server_gone:
+            print("the dev server exited", file=sys.stderr)
+            return EXIT_FAILED
+        time.sleep(0.2)
+    return EXIT_OK
 
 
 def _codec_for_ui(ui_port: int) -> Any:
