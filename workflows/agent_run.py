@@ -91,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
     from hitl.workflows.book import ApprovalBook
     from hitl.workflows.decisions import Decisions
     from hitl.workflows.events import Events
+    from hitl.workflows.failures import RunFailure
     from hitl.workflows.inputs import (
         Waiters,
         encoded_size,
@@ -102,7 +103,7 @@ with workflow.unsafe.imports_passed_through():
         start_problem,
     )
     from hitl.workflows.notices import Notices
-    from hitl.workflows.steps import RunFailure, Steps, output_text
+    from hitl.workflows.steps import Steps, output_text
 
 DEFAULT_MAX_TURNS = 10
 STREAM_EVENTS_KEPT = 2000

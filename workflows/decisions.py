@@ -49,8 +49,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from hitl.workflows.approvers import apply_edit, check_edit, may_decide
     from hitl.workflows.book import SEP
+    from hitl.workflows.failures import RunFailure
     from hitl.workflows.inputs import preview, read_one, refusal
-    from hitl.workflows.steps import RunFailure
     from hitl.workflows.turn import escalation_targets
 
 if TYPE_CHECKING:

@@ -28,8 +28,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from hitl.workflows.approvers import check_approver
     from hitl.workflows.book import check_round, check_seen
+    from hitl.workflows.failures import NeedsInput
     from hitl.workflows.inputs import read_one, refusal
-    from hitl.workflows.steps import NeedsInput
 
 if TYPE_CHECKING:
     from hitl.workflows.book import ApprovalBook

@@ -21,7 +21,8 @@ with workflow.unsafe.imports_passed_through():
         RunInput,
         RunOutput,
     )
-    from hitl.workflows.steps import RunFailure, Steps
+    from hitl.workflows.failures import RunFailure
+    from hitl.workflows.steps import Steps
 
 if TYPE_CHECKING:
     from hitl.workflows.events import Events

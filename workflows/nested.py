@@ -49,8 +49,9 @@ with workflow.unsafe.imports_passed_through():
         child_workflow_id,
     )
     from hitl.workflows.book import ApprovalBook, ChildView
+    from hitl.workflows.failures import RunFailure
     from hitl.workflows.inputs import read_one
-    from hitl.workflows.steps import RunFailure, Steps, output_text
+    from hitl.workflows.steps import Steps, output_text
 
 
 class ReportHint(BaseModel):

@@ -16,17 +16,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
-    CancelledError,
-    FailureError,
 )
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from hitl.items import REJECTION_MESSAGE, TOOL_ERROR_PREFIX, model_input
+    from hitl.items import REJECTION_MESSAGE, model_input
     from hitl.limits import MODEL_INPUT_INLINE_BYTES
     from hitl.wire import (
         ACT_CALL_MODEL,
@@ -63,7 +61,6 @@ with workflow.unsafe.imports_passed_through():
         RejectionTextOutput,
         ResolveAgentInput,
         ResolvedRun,
-        RunErrorInfo,
         RunInput,
         SessionAppend,
         SessionItems,
@@ -73,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         TranscriptRef,
         idempotency_key,
     )
+    from hitl.workflows.failures import failure_from_activity, tool_failure
     from hitl.workflows.inputs import fits
 
 Out = TypeVar("Out", bound=BaseModel)
@@ -108,68 +106,9 @@ LOCAL_TIMEOUT = timedelta(seconds=30)
 ACTIVITY_FAILURES = (ActivityError, ApplicationError, TemporalTimeoutError)
 
 
-def _details(err: ApplicationError) -> Any:
-    """The first detail of an activity's error, decoded (they arrive as raw payloads)."""
-    if not err.details:
-        return None
-    first = err.details[0]
-    if isinstance(first, RawValue):
-        try:
-            return workflow.payload_converter().from_payload(first.payload, dict)
-        except Exception:
-            return None
-    return first
-
-
 def _server(agent: AgentSpec, tool_name: str) -> str | None:
     tool = agent.tool(tool_name)
     return tool.mcp_server if tool is not None else None
-
-
-class NeedsInput(Exception):
-    """The tool's server asked a question nobody has answered yet (MCP elicitation)."""
-
-    def __init__(self, server: str, message: str, schema: dict[str, Any], index: int) -> None:
-        super().__init__(message)
-        self.server, self.message, self.schema, self.index = server, message, schema, index
-
-
-class Uncertain(Exception):
-    """A tool's attempt ended without saying whether its effect happened."""
-
-
-class RunFailure(Exception):
-    """Ends the run as failed with a typed reason (after its handlers finish)."""
-
-    def __init__(self, type_name: str, message: str, details: dict[str, Any] | None = None):
-        super().__init__(message)
-        self.info = RunErrorInfo(type=type_name, message=message, details=details or {})
-
-
-def failure_from_activity(err: FailureError, what: str) -> RunFailure:
-    """The run's typed failure for an activity that failed for good."""
-    cause: BaseException | None = err
-    while isinstance(cause, ActivityError) and cause.cause is not None:
-        cause = cause.cause
-    if isinstance(cause, CancelledError):
-        raise err  # the run is being cancelled: let cancellation propagate
-    if isinstance(cause, ApplicationError) and cause.type:
-        return RunFailure(cause.type, cause.message)
-    if isinstance(cause, TemporalTimeoutError):
-        return RunFailure("ModelProviderError", f"{what} timed out: {cause.message}")
-    message = cause.message if isinstance(cause, FailureError) else str(cause or err)
-    return RunFailure("RunFailedError", f"{what} failed: {message}")
-
-
-def _error_text(err: ActivityError) -> str:
-    cause: BaseException | None = err.cause
-    while isinstance(cause, ActivityError) and cause.cause is not None:
-        cause = cause.cause
-    if isinstance(cause, TemporalTimeoutError):
-        return f"the tool timed out ({cause.type.name.lower() if cause.type else 'timeout'})"
-    if isinstance(cause, ApplicationError):
-        return cause.message
-    return str(cause or err)
 
 
 class Steps:
@@ -254,46 +193,51 @@ class Steps:
 
     async def call_model(self, agent: AgentSpec, plan: PlanRequest | None = None) -> ModelResponse:
         """Ask the agent's model for the next step (and plan its calls to `plan.tools`)."""
-        cfg = self.inp.run_config
         transcript = model_input(self.state.input_items, self.state.new_items)
-        s = self.state
-        server = (
+        server = self._provider_keeps_conversation(agent)
+        since = self._held_by_provider(agent, len(transcript)) if server else 0
+        inp = self._model_input(agent, plan, since)
+        # The activity outlives the client's own timeout (the model's, or the worker default).
+        timeout = MODEL_TIMEOUT
+        if agent.model.timeout_seconds is not None:
+            timeout = max(MODEL_TIMEOUT, timedelta(seconds=agent.model.timeout_seconds + 60))
+        self.busy += 1
+        try:
+            response = await self._model_activity(agent, inp, transcript, since, timeout)
+        except ACTIVITY_FAILURES as err:
+            raise failure_from_activity(err, "the model call") from None
+        finally:
+            self.busy -= 1
+        if server and response.response_id:
+            # The provider now holds this transcript and the response's output.
+            s = self.state
+            s.response_id, s.response_items = response.response_id, len(transcript)
+            s.response_agent = agent.id
+        return response
+
+    def _provider_keeps_conversation(self, agent: AgentSpec) -> bool:
+        """Whether model calls send only what is new since the previous response."""
+        cfg = self.inp.run_config
+        return (
             cfg.auto_previous_response_id
             and agent.model.provider == "openai"
             and agent.model.api != "chat"
             and not cfg.call_model_input_filter
         )
-        since = (
-            s.response_items
-            if server
-            and s.response_id
-            and s.response_agent == agent.id
-            and s.response_items <= len(transcript)
-            else 0
-        )
-        tools = [
-            ModelTool(
-                name=t.name,
-                description=t.description,
-                params_json_schema=t.params_json_schema,
-                strict=t.strict_json_schema,
-            )
-            for t in agent.tools
-        ] + [
-            ModelTool(
-                name=h.tool_name,
-                description=h.tool_description,
-                params_json_schema={
-                    "type": "object",
-                    "properties": {},
-                    "required": [],
-                    "additionalProperties": False,
-                },
-            )
-            for h in agent.handoffs
-        ]
-        info = workflow.info()
-        inp = CallModelInput(
+
+    def _held_by_provider(self, agent: AgentSpec, items: int) -> int:
+        """How many transcript items the provider holds for this agent's conversation (0: none)."""
+        s = self.state
+        if s.response_id and s.response_agent == agent.id and s.response_items <= items:
+            return s.response_items
+        return 0
+
+    def _model_input(
+        self, agent: AgentSpec, plan: PlanRequest | None, since: int
+    ) -> CallModelInput:
+        """The model activity's input, without the transcript (see `_model_activity`)."""
+        cfg = self.inp.run_config
+        return CallModelInput(
             root_agent=self.inp.agent,
             agent_id=agent.id,
             agent_name=agent.name,
@@ -301,7 +245,7 @@ class Steps:
             settings=agent.model_settings.merged_with(cfg.model_settings),
             instructions=agent.instructions,
             dynamic_instructions=agent.dynamic_instructions,
-            tools=tools,
+            tools=model_tools(agent),
             output_schema=agent.output_schema,
             output_type_name=agent.output_type_name,
             context=self.state.context,
@@ -309,55 +253,49 @@ class Steps:
             max_argument_bytes=cfg.max_tool_argument_bytes,
             stream=cfg.stream_text_deltas and agent.model.provider != "scripted",
             input_filter=cfg.call_model_input_filter,
-            previous_response_id=s.response_id if since else None,
+            previous_response_id=self.state.response_id if since else None,
             since=since,
             plan=plan,
         )
-        # The activity outlives the client's own timeout (the model's, or the worker default).
-        timeout = MODEL_TIMEOUT
-        if agent.model.timeout_seconds is not None:
-            timeout = max(MODEL_TIMEOUT, timedelta(seconds=agent.model.timeout_seconds + 60))
-        self.busy += 1
-        try:
-            if agent.model.local_activity:
-                # Local activity inputs are not stored in history: pass the transcript.
-                inp.transcript = transcript
-                response: ModelResponse = await workflow.execute_local_activity(
-                    ACT_CALL_MODEL,
-                    inp,
-                    result_type=ModelResponse,
-                    start_to_close_timeout=timeout,
-                    retry_policy=MODEL_RETRY,
-                )
-            else:
-                if fits(transcript, MODEL_INPUT_INLINE_BYTES):
-                    inp.transcript = transcript  # a short run: no query from the activity
-                else:
-                    # Keep history linear in turns: the activity reads the transcript by query
-                    # instead of receiving the whole conversation on every call.
-                    inp.transcript_ref = TranscriptRef(
-                        workflow_id=info.workflow_id,
-                        run_id=info.run_id,
-                        end=len(transcript),
-                        start=since,
-                    )
-                response = await workflow.execute_activity(
-                    ACT_CALL_MODEL,
-                    inp,
-                    result_type=ModelResponse,
-                    start_to_close_timeout=timeout,
-                    retry_policy=MODEL_RETRY,
-                    summary=f"{agent.name}: {agent.model.name}",
-                    task_queue=cfg.model_task_queue,  # None: the run's own queue
-                )
-        except ACTIVITY_FAILURES as err:
-            raise failure_from_activity(err, "the model call") from None
-        finally:
-            self.busy -= 1
-        if server and response.response_id:
-            # The provider now holds this transcript and the response's output.
-            s.response_id, s.response_items = response.response_id, len(transcript)
-            s.response_agent = agent.id
+
+    async def _model_activity(
+        self,
+        agent: AgentSpec,
+        inp: CallModelInput,
+        transcript: list[dict[str, Any]],
+        since: int,
+        timeout: timedelta,
+    ) -> ModelResponse:
+        """Run the model call: a local activity (instant models) or a regular one."""
+        if agent.model.local_activity:
+            # Local activity inputs are not stored in history: pass the transcript.
+            inp.transcript = transcript
+            local: ModelResponse = await workflow.execute_local_activity(
+                ACT_CALL_MODEL,
+                inp,
+                result_type=ModelResponse,
+                start_to_close_timeout=timeout,
+                retry_policy=MODEL_RETRY,
+            )
+            return local
+        if fits(transcript, MODEL_INPUT_INLINE_BYTES):
+            inp.transcript = transcript  # a short run: no query from the activity
+        else:
+            # Keep history linear in turns: the activity reads the transcript by query instead
+            # of receiving the whole conversation on every call.
+            info = workflow.info()
+            inp.transcript_ref = TranscriptRef(
+                workflow_id=info.workflow_id, run_id=info.run_id, end=len(transcript), start=since
+            )
+        response: ModelResponse = await workflow.execute_activity(
+            ACT_CALL_MODEL,
+            inp,
+            result_type=ModelResponse,
+            start_to_close_timeout=timeout,
+            retry_policy=MODEL_RETRY,
+            summary=f"{agent.name}: {agent.model.name}",
+            task_queue=self.inp.run_config.model_task_queue,  # None: the run's own queue
+        )
         return response
 
     # ----------------------------------------------------------------- tools
@@ -401,7 +339,6 @@ class Steps:
     async def execute_tool(self, agent: AgentSpec, rec: CallRecord, tool: ToolSpec) -> ToolOutput:
         """Run one approved (or approval-free) call; a failure becomes text for the model."""
         info = workflow.info()
-        timeout = tool.timeout_seconds
         inp = ExecuteToolInput(
             root_agent=self.inp.agent,
             agent_id=agent.id,
@@ -417,74 +354,47 @@ class Steps:
             answers=rec.answers,
             mcp_server=tool.mcp_server,
         )
+        try:
+            out = await self._tool_activity(inp, tool)
+        except ActivityError as err:
+            return tool_failure(err, rec, tool)
+        if out.context is not None and self.state.context is not None:
+            # The tool changed the run context: later activities see the new value.
+            self.state.context = self.state.context.model_copy(update={"value": out.context.value})
+        return out
+
+    async def _tool_activity(self, inp: ExecuteToolInput, tool: ToolSpec) -> ToolOutput:
+        """Run `execute_tool`: a regular activity, or a local one for tools that opted in."""
+        timeout = timedelta(seconds=tool.timeout_seconds)
         retry = RetryPolicy(
             # A tool that is not safe to retry gets one attempt: a second one is a person's
             # call (see `Uncertain`).
             maximum_attempts=tool.max_attempts if tool.retry_safe else 1,
             non_retryable_error_types=TOOL_NON_RETRYABLE,
         )
-        try:
-            if tool.local_activity:
-                # Runs inside this workflow task, on this worker (`FunctionTool` allows it only
-                # for retry-safe tools).
-                out: ToolOutput = await workflow.execute_local_activity(
-                    ACT_EXECUTE_TOOL,
-                    inp,
-                    result_type=ToolOutput,
-                    start_to_close_timeout=timedelta(seconds=timeout),
-                    retry_policy=retry,
-                    summary=rec.tool_name,
-                )
-            else:
-                out = await workflow.execute_activity(
-                    ACT_EXECUTE_TOOL,
-                    inp,
-                    result_type=ToolOutput,
-                    start_to_close_timeout=timedelta(seconds=timeout),
-                    heartbeat_timeout=(
-                        timedelta(seconds=tool.heartbeat_timeout_seconds)
-                        if tool.heartbeat_timeout_seconds
-                        else None
-                    ),
-                    retry_policy=retry,
-                    summary=rec.tool_name,
-                    task_queue=self.inp.run_config.tool_task_queue,  # None: the run's own
-                )
-        except ActivityError as err:
-            cause: BaseException | None = err.cause
-            if isinstance(cause, ApplicationError) and cause.type == "ToolEffectUnknown":
-                raise Uncertain(cause.message) from None
-            if isinstance(cause, ApplicationError) and cause.type == "ToolInputRequired":
-                asked = _details(cause)
-                if isinstance(asked, dict):
-                    schema, index = asked.get("schema"), asked.get("index")
-                    raise NeedsInput(
-                        str(asked.get("server", "")),
-                        str(asked.get("message", "")),
-                        schema if isinstance(schema, dict) else {},
-                        index if isinstance(index, int) else 0,
-                    ) from None
-            if isinstance(cause, TemporalTimeoutError) and not tool.retry_safe:
-                kind = cause.type.name.lower() if cause.type else "timeout"
-                raise Uncertain(f"the attempt ended without an answer ({kind})") from None
-            if isinstance(cause, ApplicationError) and cause.type == (
-                "ToolInputGuardrailTripwireTriggered"
-            ):
-                details = _details(cause)
-                raise RunFailure(
-                    cause.type, cause.message, details if isinstance(details, dict) else None
-                ) from None
-            if isinstance(cause, TemporalTimeoutError):
-                message = f"Tool '{rec.tool_name}' timed out after {timeout:g} seconds."
-                if tool.timeout_behavior == "raise_exception":
-                    raise RunFailure(
-                        "ToolTimeoutError", message, {"tool": rec.tool_name, "timeout": timeout}
-                    ) from None
-                return ToolOutput(output=message, is_error=True)
-            return ToolOutput(output=TOOL_ERROR_PREFIX + _error_text(err), is_error=True)
-        if out.context is not None and self.state.context is not None:
-            # The tool changed the run context: later activities see the new value.
-            self.state.context = self.state.context.model_copy(update={"value": out.context.value})
+        if tool.local_activity:
+            # Runs inside this workflow task, on this worker (`FunctionTool` allows it only for
+            # retry-safe tools).
+            local: ToolOutput = await workflow.execute_local_activity(
+                ACT_EXECUTE_TOOL,
+                inp,
+                result_type=ToolOutput,
+                start_to_close_timeout=timeout,
+                retry_policy=retry,
+                summary=inp.tool_name,
+            )
+            return local
+        heartbeat = tool.heartbeat_timeout_seconds
+        out: ToolOutput = await workflow.execute_activity(
+            ACT_EXECUTE_TOOL,
+            inp,
+            result_type=ToolOutput,
+            start_to_close_timeout=timeout,
+            heartbeat_timeout=timedelta(seconds=heartbeat) if heartbeat else None,
+            retry_policy=retry,
+            summary=inp.tool_name,
+            task_queue=self.inp.run_config.tool_task_queue,  # None: the run's own
+        )
         return out
 
     async def rejection_text(self, agent: AgentSpec, rec: CallRecord, tool: ToolSpec) -> str:
@@ -569,6 +479,36 @@ class Steps:
             retry_policy=READ_RETRY,
         )
         return out
+
+
+HANDOFF_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {},
+    "required": [],
+    "additionalProperties": False,
+}
+"""A handoff's tool takes no arguments."""
+
+
+def model_tools(agent: AgentSpec) -> list[ModelTool]:
+    """What the model is offered: the agent's tools, then its handoffs as tools."""
+    tools = [
+        ModelTool(
+            name=t.name,
+            description=t.description,
+            params_json_schema=t.params_json_schema,
+            strict=t.strict_json_schema,
+        )
+        for t in agent.tools
+    ]
+    return tools + [
+        ModelTool(
+            name=h.tool_name,
+            description=h.tool_description,
+            params_json_schema=HANDOFF_PARAMETERS,
+        )
+        for h in agent.handoffs
+    ]
 
 
 def output_text(value: Any) -> str:

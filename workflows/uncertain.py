@@ -32,8 +32,8 @@ with workflow.unsafe.imports_passed_through():
     from hitl.workflows import elicitation
     from hitl.workflows.approvers import check_approver
     from hitl.workflows.book import check_round, check_seen
+    from hitl.workflows.failures import NeedsInput, Uncertain
     from hitl.workflows.inputs import read_one, refusal
-    from hitl.workflows.steps import NeedsInput, Uncertain
 
 if TYPE_CHECKING:
     from hitl.workflows.book import ApprovalBook
