@@ -36,8 +36,10 @@ from hitl.signing import sign_input, signing_key_from_env
 from hitl.starting import decision_update_id
 from hitl.wire import (
     UPDATE_ANSWER,
+    UPDATE_APPROVE,
     UPDATE_DECIDE,
     UPDATE_EXTEND,
+    UPDATE_REJECT,
     UPDATE_RESOLVE,
     AnswerInput,
     DecideInput,
@@ -219,45 +221,77 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
     handle = await _handle(client, args.run)
     approver = approver_name(args)
     signing = signing_key()
-    sets = getattr(args, "set", None)
-    editing = kind == "approve" and bool(sets or getattr(args, "args_file", None))
-    # What the person decides on is read from the run when it is needed (a list, an edit, a
-    # signature): the decision then names the arguments seen, and the run refuses it if they
-    # changed meanwhile. A bare `hitl approve RUN CALL` queues without a worker.
-    pending: dict[str, PendingApproval] = {}
+    editing = kind == "approve" and bool(
+        getattr(args, "set", None) or getattr(args, "args_file", None)
+    )
+    call_ids, pending = await _calls(client, handle, args, signing is not None, editing)
+    decisions = _requests(args, kind, approver, call_ids, pending, editing)
+    if signing is not None:
+        key_id, key = signing
+        decisions = [
+            sign_input(d, kind=kind, workflow_id=args.run, key_id=key_id, key=key)
+            for d in decisions
+        ]
+    recorded = await _send(client, handle, args, kind, decisions)
+    for rec in _outcome(args.run, decisions, recorded):
+        _print_recorded(rec, args.run)
+    return EXIT_OK
+
+
+async def _calls(
+    client: Client,
+    handle: WorkflowHandle[Any, Any],
+    args: argparse.Namespace,
+    signed: bool,
+    editing: bool,
+) -> tuple[list[str], dict[str, PendingApproval]]:
+    """The calls to decide, and the run's pending calls when the decision needs them.
+
+    What the person decides on is read from the run when it is needed (a list, an edit, a
+    signature): the decision then names the arguments seen, and the run refuses it if they
+    changed meanwhile. A bare `hitl approve RUN CALL` queues without a worker.
+    """
     if args.all:
-        pending = await _pending(
-            client,
-            handle,
-            args,
-            "--all needs a worker to list the calls (name a CALL_ID to queue a decision "
-            "until one runs)",
+        why = (
+            "--all needs a worker to list the calls (name a CALL_ID to queue a decision until "
+            "one runs)"
         )
-        call_ids = list(pending)
-        if not call_ids:
+        pending = await _pending(client, handle, args, why)
+        if not pending:
             raise Refused(f"run {args.run} has no pending approvals")
-    else:
-        call_ids = [args.call_id]
-        if signing is not None or (editing and sets):
-            why = (
-                SIGNING_NEEDS
-                if signing is not None
-                else "--set edits the call's arguments, so it needs a worker to read them (or "
-                "give them all with --args-file)"
-            )
-            pending = await _pending(client, handle, args, why)
-            _one(pending, args.call_id, args.run)
-    message = getattr(args, "message", None)
+        return list(pending), pending
+    if signed or (editing and getattr(args, "set", None)):
+        why = (
+            SIGNING_NEEDS
+            if signed
+            else "--set edits the call's arguments, so it needs a worker to read them (or "
+            "give them all with --args-file)"
+        )
+        pending = await _pending(client, handle, args, why)
+        _one(pending, args.call_id, args.run)
+        return [args.call_id], pending
+    return [args.call_id], {}
+
+
+def _requests(
+    args: argparse.Namespace,
+    kind: DecisionKind,
+    approver: str,
+    call_ids: list[str],
+    pending: dict[str, PendingApproval],
+    editing: bool,
+) -> list[DecisionRequest]:
+    """One decision per call, as the flags say, naming the arguments seen when they were read."""
     edited = None
     if editing:
         current = _arguments_of(pending[args.call_id]) if args.call_id in pending else None
         edited = edited_arguments(args, current)
-    decisions = [
+    return [
         DecisionRequest(
             kind=kind,
             call_id=c,
             always=args.always,
-            message=message,
+            message=getattr(args, "message", None),
             approver=approver,
             reason=args.reason,
             arguments=edited,
@@ -266,52 +300,37 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
         )
         for c in call_ids
     ]
-    if signing is not None:
-        key_id, key = signing
-        decisions = [
-            sign_input(d, kind=kind, workflow_id=args.run, key_id=key_id, key=key)
-            for d in decisions
-        ]
-    update = kind if len(decisions) == 1 else UPDATE_DECIDE
+
+
+async def _send(
+    client: Client,
+    handle: WorkflowHandle[Any, Any],
+    args: argparse.Namespace,
+    kind: DecisionKind,
+    decisions: list[DecisionRequest],
+) -> dict[str, DecisionRecord]:
+    """Send the decisions (one: `approve` / `reject`; more: `decide`); what the run recorded.
+
+    The update id is the decision's own, so a re-run command is deduplicated and reports the
+    outcome. A closed run takes no new update: what it recorded is the outcome.
+    """
+    update = _UPDATES[kind] if len(decisions) == 1 else UPDATE_DECIDE
     uid = decision_update_id(args.run, update, decisions)
     timeout = timedelta(seconds=args.timeout)
-    recorded: dict[str, DecisionRecord]
     try:
         if len(decisions) == 1:
-            d = decisions[0]
-            payload = DecisionInput(
-                call_id=d.call_id,
-                always=d.always,
-                message=d.message,
-                approver=d.approver,
-                reason=d.reason,
-                arguments=d.arguments,
-                key_id=d.key_id,
-                signature=d.signature,
-                expires_at=d.expires_at,
-                client=d.client,
-                seen_sha256=d.seen_sha256,
-            )
+            payload = DecisionInput.model_validate(decisions[0].model_dump(exclude={"kind"}))
             rec: DecisionRecord = await handle.execute_update(
-                kind, payload, id=uid, rpc_timeout=timeout, result_type=DecisionRecord
+                update, payload, id=uid, rpc_timeout=timeout, result_type=DecisionRecord
             )
-            recorded = {rec.call_id: rec}
-        else:
-            after: RunStatus = await handle.execute_update(
-                UPDATE_DECIDE,
-                DecideInput(decisions=decisions, wait=False),
-                id=uid,
-                rpc_timeout=timeout,
-                result_type=RunStatus,
-            )
-            recorded = {r.call_id: r for r in after.decisions}
-            recorded |= {
-                p.call_id: DecisionRecord.partial(
-                    p.call_id, p.tool_name, p.approvals, p.required_approvals
-                )
-                for p in after.pending
-                if p.approvals
-            }
+            return {rec.call_id: rec}
+        after: RunStatus = await handle.execute_update(
+            update,
+            DecideInput(decisions=decisions, wait=False),
+            id=uid,
+            rpc_timeout=timeout,
+            result_type=RunStatus,
+        )
     except WorkflowUpdateFailedError as exc:
         raise refused_update(exc) from None
     except WorkflowUpdateRPCTimeoutOrCancelledError:
@@ -321,24 +340,34 @@ async def cmd_decide(client: Client, args: argparse.Namespace, kind: DecisionKin
             raise Refused(
                 f"cannot decide on run {args.run}: {exc.message} ({_code(exc)})"
             ) from None
-        # A closed run takes no new update; what it recorded is the outcome.
-        recorded = await _finished_run_decisions(handle, args.timeout)
-    for rec in _outcome(args.run, decisions, recorded):
-        verb, _, rest = _decided_text(rec).partition(" ")
-        verb = "approved" if verb == "approve" else "rejected"
-        call, tool, run = one_line(rec.call_id), one_line(rec.tool_name), one_line(args.run)
-        print(f"{verb} {call} ({tool}) on {run} {rest}")
-        if rec.still_needed:
-            so_far = ", ".join(one_line(a.approver) for a in rec.approvals)
-            print(
-                f"  it waits for {rec.still_needed} more approval(s) from someone else "
-                f"(approved so far by {so_far})"
-            )
-        elif len(rec.approvals) > 1 and rec.kind == "approve":
-            print(f"  approved by {', '.join(one_line(a.approver) for a in rec.approvals)}")
-        if rec.arguments is not None:
-            print(f"  it runs with the edited arguments {one_line(rec.arguments)}")
-    return EXIT_OK
+        return await _finished_run_decisions(handle, args.timeout)
+    partial = {
+        p.call_id: DecisionRecord.partial(p.call_id, p.tool_name, p.approvals, p.required_approvals)
+        for p in after.pending
+        if p.approvals
+    }
+    return {r.call_id: r for r in after.decisions} | partial
+
+
+_UPDATES: dict[DecisionKind, str] = {"approve": UPDATE_APPROVE, "reject": UPDATE_REJECT}
+"""The update that takes one decision of each kind."""
+
+
+def _print_recorded(rec: DecisionRecord, run: str) -> None:
+    """One recorded decision, as the run has it (with four eyes: who approved so far)."""
+    verb, _, rest = _decided_text(rec).partition(" ")
+    verb = "approved" if verb == "approve" else "rejected"
+    print(f"{verb} {one_line(rec.call_id)} ({one_line(rec.tool_name)}) on {one_line(run)} {rest}")
+    if rec.still_needed:
+        so_far = ", ".join(one_line(a.approver) for a in rec.approvals)
+        print(
+            f"  it waits for {rec.still_needed} more approval(s) from someone else "
+            f"(approved so far by {so_far})"
+        )
+    elif len(rec.approvals) > 1 and rec.kind == "approve":
+        print(f"  approved by {', '.join(one_line(a.approver) for a in rec.approvals)}")
+    if rec.arguments is not None:
+        print(f"  it runs with the edited arguments {one_line(rec.arguments)}")
 
 
 S = TypeVar("S", ExtendInput, ResolveInput, AnswerInput)
