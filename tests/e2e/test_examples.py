@@ -178,7 +178,7 @@ def test_make_demo_mcp_gates_a_refund_and_answers_the_servers_question(tmp_path:
     assert "Refund $250.00 on order 1001" in out.stdout, "the worker's approval request"
     assert out.stdout.count("--name approve") == 1, "only the refund needed a decision"
     assert "close_account asks: Close the account of Ada Lovelace (#7001)?" in out.stdout
-    assert re.search(r"hitl --address \S+ answer \S+ call_\w+ --set confirm=true", out.stdout)
+    assert re.search(r"hitl --address \S+ answer \S+ t\d+\.\d+ --set confirm=true", out.stdout)
     assert re.search(r"MCP-REFUND-1001-\d{4}: mcp-refund 1001 \$250.00", out.stdout), out.stdout
     assert re.search(r"MCP-CLOSE-7001-\d{4}: mcp-close 7001", out.stdout), out.stdout
     for pid in _demo_pids(out.stdout):
@@ -206,7 +206,7 @@ def test_make_demo_asks_on_a_terminal(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("[y/N]:") == 2
     assert "--name approve" in out.stdout and "--name reject" in out.stdout
-    assert "refund call_" in out.stdout and ": approve by demo (person)" in out.stdout
+    assert re.search(r"refund t\d+\.\d+", out.stdout) and ": approve by demo (person)" in out.stdout
     assert 'cancel_order({"order_id": 1002}): The reviewer declined this.' in out.stdout
     for pid in _demo_pids(out.stdout):
         assert not _alive(pid), f"the demo left process {pid} behind"
