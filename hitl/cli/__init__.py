@@ -35,8 +35,8 @@ import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeAlias
 
 from temporalio.service import RPCError
 
@@ -64,9 +64,14 @@ from hitl.client import connect, hard_exit
 from hitl.errors import UserError
 from hitl.wire import DEFAULT_TASK_QUEUE
 
+Subcommand: TypeAlias = "tuple[str, str, list[Argument]] | Callable[[Any], None]"
+"""A row of `_commands()`: (name, help, its arguments), or a module's own `add_parser(sub)`."""
+Argument: TypeAlias = "tuple[tuple[str, ...], dict[str, Any]] | list[Argument]"
+"""(flags, `add_argument` settings); a list of them is a mutually exclusive group."""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line."""
+    """The command line: the global options, then the subcommands of `_commands()`, in order."""
     p = argparse.ArgumentParser(
         prog="hitl",
         description=__doc__.splitlines()[0],
@@ -77,129 +82,72 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="envconfig profile")
     p.add_argument("--task-queue", default=os.environ.get("HITL_TASK_QUEUE", DEFAULT_TASK_QUEUE))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    dev = sub.add_parser("dev", help="run the local stack (dev server, UI, worker)")
-    dev.add_argument("--agents", action="append", help="module:attr to serve (repeatable)")
-    dev.add_argument(
-        "--allow",
-        action="append",
-        metavar="MODULE:ATTR",
-        help="what runs may name besides the agents' code (see python -m hitl.worker --allow)",
-    )
-    dev.add_argument("--port", type=int, default=None)
-    dev.add_argument("--ui-port", type=int, default=None)
-    dev.add_argument("--state-dir", default=".hitl")
-
-    dev.add_argument(
-        "--console-port", type=int, default=None, help="the approval console's port (0: none)"
-    )
-
-    sub.add_parser("setup", help="register the search attributes on the cluster")
-    add_doctor_parser(sub)
-    add_console_parsers(sub)
-
-    codec = sub.add_parser(
-        "codec-server", help="serve /encode and /decode for the temporal CLI and Web UI"
-    )
-    codec.add_argument("--host", default="127.0.0.1")
-    codec.add_argument("--port", type=int, default=8081)
-    codec.add_argument(
-        "--cors-origin",
-        action="append",
-        default=[],
-        help="Web UI origin allowed to call it (e.g. http://127.0.0.1:8233)",
-    )
-
-    run = sub.add_parser("run", help="start a run of a registered agent")
-    run.add_argument("agent")
-    run.add_argument("input")
-    run.add_argument("--id", help="business workflow id (never started twice)")
-    run.add_argument("--wait", action="store_true", help="wait until it pauses or finishes")
-    run.add_argument("--timeout", type=float, default=30.0)
-
-    pending = sub.add_parser("pending", help="list pending approvals across runs")
-    pending.add_argument("--agent")
-    pending.add_argument("--queue", dest="task_queue_filter", help="only this task queue")
-    pending.add_argument("--json", action="store_true")
-    pending.add_argument("--limit", type=int, default=1000)
-    pending.add_argument(
-        "--timeout",
-        type=float,
-        default=10.0,
-        help="seconds to wait for each run's worker to answer (unanswered runs are still listed)",
-    )
-    pending.add_argument(
-        "--runs",
-        action="store_true",
-        help="one row per paused run, from search attributes only (no per-run query, so it "
-        "is fast for large inboxes and works while no worker runs)",
-    )
-
-    show = sub.add_parser("show", help="show a run with its pending requests")
-    show.add_argument("run")
-    show.add_argument("--json", action="store_true")
-    show.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for the run's worker"
-    )
-
-    for name in ("approve", "reject"):
-        d = sub.add_parser(name, help=f"{name} a pending call (or --all)")
-        d.add_argument("run")
-        d.add_argument("call_id", nargs="?")
-        d.add_argument("--all", action="store_true", help="every pending call of the run")
-        d.add_argument("--always", action="store_true", help="also for later calls of the tool")
-        d.add_argument("--as", dest="as_", metavar="NAME", help="approver (default: OS user)")
-        d.add_argument("--reason")
-        d.add_argument(
-            "--timeout",
-            type=float,
-            default=10.0,
-            help="seconds to wait for a worker to take the decision",
-        )
-        if name == "reject":
-            d.add_argument("--message", help="what the model sees instead of the tool output")
+    for command in _commands():
+        if callable(command):
+            command(sub)
         else:
-            d.add_argument(
-                "--set",
-                action="append",
-                metavar="NAME=VALUE",
-                help="edit an argument before approving (VALUE is JSON, else text); repeatable",
-            )
-            d.add_argument(
-                "--args-file", metavar="FILE", help="approve with these arguments (a JSON object)"
-            )
+            name, help, arguments = command
+            _add_arguments(sub.add_parser(name, help=help), arguments)
+    return p
 
-    resolve = sub.add_parser("resolve", help="settle an uncertain call (its attempt died)")
-    resolve.add_argument("run")
-    resolve.add_argument("call_id")
-    resolve.add_argument("outcome", choices=["happened", "retry", "give-up"])
-    resolve.add_argument("--output", help="happened: the result the model reads")
-    resolve.add_argument("--message", help="give-up: the error the model reads")
-    resolve.add_argument("--as", dest="as_", metavar="NAME", help="who (default: OS user)")
-    resolve.add_argument("--reason")
-    resolve.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for a worker to take it"
+
+def _add_arguments(parser: Any, arguments: list[Argument]) -> None:
+    for argument in arguments:
+        if isinstance(argument, list):
+            _add_arguments(parser.add_mutually_exclusive_group(), argument)
+        else:
+            flags, settings = argument
+            parser.add_argument(*flags, **settings)
+
+
+def _timeout(help: str) -> Argument:
+    """`--timeout SECONDS` (10 by default): how long to wait for a worker."""
+    return (("--timeout",), {"type": float, "default": 10.0, "help": help})
+
+
+def _as(help: str = "who (default: OS user)") -> Argument:
+    return (("--as",), {"dest": "as_", "metavar": "NAME", "help": help})
+
+
+def _decision(name: str) -> tuple[str, str, list[Argument]]:
+    """`hitl approve` or `hitl reject`: one call (or `--all`), as a person decides it."""
+    own: list[Argument] = (
+        [(("--message",), {"help": "what the model sees instead of the tool output"})]
+        if name == "reject"
+        else [
+            (
+                ("--set",),
+                {
+                    "action": "append",
+                    "metavar": "NAME=VALUE",
+                    "help": "edit an argument before approving (VALUE is JSON, else text); "
+                    "repeatable",
+                },
+            ),
+            (
+                ("--args-file",),
+                {"metavar": "FILE", "help": "approve with these arguments (a JSON object)"},
+            ),
+        ]
+    )
+    return (
+        name,
+        f"{name} a pending call (or --all)",
+        [
+            (("run",), {}),
+            (("call_id",), {"nargs": "?"}),
+            (("--all",), {"action": "store_true", "help": "every pending call of the run"}),
+            (("--always",), {"action": "store_true", "help": "also for later calls of the tool"}),
+            _as("approver (default: OS user)"),
+            (("--reason",), {}),
+            _timeout("seconds to wait for a worker to take the decision"),
+            *own,
+        ],
     )
 
-    answer = sub.add_parser("answer", help="answer the question a tool asks (MCP elicitation)")
-    answer.add_argument("run")
-    answer.add_argument("call_id")
-    answer.add_argument(
-        "--set",
-        action="append",
-        metavar="NAME=VALUE",
-        help="a field of the form (VALUE is JSON, else text); repeatable",
-    )
-    answer.add_argument("--args-file", metavar="FILE", help="the form's content (a JSON object)")
-    choice = answer.add_mutually_exclusive_group()
-    choice.add_argument("--decline", action="store_true", help="say no to the question")
-    choice.add_argument("--cancel", action="store_true", help="dismiss it without a choice")
-    answer.add_argument("--as", dest="as_", metavar="NAME", help="who (default: OS user)")
-    answer.add_argument("--reason")
-    answer.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for a worker to take it"
-    )
 
+def _keys(sub: Any) -> None:
+    """`hitl keys new` and `hitl keys show`."""
     keys = sub.add_parser("keys", help="key pairs for signed decisions")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     new_key = keys_sub.add_parser("new", help="create an approver's key pair")
@@ -209,44 +157,195 @@ def build_parser() -> argparse.ArgumentParser:
     show_key = keys_sub.add_parser("show", help="print a private key file's key id and public key")
     show_key.add_argument("file")
 
-    extend = sub.add_parser("extend", help="move a pending call's approval deadline later")
-    extend.add_argument("run")
-    extend.add_argument("call_id")
-    extend.add_argument("span", help="how much later: 2d, 12h, 30m, 45s")
-    extend.add_argument("--as", dest="as_", metavar="NAME", help="who (default: OS user)")
-    extend.add_argument("--reason")
-    extend.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for a worker to take it"
-    )
 
-    audit = sub.add_parser(
-        "audit", help="every decision and refused attempt, of one run or across runs"
-    )
-    audit.add_argument("run", nargs="?", help="one run (default: every run within --since)")
-    audit.add_argument("--since", default="7d", help="runs started within this span (7d, 12h)")
-    audit.add_argument("--agent", help="only runs of this agent")
-    audit.add_argument("--csv", action="store_true", help="CSV instead of JSON lines")
-    audit.add_argument("--limit", type=int, default=1000, help="at most this many runs")
-    audit.add_argument(
-        "--worker-log",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="a worker's refused-updates file (python -m hitl.worker --audit-log); repeatable",
-    )
-    audit.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for each run's worker"
-    )
-
-    watch = sub.add_parser("watch", help="follow a run's events until it finishes")
-    watch.add_argument("run")
-    watch.add_argument(
-        "--from-offset",
-        type=int,
-        default=0,
-        help="resume after a disconnect: the offset after the last one seen",
-    )
-    return p
+def _commands() -> list[Subcommand]:
+    """Every subcommand, in the order `hitl --help` lists them."""
+    return [
+        (
+            "dev",
+            "run the local stack (dev server, UI, worker)",
+            [
+                (("--agents",), {"action": "append", "help": "module:attr to serve (repeatable)"}),
+                (
+                    ("--allow",),
+                    {
+                        "action": "append",
+                        "metavar": "MODULE:ATTR",
+                        "help": "what runs may name besides the agents' code (see python -m "
+                        "hitl.worker --allow)",
+                    },
+                ),
+                (("--port",), {"type": int, "default": None}),
+                (("--ui-port",), {"type": int, "default": None}),
+                (("--state-dir",), {"default": ".hitl"}),
+                (
+                    ("--console-port",),
+                    {"type": int, "default": None, "help": "the approval console's port (0: none)"},
+                ),
+            ],
+        ),
+        ("setup", "register the search attributes on the cluster", []),
+        add_doctor_parser,
+        add_console_parsers,
+        (
+            "codec-server",
+            "serve /encode and /decode for the temporal CLI and Web UI",
+            [
+                (("--host",), {"default": "127.0.0.1"}),
+                (("--port",), {"type": int, "default": 8081}),
+                (
+                    ("--cors-origin",),
+                    {
+                        "action": "append",
+                        "default": [],
+                        "help": "Web UI origin allowed to call it (e.g. http://127.0.0.1:8233)",
+                    },
+                ),
+            ],
+        ),
+        (
+            "run",
+            "start a run of a registered agent",
+            [
+                (("agent",), {}),
+                (("input",), {}),
+                (("--id",), {"help": "business workflow id (never started twice)"}),
+                (("--wait",), {"action": "store_true", "help": "wait until it pauses or finishes"}),
+                (("--timeout",), {"type": float, "default": 30.0}),
+            ],
+        ),
+        (
+            "pending",
+            "list pending approvals across runs",
+            [
+                (("--agent",), {}),
+                (("--queue",), {"dest": "task_queue_filter", "help": "only this task queue"}),
+                (("--json",), {"action": "store_true"}),
+                (("--limit",), {"type": int, "default": 1000}),
+                _timeout(
+                    "seconds to wait for each run's worker to answer (unanswered runs are still "
+                    "listed)"
+                ),
+                (
+                    ("--runs",),
+                    {
+                        "action": "store_true",
+                        "help": "one row per paused run, from search attributes only (no "
+                        "per-run query, so it is fast for large inboxes and works while no "
+                        "worker runs)",
+                    },
+                ),
+            ],
+        ),
+        (
+            "show",
+            "show a run with its pending requests",
+            [
+                (("run",), {}),
+                (("--json",), {"action": "store_true"}),
+                _timeout("seconds to wait for the run's worker"),
+            ],
+        ),
+        _decision("approve"),
+        _decision("reject"),
+        (
+            "resolve",
+            "settle an uncertain call (its attempt died)",
+            [
+                (("run",), {}),
+                (("call_id",), {}),
+                (("outcome",), {"choices": ["happened", "retry", "give-up"]}),
+                (("--output",), {"help": "happened: the result the model reads"}),
+                (("--message",), {"help": "give-up: the error the model reads"}),
+                _as(),
+                (("--reason",), {}),
+                _timeout("seconds to wait for a worker to take it"),
+            ],
+        ),
+        (
+            "answer",
+            "answer the question a tool asks (MCP elicitation)",
+            [
+                (("run",), {}),
+                (("call_id",), {}),
+                (
+                    ("--set",),
+                    {
+                        "action": "append",
+                        "metavar": "NAME=VALUE",
+                        "help": "a field of the form (VALUE is JSON, else text); repeatable",
+                    },
+                ),
+                (
+                    ("--args-file",),
+                    {"metavar": "FILE", "help": "the form's content (a JSON object)"},
+                ),
+                [
+                    (("--decline",), {"action": "store_true", "help": "say no to the question"}),
+                    (
+                        ("--cancel",),
+                        {"action": "store_true", "help": "dismiss it without a choice"},
+                    ),
+                ],
+                _as(),
+                (("--reason",), {}),
+                _timeout("seconds to wait for a worker to take it"),
+            ],
+        ),
+        _keys,
+        (
+            "extend",
+            "move a pending call's approval deadline later",
+            [
+                (("run",), {}),
+                (("call_id",), {}),
+                (("span",), {"help": "how much later: 2d, 12h, 30m, 45s"}),
+                _as(),
+                (("--reason",), {}),
+                _timeout("seconds to wait for a worker to take it"),
+            ],
+        ),
+        (
+            "audit",
+            "every decision and refused attempt, of one run or across runs",
+            [
+                (("run",), {"nargs": "?", "help": "one run (default: every run within --since)"}),
+                (
+                    ("--since",),
+                    {"default": "7d", "help": "runs started within this span (7d, 12h)"},
+                ),
+                (("--agent",), {"help": "only runs of this agent"}),
+                (("--csv",), {"action": "store_true", "help": "CSV instead of JSON lines"}),
+                (("--limit",), {"type": int, "default": 1000, "help": "at most this many runs"}),
+                (
+                    ("--worker-log",),
+                    {
+                        "action": "append",
+                        "default": [],
+                        "metavar": "FILE",
+                        "help": "a worker's refused-updates file (python -m hitl.worker "
+                        "--audit-log); repeatable",
+                    },
+                ),
+                _timeout("seconds to wait for each run's worker"),
+            ],
+        ),
+        (
+            "watch",
+            "follow a run's events until it finishes",
+            [
+                (("run",), {}),
+                (
+                    ("--from-offset",),
+                    {
+                        "type": int,
+                        "default": 0,
+                        "help": "resume after a disconnect: the offset after the last one seen",
+                    },
+                ),
+            ],
+        ),
+    ]
 
 
 async def _main(args: argparse.Namespace) -> int:
