@@ -186,7 +186,7 @@ class FunctionTool:
             auto_approve=self.auto_approve,
             approval_request=self.approval_request is not None,
             approver=self.approver is not None,
-            user_action=self._user_action_param is not None,
+            user_action=self.receives_user_action,
             input_guardrails=[g.get_name() for g in self.tool_input_guardrails],
             timeout_behavior=self.timeout_behavior,
             approvers=[] if callable(self.approvers) else list(self.approvers),
