@@ -401,7 +401,7 @@ def signing_available() -> bool:
     (`cryptography`'s Rust extension must not be imported a second time inside it).
     """
     try:
-        import cryptography.exceptions  # noqa: F401
+        import cryptography.exceptions
         import cryptography.hazmat.primitives.asymmetric.ed25519  # noqa: F401
     except ImportError:
         return False
