@@ -32,11 +32,9 @@ with workflow.unsafe.imports_passed_through():
         parse_model_output,
     )
     from hitl.limits import (
-        MAX_RESULT_BYTES,
         MAX_SIGNAL_BYTES,
         MAX_START_BYTES,
         MAX_WAITING_UPDATES,
-        TRANSCRIPT_INLINE_BYTES,
     )
     from hitl.wire import (
         HANDLER_HELP,
@@ -78,6 +76,8 @@ with workflow.unsafe.imports_passed_through():
         TurnInfo,
     )
     from hitl.workflows import (
+        calls,
+        compaction,
         elicitation,
         hooks,
         nested,
@@ -87,14 +87,12 @@ with workflow.unsafe.imports_passed_through():
         visibility,
     )
     from hitl.workflows import status as answers
-    from hitl.workflows.approvers import edit_note
     from hitl.workflows.book import ApprovalBook
     from hitl.workflows.decisions import Decisions
     from hitl.workflows.events import Events
     from hitl.workflows.failures import RunFailure
     from hitl.workflows.inputs import (
         Waiters,
-        encoded_size,
         initial_state,
         query_text,
         read_one,
@@ -106,8 +104,6 @@ with workflow.unsafe.imports_passed_through():
     from hitl.workflows.steps import Steps, output_text
 
 DEFAULT_MAX_TURNS = 10
-STREAM_EVENTS_KEPT = 2000
-"""Events a run carries across continue-as-new (older ones are dropped from its stream)."""
 START_EXAMPLE = '{"agent": "<registered agent name>", "input": "..."}'
 COMPACT_PATCH = "hitl-compact-while-parked"
 """Runs recorded before continue-as-new could happen while parked replay without it."""
@@ -246,7 +242,7 @@ class AgentRun:
             # This run continued as new while its turn waited for people: finish that turn.
             await self._finish_turn(self.agent(), s.calls)
         while True:
-            if self._should_continue_as_new() and s.turns_here > 0:
+            if compaction.suggested(self.inp) and s.turns_here > 0:
                 await self._continue_as_new()
             if s.turn >= max_turns:
                 return await hooks.max_turns_exceeded(self, max_turns)
@@ -283,35 +279,8 @@ class AgentRun:
                 self._count_bad_turn("the model returned neither a message nor a tool call")
 
     def finish(self, final: Any, agent: AgentSpec) -> RunOutput:
-        """The run's result; with its transcript only while that stays small.
-
-        Every item of the transcript is in history already (model replies, tool outputs), so
-        a long run's result leaves it out (`transcript_omitted`) instead of doubling its
-        history; the `snapshot` and `transcript` queries read it, also after the run closed.
-        """
-        s = self.state
-        out = RunOutput(
-            final_output=final,
-            last_agent=agent.id,
-            last_agent_name=agent.name,
-            input_items=s.input_items,
-            new_items=s.new_items,
-            usage=s.usage,
-            decisions=self.book.all_decisions(),
-            turns=s.turn,
-            run_id=workflow.info().run_id,
-        )
-        size = encoded_size(out)
-        if size > TRANSCRIPT_INLINE_BYTES:
-            out.input_items, out.new_items, out.transcript_omitted = [], [], True
-            size = encoded_size(out)
-        if size > MAX_RESULT_BYTES:  # completing with it would fail every workflow task
-            raise RunFailure(
-                "RunTooLarge",
-                f"the run's final output is {size} bytes, more than a result may hold "
-                f"({MAX_RESULT_BYTES}); have the agent return less, or a reference to it",
-            )
-        return out
+        """The run's result (`status.result`)."""
+        return answers.result(self, final, agent)
 
     def _count_bad_turn(self, why: str) -> None:
         self.state.bad_turns += 1
@@ -372,7 +341,7 @@ class AgentRun:
 
     async def _finish_turn(self, agent: AgentSpec, records: list[CallRecord]) -> None:
         """Take every call to an output (waiting for people as needed), then close the turn."""
-        drives = asyncio.gather(*(self._drive(agent, r) for r in records if r.output is None))
+        drives = asyncio.gather(*(calls.drive(self, agent, r) for r in records if r.output is None))
         while not drives.done():
             await workflow.wait_condition(lambda: drives.done() or self._should_compact())
             if not drives.done() and self._should_compact():
@@ -398,55 +367,7 @@ class AgentRun:
                 "hitl.handoff", **{"hitl.from": previous, "hitl.to": self.agent_name()}
             )
 
-    async def _drive(self, agent: AgentSpec, rec: CallRecord) -> None:
-        """Take one call from its current state to an output."""
-        tool = turn.tool_of(agent, rec)
-        if rec.state == "awaiting_approval":
-            await self.decisions.wait(rec, tool)
-        decision = rec.decision
-        if decision is not None:
-            self.trace.close(
-                rec.call_id,
-                **{
-                    "hitl.decision": decision.kind,
-                    "hitl.decision.source": decision.source,
-                    "hitl.decision.approver": decision.approver,
-                },
-            )
-            if decision.kind == "reject":
-                rec.output = decision.message or await self.steps.rejection_text(agent, rec, tool)
-                rec.state = "expired" if decision.expired else "rejected"
-                return
-        if rec.state not in ("uncertain", "awaiting_input"):  # (carried over: waits on)
-            rec.state = "running"
-            self.events.emit("tool_started", call_id=rec.call_id, tool=rec.tool_name)
-        if tool.kind == "agent":
-            out = await nested.run_child(self, agent, rec, tool)
-        else:
-            attrs = {
-                "hitl.tool": rec.tool_name,
-                "hitl.call_id": rec.call_id,
-                "hitl.agent": agent.name,
-                "hitl.tool.arguments": tracing.sensitive(self, rec.arguments),
-            }
-            with self.trace.span("hitl.tool_call", **attrs) as span:
-                out = await uncertain.run_tool(self, agent, rec, tool)
-                if span is not None:
-                    span.set_attribute("hitl.tool.is_error", out.is_error)
-                    output = tracing.sensitive(self, out.output)
-                    if output is not None:
-                        span.set_attribute("hitl.tool.output", output)
-        note = edit_note(rec) if rec.original_arguments is not None else ""
-        rec.output, rec.is_error, rec.state = note + out.output, out.is_error, "done"
-
     # ================================================================= continue-as-new
-
-    def _should_continue_as_new(self) -> bool:
-        info = workflow.info()
-        limit = self.inp.run_config.continue_as_new_after_events
-        if limit is not None and info.get_current_history_length() >= limit:
-            return True
-        return info.is_continue_as_new_suggested()
 
     def _should_compact(self) -> bool:
         """Parked, with a long history (or many updates), and nothing in flight to lose."""
@@ -455,41 +376,11 @@ class AgentRun:
             and not self.continuing
             and self.phase() == "awaiting_approval"
             and not self.book.children
-            and self._should_continue_as_new()
+            and compaction.suggested(self.inp)
         )
 
     async def _continue_as_new(self) -> NoReturn:
-        self.continuing = True
-        stream = self.events.stream
-        stream.detach_pollers()
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        state = stream.get_state()
-        if len(state.log) > STREAM_EVENTS_KEPT:
-            stream.truncate(state.base_offset + len(state.log) - STREAM_EVENTS_KEPT)
-            state = stream.get_state()
-        self.state.stream = state
-        size = encoded_size(self.state)
-        if size > MAX_RESULT_BYTES:
-            self.continuing = False
-            raise RunFailure(
-                "RunTooLarge",
-                f"the run's state is {size} bytes, too large to carry on (the limit is "
-                f"{MAX_RESULT_BYTES}); keep transcripts smaller (max_tool_output_bytes, "
-                "call_model_input_filter) or start a new run",
-            )
-        inp = self.inp
-        workflow.continue_as_new(
-            RunInput(
-                agent=inp.agent,
-                context=self.state.context.value if self.state.context else None,
-                max_turns=inp.max_turns,
-                run_config=inp.run_config,
-                carried=self.state,
-                session=inp.session,
-                parent=inp.parent,
-            ),
-            memo=self.published.carried_memo(),
-        )
+        await compaction.carry_on(self, self.published.carried_memo())
 
     # ================================================================= decisions
 

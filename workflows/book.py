@@ -13,25 +13,14 @@ at the root.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
 
-from hitl.limits import (
-    MAX_APPROVER_CHARS,
-    MAX_CALL_ID_CHARS,
-    MAX_EXTEND_SECONDS,
-    MAX_TEXT_CHARS,
-    text_problem,
-)
 from hitl.signing import SignatureError, Signed, verify_decision
 from hitl.wire import (
-    AnswerInput,
     Approval,
     ApproverDirectory,
     CallRecord,
     CarriedState,
-    ChildReport,
     DecisionInput,
     DecisionKind,
     DecisionRecord,
@@ -41,167 +30,67 @@ from hitl.wire import (
     Extension,
     PendingApproval,
     PolicyDecision,
-    ResolveInput,
     StandingRule,
     text_digest,
 )
+from hitl.workflows import records
 from hitl.workflows.approvers import check_approver, may_decide
+from hitl.workflows.checks import (
+    check_deadline,
+    check_round,
+    check_seen,
+    counted,
+    decision_problem,
+    extend_problem,
+    one_of_several,
+)
+from hitl.workflows.children import ChildView
 from hitl.workflows.inputs import refusal
 
 SEP = "/"
 
 WAITING_STATES = ("awaiting_approval", "uncertain", "awaiting_input")
 """Call states in which a person, not the run, moves the call on."""
-KINDS: dict[str, Literal["approval", "uncertain", "input"]] = {
-    "uncertain": "uncertain",
-    "awaiting_input": "input",
-}
-"""Separates the levels of a qualified call id (`agent tool call / nested call`)."""
 
 
-def decision_problem(d: DecisionInput) -> str | None:
-    """Why a decision's fields are out of bounds (`hitl.limits`), or `None`."""
-    if not d.call_id:
-        return "call_id must not be empty"
-    return (
-        text_problem("call_id", d.call_id, MAX_CALL_ID_CHARS)
-        or text_problem("message", d.message, MAX_TEXT_CHARS)
-        or text_problem("reason", d.reason, MAX_TEXT_CHARS)
-        or text_problem("approver", d.approver, MAX_APPROVER_CHARS)
-    )
+def _repeated(prior: DecisionRecord, kind: DecisionKind, d: DecisionInput) -> DecisionRecord:
+    """A decision for a call already decided: the record when it repeats it (a retry).
 
-
-def check_seen(
-    d: DecisionInput | ExtendInput | AnswerInput | ResolveInput, arguments: str, edits: int = 0
-) -> None:
-    """Refuse (`ArgumentsChanged`) a decision made on other arguments than the call has now.
-
-    `seen_sha256` is optional (the plain `temporal` CLI sends only a call id); when given, or
-    signed, it must name the arguments as they are: an approval counts only for what was seen.
+    Else a refusal saying what was decided (or that the call expired).
     """
-    seen = d.seen_sha256
-    if seen is not None and seen != text_digest(arguments):
-        edited = f" (edited {edits} time(s) since the model made it)" if edits else ""
-        raise refusal(
-            "ArgumentsChanged",
-            f"call '{d.call_id}': its arguments are not the ones you saw{edited}; read it "
-            "again (hitl show) and decide on what it holds now",
-        )
-
-
-def check_round(call_id: str, given: int | None, current: int) -> None:
-    """Refuse (`Stale`) an answer, resolution or extension made for an earlier round of a call.
-
-    Each of them moves the call to its next round, so a copy of one (say, from history) is
-    refused instead of applying again.
-    """
-    if given is not None and given != current:
-        raise refusal(
-            "Stale",
-            f"call '{call_id}' moved on since you saw it (round {given}, now {current}); read "
-            "it again and decide",
-        )
-
-
-def _check_deadline(
-    d: DecisionInput | ExtendInput, deadline: datetime | None, now: datetime | None
-) -> None:
-    # Same-task rule: a decision that reaches the run after the deadline loses to it.
-    if deadline is not None and now is not None and now > deadline:
+    if prior.answers(kind, d):
+        return prior  # a retry: idempotent, answered with what was recorded
+    if prior.source == "deadline":
         raise refusal(
             "DeadlinePassed",
-            f"call '{d.call_id}' stopped waiting for a decision at {deadline.isoformat()}",
+            f"call '{d.call_id}' stopped waiting for a decision at "
+            f"{prior.decided_at.isoformat()} (it expired)",
         )
+    who = prior.approver or prior.source.replace("_", " ")
+    what = prior.kind + (" (always)" if prior.always else "")
+    raise refusal("AlreadyDecided", f"call '{d.call_id}' already decided: {what} by {who}")
 
 
-def _one_of_several(
-    d: DecisionInput, tool: str, required: int, approvals: list[Approval]
-) -> DecisionRecord | None:
-    """Check one approval of a call that needs `required` distinct approvers.
-
-    Returns the answer already given when `d` repeats an approval (a retry); raises when the
-    approval cannot count: it names no approver, asks for `always`, or comes from someone who
-    already approved the call differently.
-    """
-    if not d.approver:
-        raise refusal(
-            "InvalidDecision",
-            f"call '{d.call_id}' needs {required} different approvers: name yours (approver)",
-        )
-    if d.always:
-        raise refusal(
-            "InvalidDecision",
-            f"call '{d.call_id}' needs {required} approvers, so no standing rule can approve "
-            "it (always)",
-        )
-    given = next((a for a in approvals if a.approver == d.approver), None)
-    if given is None:
-        return None
-    if given.answers(d):
-        return DecisionRecord.partial(d.call_id, tool, approvals, required)
-    raise refusal(
-        "AlreadyDecided",
-        f"{d.approver} already approved call '{d.call_id}'; it needs "
-        f"{required - len(approvals)} more approval(s) from someone else",
+def _approval(
+    d: DecisionInput,
+    now: datetime,
+    via: DecisionVia,
+    verified: bool,
+    digest: str,
+    edit: str | None,
+) -> Approval:
+    """One approval of several (four eyes), for the arguments with `digest`."""
+    assert d.approver  # `check` refuses nameless approvals of such calls
+    return Approval(
+        approver=d.approver,
+        reason=d.reason,
+        via=via,
+        approved_at=now,
+        arguments=edit,
+        verified=verified,
+        arguments_sha256=digest,
+        key_id=d.key_id if verified else None,
     )
-
-
-def counted(approvals: list[Approval], digest: str) -> list[Approval]:
-    """The approvals that count for arguments with this digest (one per person).
-
-    An approval is for the arguments it was given on: once they change (an edit), it no
-    longer counts, whatever else happened to the list.
-    """
-    seen: set[str] = set()
-    out = []
-    for a in approvals:
-        if a.arguments_sha256 in (None, digest) and a.approver not in seen:
-            seen.add(a.approver)
-            out.append(a)
-    return out
-
-
-@dataclass
-class ChildView:
-    """What a run knows about one nested run it started (an agent-tool call in flight)."""
-
-    call_id: str
-    workflow_id: str
-    report: ChildReport | None = None
-    """The nested run's pending calls and phase, as last read from it (never from a signal)."""
-    seq: int = 0
-    """Bumped whenever decisions or rules for the nested run change."""
-    decided: dict[str, DecisionRecord] = field(default_factory=dict)
-    """Decisions for the nested run, by its (relative) call id: its mail."""
-    approvals: dict[str, list[Approval]] = field(default_factory=dict)
-    """Approvals given here for its calls that need several, while more are needed."""
-    stale: bool = False
-    """The nested run asked to be read again."""
-    done: bool = False
-
-    def pending(self) -> list[PendingApproval]:
-        """The nested run's reported pending calls not yet decided here."""
-        if self.done or self.report is None:
-            return []
-        return [
-            p.model_copy(update={"approvals": self.approvals.get(p.call_id, [])})
-            for p in self.report.pending
-            if p.call_id not in self.decided
-        ]
-
-    def waiting_for_person(self) -> bool:
-        """True when the nested run is blocked on a person and knows every decision sent."""
-        return (
-            not self.done
-            and self.report is not None
-            and self.report.phase == "awaiting_approval"
-            and self.report.seen == self.seq
-            and bool(self.pending())
-        )
-
-    def has_mail(self) -> bool:
-        """True when the nested run has not yet read everything decided for it."""
-        return not self.done and self.report is not None and self.report.seen != self.seq
 
 
 class ApprovalBook:
@@ -326,33 +215,7 @@ class ApprovalBook:
     ) -> list[PendingApproval]:
         """The interruptions: own calls waiting for a person, then nested ones."""
         own = [
-            PendingApproval(
-                call_id=c.call_id,
-                tool_name=c.tool_name,
-                agent_id=c.agent_id,
-                agent_name=c.agent_name,
-                arguments=c.arguments,
-                turn=c.turn,
-                requested_at=c.requested_at,
-                request=c.request,
-                path=[*(path or []), c.agent_name],
-                workflow_id=workflow_id,
-                approvers=c.approvers,
-                deadline=c.deadline,
-                required_approvals=c.required_approvals,
-                approvals=c.approvals,
-                extensions=c.extensions,
-                kind=KINDS.get(c.state, "approval"),
-                uncertain=c.uncertain,
-                input_request=c.input_request,
-                reminded_at=c.reminded_at,
-                escalated_at=c.escalated_at,
-                original_arguments=c.original_arguments,
-                arguments_sha256=text_digest(c.arguments),
-                round=c.round,
-                signed_decisions=self.signed(c.agent_id, c.tool_name),
-                model_call_id=c.model_call_id,
-            )
+            records.pending(c, path, workflow_id, self.signed(c.agent_id, c.tool_name))
             for c in self.calls.values()
             if c.state in WAITING_STATES
         ]
@@ -454,28 +317,9 @@ class ApprovalBook:
             raise refusal("InvalidDecision", problem)
         prior = self.decisions.get(d.call_id)
         if prior is not None:
-            if prior.answers(kind, d):
-                return prior  # a retry: idempotent, answered with what was recorded
-            if prior.source == "deadline":
-                raise refusal(
-                    "DeadlinePassed",
-                    f"call '{d.call_id}' stopped waiting for a decision at "
-                    f"{prior.decided_at.isoformat()} (it expired)",
-                )
-            who = prior.approver or prior.source.replace("_", " ")
-            what = prior.kind + (" (always)" if prior.always else "")
-            raise refusal("AlreadyDecided", f"call '{d.call_id}' already decided: {what} by {who}")
+            return _repeated(prior, kind, d)
         if SEP in d.call_id:
-            view, rest = self._nested_target(d.call_id)
-            pending = next(p for p in view.pending() if p.call_id == rest)
-            check_approver(d, pending.tool_name, pending.approvers, self.s.directory)
-            check_seen(d, pending.arguments)
-            _check_deadline(d, pending.deadline, now)
-            if kind == "approve" and pending.required_approvals > 1:
-                return _one_of_several(
-                    d, pending.tool_name, pending.required_approvals, pending.approvals
-                )
-            return None
+            return self._check_nested(kind, d, now)
         call = self.calls.get(d.call_id)
         if call is None:
             if d.call_id in self.past_calls:
@@ -488,20 +332,29 @@ class ApprovalBook:
         check_approver(d, call.tool_name, call.approvers, self.s.directory)
         if not edited:
             check_seen(d, call.arguments, len(call.edits))
-        _check_deadline(d, call.deadline, now)
+        check_deadline(d, call.deadline, now)
         if kind == "approve" and call.required_approvals > 1:
-            return _one_of_several(d, call.tool_name, call.required_approvals, call.approvals)
+            return one_of_several(d, call.tool_name, call.required_approvals, call.approvals)
+        return None
+
+    def _check_nested(
+        self, kind: DecisionKind, d: DecisionInput, now: datetime | None
+    ) -> DecisionRecord | None:
+        """`check` for a nested run's call, as its last report shows it."""
+        view, rest = self._nested_target(d.call_id)
+        pending = next(p for p in view.pending() if p.call_id == rest)
+        check_approver(d, pending.tool_name, pending.approvers, self.s.directory)
+        check_seen(d, pending.arguments)
+        check_deadline(d, pending.deadline, now)
+        if kind == "approve" and pending.required_approvals > 1:
+            return one_of_several(
+                d, pending.tool_name, pending.required_approvals, pending.approvals
+            )
         return None
 
     def check_extend(self, d: ExtendInput, now: datetime) -> CallRecord:
         """Validate moving a pending call's deadline later; the call (read-only)."""
-        problem = (
-            text_problem("call_id", d.call_id, MAX_CALL_ID_CHARS)
-            or text_problem("reason", d.reason, MAX_TEXT_CHARS)
-            or text_problem("approver", d.approver, MAX_APPROVER_CHARS)
-        )
-        if problem is None and not 0 < d.seconds <= MAX_EXTEND_SECONDS:
-            problem = f"seconds must be above 0 and at most {MAX_EXTEND_SECONDS:g}"
+        problem = extend_problem(d)
         if problem is not None:
             raise refusal("InvalidDecision", problem)
         if SEP in d.call_id:
@@ -519,7 +372,7 @@ class ApprovalBook:
         check_approver(d, call.tool_name, call.approvers, self.s.directory)
         check_seen(d, call.arguments, len(call.edits))
         check_round(d.call_id, d.round, call.round)
-        _check_deadline(d, call.deadline, now)
+        check_deadline(d, call.deadline, now)
         return call
 
     def extend(self, d: ExtendInput, now: datetime) -> Extension:
@@ -574,26 +427,16 @@ class ApprovalBook:
         else:
             target, given = call, call.approvals
         digest = text_digest(target.arguments)
-        required = target.required_approvals
-        if kind == "approve" and required > 1:
-            assert d.approver  # `check` refuses nameless approvals of such calls
+        if kind == "approve" and target.required_approvals > 1:
+            # One of several: it counts only while the call keeps these arguments.
             edit = call.arguments if call is not None and d.arguments is not None else None
-            given.append(
-                Approval(
-                    approver=d.approver,
-                    reason=d.reason,
-                    via=via,
-                    approved_at=now,
-                    arguments=edit,
-                    verified=verified,
-                    arguments_sha256=digest,
-                    key_id=d.key_id if verified else None,
-                )
-            )
+            given.append(_approval(d, now, via, verified, digest, edit))
             valid = counted(given, digest)
-            if len(valid) < required:
-                return DecisionRecord.partial(d.call_id, target.tool_name, valid, required)
-        rec = self._new_record(d.call_id, target.tool_name, kind, d, now, source, via)
+            if len(valid) < target.required_approvals:
+                return DecisionRecord.partial(
+                    d.call_id, target.tool_name, valid, target.required_approvals
+                )
+        rec = records.by_person(d.call_id, target.tool_name, kind, d, now, source, via)
         rec.approvals = counted(given, digest) if kind == "approve" else list(given)
         rec.verified, rec.key_id = verified, d.key_id if verified else None
         rec.arguments_sha256 = digest
@@ -604,18 +447,15 @@ class ApprovalBook:
             self._mail(view, rest, rec)
         else:
             self._apply(call, rec)
-        agent_id = target.agent_id
         if d.always:
-            self.add_rule(
-                StandingRule(
-                    agent_id=agent_id,
-                    tool_name=rec.tool_name,
-                    kind=kind,
-                    approver=d.approver,
-                    call_id=d.call_id,
-                ),
-                now,
+            rule = StandingRule(
+                agent_id=target.agent_id,
+                tool_name=rec.tool_name,
+                kind=kind,
+                approver=d.approver,
+                call_id=d.call_id,
             )
+            self.add_rule(rule, now)
         return rec
 
     def _mail(self, view: ChildView, rest: str, rec: DecisionRecord) -> None:
@@ -661,7 +501,7 @@ class ApprovalBook:
         # The rule also decides this turn's other waiting calls it covers...
         for other in self.awaiting():
             if self.rule_for(other) is rule:
-                self._apply(other, self._rule_record(other, rule, now))
+                self._apply(other, records.by_rule(other, rule, now))
         # ...and travels to every nested run in flight.
         for view in self.children.values():
             view.seq += 1
@@ -677,34 +517,10 @@ class ApprovalBook:
         rule = self.rule_for(call)
         if rule is None:
             return False
-        self._apply(call, self._rule_record(call, rule, now))
+        self._apply(call, records.by_rule(call, rule, now))
         return True
 
     # ----------------------------------------------------------------- other deciders
-
-    def _new_record(
-        self,
-        call_id: str,
-        tool_name: str,
-        kind: DecisionKind,
-        d: DecisionInput,
-        now: datetime,
-        source: DecisionSource,
-        via: DecisionVia,
-    ) -> DecisionRecord:
-        return DecisionRecord(
-            call_id=call_id,
-            tool_name=tool_name,
-            kind=kind,
-            always=d.always,
-            message=d.message if kind == "reject" else None,
-            approver=d.approver,
-            reason=d.reason,
-            source=source,
-            via=via,
-            decided_at=now,
-            client=d.client[:40] if d.client else None,
-        )
 
     def apply_forwarded(self, rec: DecisionRecord) -> str | None:
         """Apply a decision made at the root (in a nested run); the reason if it cannot."""
@@ -729,31 +545,13 @@ class ApprovalBook:
 
     def decide_by(self, call: CallRecord, policy: PolicyDecision, now: datetime) -> DecisionRecord:
         """Record an approver callback's decision (source `policy`)."""
-        rec = DecisionRecord(
-            call_id=call.call_id,
-            tool_name=call.tool_name,
-            kind=policy.kind,
-            message=policy.message if policy.kind == "reject" else None,
-            approver=policy.approver,
-            reason=policy.reason,
-            source="policy",
-            via="workflow",
-            decided_at=now,
-        )
+        rec = records.by_policy(call, policy, now)
         self._apply(call, rec)
         return rec
 
     def auto_approve(self, call: CallRecord, now: datetime) -> DecisionRecord:
         """Record a two-key auto-approval (the run's preset and the tool both allow it)."""
-        rec = DecisionRecord(
-            call_id=call.call_id,
-            tool_name=call.tool_name,
-            kind="approve",
-            reason="auto-approved: the run's preset and the tool both allow it",
-            source="auto_approval",
-            via="workflow",
-            decided_at=now,
-        )
+        rec = records.auto_approval(call, now)
         self._apply(call, rec)
         return rec
 
@@ -763,33 +561,10 @@ class ApprovalBook:
         Recorded as a rejection by the deadline (`source` `deadline`, `expired`), so it runs
         nothing; the model sees `message`.
         """
-        rec = DecisionRecord(
-            call_id=call.call_id,
-            tool_name=call.tool_name,
-            kind="reject",
-            message=message,
-            source="deadline",
-            via="workflow",
-            decided_at=now,
-            expired=True,
-            approvals=list(call.approvals),
-        )
+        rec = records.expiry(call, now, message)
         self._apply(call, rec)
         call.state = "expired"
         return rec
-
-    def _rule_record(self, call: CallRecord, rule: StandingRule, now: datetime) -> DecisionRecord:
-        return DecisionRecord(
-            call_id=call.call_id,
-            tool_name=call.tool_name,
-            kind=rule.kind,
-            always=True,
-            approver=rule.approver,
-            reason=f"standing rule from call {rule.call_id}" if rule.call_id else None,
-            source="always_rule",
-            via="workflow",
-            decided_at=now,
-        )
 
     def _apply(self, call: CallRecord, rec: DecisionRecord) -> None:
         if rec.arguments_sha256 is None:

@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
         ToolOutput,
     )
     from hitl.workflows.approvers import check_approver
-    from hitl.workflows.book import check_round, check_seen
+    from hitl.workflows.checks import check_round, check_seen
     from hitl.workflows.failures import NeedsInput
     from hitl.workflows.inputs import read_one, refusal
 

@@ -48,7 +48,8 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         child_workflow_id,
     )
-    from hitl.workflows.book import ApprovalBook, ChildView
+    from hitl.workflows.book import ApprovalBook
+    from hitl.workflows.children import ChildView
     from hitl.workflows.failures import RunFailure
     from hitl.workflows.inputs import read_one
     from hitl.workflows.steps import Steps, output_text

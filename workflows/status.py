@@ -1,15 +1,16 @@
-"""What the `status` and `snapshot` queries, and the `wait` and `decide` updates, answer."""
+"""What a run answers: its result, the `status` and `snapshot` queries, `wait` and `decide`."""
 
 from __future__ import annotations
 
 import json
-from typing import Protocol
+from typing import Any, Protocol
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from hitl.limits import TRANSCRIPT_INLINE_BYTES
+    from hitl.limits import MAX_RESULT_BYTES, TRANSCRIPT_INLINE_BYTES
     from hitl.wire import (
+        AgentSpec,
         CarriedState,
         DecisionRecord,
         PendingApproval,
@@ -23,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from hitl.workflows.book import ApprovalBook
     from hitl.workflows.events import preview
+    from hitl.workflows.failures import RunFailure
     from hitl.workflows.inputs import encoded_size, fits
 
 SETTLED_PENDING_KEPT = 50
@@ -133,3 +135,35 @@ def _brief(p: PendingApproval) -> PendingApproval:
             }
         )
     return p.model_copy(update={"arguments": preview(p.arguments, 1000), "request": request})
+
+
+def result(run: Reads, final: Any, agent: AgentSpec) -> RunOutput:
+    """The run's result; with its transcript only while that stays small.
+
+    Every item of the transcript is in history already (model replies, tool outputs), so
+    a long run's result leaves it out (`transcript_omitted`) instead of doubling its
+    history; the `snapshot` and `transcript` queries read it, also after the run closed.
+    """
+    s = run.state
+    out = RunOutput(
+        final_output=final,
+        last_agent=agent.id,
+        last_agent_name=agent.name,
+        input_items=s.input_items,
+        new_items=s.new_items,
+        usage=s.usage,
+        decisions=run.book.all_decisions(),
+        turns=s.turn,
+        run_id=workflow.info().run_id,
+    )
+    size = encoded_size(out)
+    if size > TRANSCRIPT_INLINE_BYTES:
+        out.input_items, out.new_items, out.transcript_omitted = [], [], True
+        size = encoded_size(out)
+    if size > MAX_RESULT_BYTES:  # completing with it would fail every workflow task
+        raise RunFailure(
+            "RunTooLarge",
+            f"the run's final output is {size} bytes, more than a result may hold "
+            f"({MAX_RESULT_BYTES}); have the agent return less, or a reference to it",
+        )
+    return out
