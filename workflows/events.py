@@ -119,7 +119,9 @@ class Events:
         `call_id`: the run's id of the call the item belongs to (the item names the model's).
         """
         self.run.state.new_items.append(
-            RunItem(type=kind, agent_id=agent.id, agent_name=agent.name, raw_item=raw)
+            RunItem(
+                type=kind, agent_id=agent.id, agent_name=agent.name, raw_item=raw, call_id=call_id
+            )
         )
         if kind == "message_output_item":
             self.emit("message", text=message_text(raw))

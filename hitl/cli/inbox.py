@@ -477,7 +477,7 @@ def _transcript_lines(snap: RunSnapshot) -> list[str]:
         text = content if isinstance(content, str) else json.dumps(content)
         lines.append(f"  {one_line(given.get('role', 'input'))}: {_short(str(text), 100)}")
     outputs = {
-        i.raw_item.get("call_id"): i.raw_item.get("output")
+        (i.call_id or i.raw_item.get("call_id")): i.raw_item.get("output")
         for i in snap.new_items
         if i.type in ("tool_call_output_item", "handoff_output_item")
     }
@@ -489,7 +489,7 @@ def _transcript_lines(snap: RunSnapshot) -> list[str]:
         if item.type == "message_output_item":
             lines.append(f"  {who}: {_short(message_text(raw), 100)}")
         elif item.type in ("tool_call_item", "handoff_call_item"):
-            call_id = raw.get("call_id")
+            call_id = item.call_id or raw.get("call_id")  # the run's id (older runs: the model's)
             out = outputs.get(call_id)
             state = snap.call_states.get(str(call_id))
             if out is not None:

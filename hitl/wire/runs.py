@@ -53,6 +53,8 @@ class RunItem(WireModel):
     agent_id: str
     agent_name: str
     raw_item: dict[str, Any]
+    call_id: str | None = None
+    """For a tool call or its output: the run's id of the call (`raw_item` names the model's)."""
 
 
 class RunContextData(WireModel):

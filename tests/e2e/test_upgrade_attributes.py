@@ -10,10 +10,10 @@ from __future__ import annotations
 import uuid
 
 from google.protobuf.duration_pb2 import Duration
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, RegisterNamespaceRequest
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
 
 from hitl.admin import search_attribute_type
@@ -32,6 +32,7 @@ from hitl.wire import (
 from hitl.worker.devserver import DevServer
 from tests.agents import treasury_agent
 from tests.helpers import serving, wait_for
+from tests.hostile import raw
 
 
 async def old_release_namespace(dev_server: DevServer) -> Client:
@@ -80,21 +81,14 @@ async def test_a_namespace_from_an_earlier_release_keeps_the_attributes_it_has(
         assert status.phase == "awaiting_approval"
         assert status.pending[0].deadline is not None, "the call has a deadline to publish"
 
-        # The run itself says so at once (the old code set none of them here)...
-        desc = await handle.describe()
-        status_key = SearchAttributeKey.for_keyword(SA_STATUS)
-        assert desc.typed_search_attributes.get(status_key) == "awaiting_approval"
-        # ...and the inbox query finds it.
-        query = f"{SA_STATUS} = 'awaiting_approval' AND WorkflowId = '{handle.id}'"
-
-        async def listed() -> list[object]:
-            return [w async for w in client.list_workflows(query)]
-
-        await wait_for(listed, what="the parked run in the inbox query")
-        [found] = await listed()
-        attributes = found.typed_search_attributes  # type: ignore[attr-defined]
-        tools = attributes.get(SearchAttributeKey.for_keyword_list(SA_PENDING_TOOLS))
-        assert tools == [status.pending[0].tool_name]
-        # The ones the namespace lacks are skipped, not failed on, and not required.
-        assert attributes.get(SearchAttributeKey.for_datetime(SA_DEADLINE)) is None
+        # What the run upserted, as its history records it: the attributes the namespace has
+        # (the old code upserted none here), and none it lacks (which would fail its tasks).
+        upserted: set[str] = set()
+        for event in (await handle.fetch_history()).events:
+            if event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+                fields = event.upsert_workflow_search_attributes_event_attributes
+                upserted |= set(fields.search_attributes.indexed_fields)
+        assert {SA_STATUS, SA_PENDING_TOOLS}.issubset(upserted), upserted
+        assert not upserted & {SA_DEADLINE, SA_OUTCOMES}, upserted
+        assert raw.task_failures(await handle.fetch_history()) == []
         await handle.terminate("test over")
