@@ -432,3 +432,23 @@ def local_markers(hist: WorkflowHistory, activity: str | None = None) -> list[An
             == activity
         )
     ]
+
+
+def hitl_cli(address: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the `hitl` console script against a server, from the repository's root."""
+    return subprocess.run(
+        [sys.executable, "-m", "hitl.cli", "--address", address, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process still runs (a zombie waiting to be reaped has exited; Linux `/proc`)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -5,24 +5,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import ROOT, WorkerProcess, wait_for
+from tests.helpers import WorkerProcess, hitl_cli, wait_for
 
-
-def hitl(address: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run the `hitl` console script."""
-    return subprocess.run(
-        [sys.executable, "-m", "hitl.cli", "--address", address, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-    )
+hitl = hitl_cli
+"""Run the `hitl` console script (`tests.helpers.hitl_cli`)."""
 
 
 def start_worker(address: str, tq: str, tmp: Path) -> WorkerProcess:

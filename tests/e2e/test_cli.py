@@ -30,7 +30,7 @@ from hitl.wire import (
 )
 from hitl.worker.devserver import DevServer, free_port, port_free
 from tests.e2e.cli_support import hitl, pending_json, start, start_worker, timed
-from tests.helpers import ROOT, Ledger, queue_name, temporal_cli, wait_for
+from tests.helpers import ROOT, Ledger, process_alive, queue_name, temporal_cli, wait_for
 
 
 async def test_operator_flow_pending_show_approve_reject(
@@ -458,12 +458,7 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+_alive = process_alive
 
 
 def test_hitl_dev_runs_the_stack_and_ctrl_c_stops_all_of_it(

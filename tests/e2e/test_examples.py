@@ -20,7 +20,7 @@ from hitl.codec import EncryptionCodec, new_key, parse_keys
 from hitl.wire import RunOutput
 from hitl.worker.devserver import DevServer
 from tests.agents import support_agent
-from tests.helpers import ROOT, payload_texts, queue_name, serving
+from tests.helpers import ROOT, payload_texts, process_alive, queue_name, serving
 
 
 def run_seed(
@@ -102,12 +102,7 @@ def _demo_pids(stdout: str) -> list[int]:
     return pids
 
 
-def _alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "State:\tZ" not in status  # a zombie has exited
+_alive = process_alive
 
 
 def test_make_demo_runs_end_to_end_without_a_terminal(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import asyncio
 import base64
 import json
 import os
-import subprocess
 import sys
 import uuid
 from datetime import UTC, datetime
@@ -27,8 +26,8 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, Wor
 
 from hitl.wire import RunOutput, RunStatus, WaitInput
 from tests.helpers import (
-    ROOT,
     history,
+    hitl_cli,
     local_markers,
     serving,
     temporal_cli,
@@ -44,14 +43,7 @@ CANARY_MODULE = "tests.hostile.import_canary"
 
 async def hitl(address: str, *args: str, timeout: float = 60) -> Any:
     """The `hitl` CLI, in a thread: the worker serving the runs lives in this event loop."""
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "hitl.cli", "--address", address, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return await asyncio.to_thread(hitl_cli, address, *args, timeout=timeout)
 
 
 async def cli(*args: str, address: str) -> Any:

@@ -24,7 +24,7 @@ from hitl.shell_tools import (
     shell_tool,
 )
 from hitl.testing import ToolCheck
-from tests.helpers import wait_for
+from tests.helpers import process_alive, wait_for
 
 
 def diff(path: str, old: str, new: str) -> str:
@@ -39,13 +39,7 @@ def diff(path: str, old: str, new: str) -> str:
     )
 
 
-def alive(pid: int) -> bool:
-    """Whether a process still runs (a zombie waiting to be reaped does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+alive = process_alive
 
 
 # --- shell ---------------------------------------------------------------------------------------
