@@ -14,20 +14,25 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from hitl.wire import activities as _activities
+from hitl.wire import base as _base
+from hitl.wire import graph as _graph
+from hitl.wire import messages as _messages
+from hitl.wire import names as _names
+from hitl.wire import runs as _runs
 from hitl.wire.activities import *  # noqa: F403
-from hitl.wire.base import WireModel
+from hitl.wire.base import *  # noqa: F403
 from hitl.wire.graph import *  # noqa: F403
 from hitl.wire.messages import *  # noqa: F403
 from hitl.wire.names import *  # noqa: F403
 from hitl.wire.runs import *  # noqa: F403
 
-# Models refer to each other across these modules: resolve every reference in one namespace.
-_NAMESPACE = {k: v for k, v in globals().items() if not k.startswith("__")}
-for _m in list(_NAMESPACE.values()):
-    if isinstance(_m, type) and issubclass(_m, BaseModel) and _m is not BaseModel:
-        _m.model_rebuild(_types_namespace=_NAMESPACE)
+_MODULES = (_activities, _base, _graph, _messages, _names, _runs)
+__all__ = sorted(name for module in _MODULES for name in module.__all__)
+"""The contracts: models, names, literal types and id functions (nothing they import)."""
 
-__all__ = [
-    "WireModel",
-    *sorted(k for k in _NAMESPACE if not k.startswith("_") and k != "BaseModel"),
-]
+# Models refer to each other across these modules: resolve every reference in one namespace.
+_NAMESPACE = {name: globals()[name] for name in __all__}
+for _m in _NAMESPACE.values():
+    if isinstance(_m, type) and issubclass(_m, BaseModel):
+        _m.model_rebuild(_types_namespace=_NAMESPACE)

@@ -26,6 +26,40 @@ from hitl.wire.runs import (
     Usage,
 )
 
+__all__ = [
+    "CallModelInput",
+    "CallPlan",
+    "ExecuteToolInput",
+    "GuardrailVerdict",
+    "GuardrailsInput",
+    "GuardrailsOutput",
+    "HandleRunErrorInput",
+    "HandleRunErrorOutput",
+    "HandoffFilterInput",
+    "HandoffFilterOutput",
+    "InputFilterRecord",
+    "ModelResponse",
+    "ModelTool",
+    "NotifierResult",
+    "NotifyEvent",
+    "NotifyInput",
+    "NotifyOutput",
+    "PlanCall",
+    "PlanRequest",
+    "PlanToolsInput",
+    "PlanToolsOutput",
+    "RejectionTextInput",
+    "RejectionTextOutput",
+    "ResolveAgentInput",
+    "ResolvedRun",
+    "SessionAppend",
+    "SessionInput",
+    "SessionItems",
+    "SessionRef",
+    "ToolOutput",
+    "TranscriptRef",
+]
+
 
 class ResolveAgentInput(WireModel):
     """Input of `resolve_agent`: which registered agent, plus references to check."""

@@ -6,6 +6,10 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+__all__ = [
+    "WireModel",
+]
+
 
 class WireModel(BaseModel):
     """A payload model, stored in histories: fields are only added, defaults never change.

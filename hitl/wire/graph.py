@@ -9,6 +9,18 @@ from pydantic import Field
 from hitl.wire.base import WireModel
 from hitl.wire.names import ApprovalMode
 
+__all__ = [
+    "AgentGraph",
+    "AgentSpec",
+    "ApproverDirectory",
+    "ApproverEntry",
+    "HandoffSpec",
+    "ModelSettings",
+    "ModelSpec",
+    "RunConfigSpec",
+    "ToolSpec",
+]
+
 
 class ModelSettings(WireModel):
     """Sampling and tool-use settings for a model call. `None` means the provider's default."""

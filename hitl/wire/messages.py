@@ -24,6 +24,31 @@ from hitl.wire.runs import (
     Usage,
 )
 
+__all__ = [
+    "AnswerInput",
+    "ChildReport",
+    "DecideInput",
+    "DecisionInput",
+    "DecisionRequest",
+    "ExtendInput",
+    "FromRoot",
+    "InboxEntry",
+    "InboxMemo",
+    "PendingApproval",
+    "ReadRunInput",
+    "ReadRunOutput",
+    "ResolveInput",
+    "RunEvent",
+    "RunEventType",
+    "RunSnapshot",
+    "RunStatus",
+    "SettledStatus",
+    "SignedFields",
+    "TranscriptPage",
+    "TranscriptQuery",
+    "WaitInput",
+]
+
 
 class SignedFields(WireModel):
     """What every decision a person makes about a call may carry besides its content.

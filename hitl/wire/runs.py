@@ -17,6 +17,34 @@ from hitl.wire.names import DecisionKind, DecisionSource, DecisionVia
 if TYPE_CHECKING:
     from hitl.wire.messages import DecisionInput
 
+__all__ = [
+    "Approval",
+    "ApprovalRequestData",
+    "ArgumentEdit",
+    "CallRecord",
+    "CarriedState",
+    "DecisionRecord",
+    "Extension",
+    "InputAnswer",
+    "InputRequest",
+    "ParentLink",
+    "PolicyDecision",
+    "RefusedDecision",
+    "Resolution",
+    "RunContextData",
+    "RunErrorInfo",
+    "RunInput",
+    "RunItem",
+    "RunItemType",
+    "RunOutput",
+    "StandingRule",
+    "TurnInfo",
+    "UncertainCall",
+    "Usage",
+    "canonical_arguments",
+    "text_digest",
+]
+
 
 class Usage(WireModel):
     """Model usage accumulated over a run."""
