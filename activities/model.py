@@ -19,7 +19,7 @@ from hitl.agent import Agent, output_is_wrapped
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
 from hitl.items import OVERSIZED_KEY, PROBLEM_KEY, message_text, nesting_depth
-from hitl.limits import MAX_ARGUMENT_DEPTH, MAX_MODEL_ITEM_DEPTH
+from hitl.limits import MAX_ARGUMENT_DEPTH, MAX_MODEL_ITEM_DEPTH, MAX_MODEL_OUTPUT_BYTES
 from hitl.model import ModelRequest, ScriptedModel
 from hitl.refs import Allowed
 from hitl.registry import AgentRegistry
@@ -253,10 +253,6 @@ async def _model_input(inp: CallModelInput) -> list[dict[str, Any]]:
     return inp.transcript
 
 
-MAX_OUTPUT_BYTES = 1_500_000
-"""Model output is recorded in history; a payload over 2 MB would break the run."""
-
-
 def _depth(value: Any, limit: int) -> int:
     """How deeply `value` nests lists and dicts, counted without recursion up to `limit` + 1."""
     deepest, stack = 0, [(value, 1)]
@@ -291,7 +287,7 @@ def _cap_output(output: list[dict[str, Any]], max_argument_bytes: int) -> list[d
             continue
         capped.append(_clean(item))
     total = len(json.dumps(capped).encode("utf-8"))
-    if total > MAX_OUTPUT_BYTES:
+    if total > MAX_MODEL_OUTPUT_BYTES:
         raise ApplicationError(
             f"the model's output is too large to record ({total} bytes)",
             type="ModelBehaviorError",

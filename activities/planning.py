@@ -20,6 +20,7 @@ from hitl.agent import Agent
 from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied
 from hitl.context import RunContextWrapper, ToolContext
 from hitl.guardrails import ToolGuardrailFunctionOutput, ToolInputGuardrailData
+from hitl.limits import MAX_PREVIEW_CHARS
 from hitl.mcp import MCPServerError, mcp_tool
 from hitl.tools import FunctionTool, ToolArgumentsError
 from hitl.wire import (
@@ -37,10 +38,6 @@ log = logging.getLogger("hitl.activities")
 PLAN_SERVER_ATTEMPTS = 3
 """Attempts of the planning step while an MCP server cannot be reached; then the model is told
 the call was not made (the run goes on)."""
-
-
-MAX_PREVIEW_CHARS = 32_000
-"""Previews are stored with the pending approval (history, queries); longer ones are cut."""
 
 
 async def plan_call(

@@ -8,11 +8,11 @@ also before an approval is requested.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from hitl._user_code import call_user
 from hitl.context import RunContextWrapper, ToolContext
 
 
@@ -137,13 +137,12 @@ class ToolInputGuardrail:
 
     async def run(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         """Evaluate the guardrail (sync or async function)."""
-        result = self.guardrail_function(data)
-        if inspect.isawaitable(result):
-            result = await result
-        if not isinstance(result, ToolGuardrailFunctionOutput):
-            raise TypeError(
-                f"tool input guardrail {self.get_name()!r} must return ToolGuardrailFunctionOutput"
-            )
+        result: ToolGuardrailFunctionOutput = await call_user(
+            self.guardrail_function,
+            data,
+            expect=ToolGuardrailFunctionOutput,
+            what=f"tool input guardrail {self.get_name()!r}",
+        )
         return result
 
 
@@ -154,9 +153,6 @@ def tool_input_guardrail(fn: ToolInputGuardrailFunction) -> ToolInputGuardrail:
 
 async def evaluate(guardrail: InputGuardrail | OutputGuardrail, *args: Any) -> Any:
     """Run an input/output guardrail (sync or async) and check what it returned."""
-    result = guardrail(*args)
-    if inspect.isawaitable(result):
-        result = await result
-    if not isinstance(result, GuardrailFunctionOutput):
-        raise TypeError(f"guardrail {guardrail.get_name()!r} must return GuardrailFunctionOutput")
-    return result
+    return await call_user(
+        guardrail, *args, expect=GuardrailFunctionOutput, what=f"guardrail {guardrail.get_name()!r}"
+    )

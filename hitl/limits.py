@@ -28,7 +28,9 @@ MAX_DECISIONS_PER_UPDATE = 100
 MAX_TEXT_CHARS = 4000
 """A decision's `message` (shown to the model) or `reason` (kept in the record)."""
 MAX_APPROVER_CHARS = 200
-"""A decision's `approver` name."""
+"""A decision's `approver` name (and any name in an approver list)."""
+MAX_APPROVERS = 50
+"""Names in one approver list (a tool's, a callable's answer, a run's `escalate_to`)."""
 MAX_CALL_ID_CHARS = 512
 """A call id, qualified ones (`outer/inner`) included."""
 
@@ -38,7 +40,7 @@ MAX_START_BYTES = 512 * KB
 """The `AgentRun` start input (user input, context and run config together)."""
 MAX_CONTEXT_BYTES = 64 * KB
 """A run context as JSON, at start or replaced by a resume (`decide`)."""
-MAX_NAME_CHARS = 200
+MAX_AGENT_NAME_CHARS = 200
 """An agent name in a start input."""
 MAX_SIGNAL_BYTES = 64 * KB
 """Any other message sent to a run (internal signals, stream publishes)."""
@@ -85,6 +87,15 @@ MAX_TURNS = 1000
 MIN_CONTINUE_AS_NEW_EVENTS = 10
 MAX_CONTINUE_AS_NEW_EVENTS = 40_000
 """Temporal terminates a run at 51,200 events; it suggests continuing well before."""
+DEFAULT_TOOL_ARGUMENT_BYTES = 64 * KB
+"""`RunConfig.max_tool_argument_bytes` when a run names none (a wire default: never changes)."""
+DEFAULT_TOOL_OUTPUT_BYTES = 128 * KB
+"""`RunConfig.max_tool_output_bytes` when a run names none (a wire default: never changes)."""
+MAX_MODEL_OUTPUT_BYTES = 1_500_000
+"""One model answer, as recorded (the model activity fails past it: a payload over 2 MB would
+break the run)."""
+MAX_PREVIEW_CHARS = 32_000
+"""An approval request's preview (stored with the pending call; longer ones are cut)."""
 MAX_TOOL_ARG_BYTES = 512 * KB
 MAX_TOOL_OUTPUT_BYTES = 1024 * KB
 """Tool outputs are recorded in history (2 MB per payload at most, with the rest of a result)."""
@@ -131,8 +142,13 @@ def run_config_problems(cfg: Any, max_turns: int | None = None) -> list[str]:
     ):
         within(f"run_config.{name}", getattr(cfg, name, None), 1, MAX_EXTEND_SECONDS * 10)
     escalate_to = getattr(cfg, "escalate_to", [])
-    if len(escalate_to) > 50 or any(not 0 < len(a) <= MAX_APPROVER_CHARS for a in escalate_to):
-        problems.append("run_config.escalate_to holds at most 50 names of 1 to 200 characters")
+    if len(escalate_to) > MAX_APPROVERS or any(
+        not 0 < len(a) <= MAX_APPROVER_CHARS for a in escalate_to
+    ):
+        problems.append(
+            f"run_config.escalate_to holds at most {MAX_APPROVERS} names of 1 to "
+            f"{MAX_APPROVER_CHARS} characters"
+        )
     model = cfg.model
     timeout = getattr(model, "timeout_seconds", None)
     if timeout is not None:

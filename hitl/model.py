@@ -8,7 +8,6 @@ the same answer, and it can run as a local activity.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import re
@@ -16,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from hitl._user_code import call_user
 from hitl.errors import UserError
 from hitl.items import message_text, strict_json
 from hitl.wire import ModelSpec, ModelTool
@@ -311,11 +311,9 @@ class ScriptedModel(Model):
 
     async def respond(self, request: ModelRequest) -> list[dict[str, Any]]:
         """Run the script and render its reply as Responses output items."""
-        reply = self.fn(request)
-        if inspect.isawaitable(reply):
-            reply = await reply
-        if not isinstance(reply, ModelReply):
-            raise TypeError(f"scripted model {self.name!r} returned {type(reply).__name__}")
+        reply = await call_user(
+            self.fn, request, expect=ModelReply, what=f"scripted model {self.name!r}"
+        )
         if reply.items is not None:
             return [dict(i) for i in reply.items]
         seed = hashlib.sha256(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import inspect
 import json
 import os
 import time
@@ -22,6 +21,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
+from hitl._user_code import call_user
 from hitl.wire import NotifyInput
 
 __all__ = [
@@ -56,9 +56,7 @@ class CallbackNotifier:
 
     async def notify(self, event: NotifyInput) -> None:
         """Call the callable with `event`."""
-        result = self.fn(event)
-        if inspect.isawaitable(result):
-            await result
+        await call_user(self.fn, event, what=f"notifier {self.name!r}")
 
 
 def signature_header(secret: str, timestamp: str, body: bytes) -> str:

@@ -18,7 +18,7 @@ from hitl.context import RunContextWrapper, ToolContext, is_context_annotation
 from hitl.errors import UserError
 from hitl.guardrails import ToolInputGuardrail
 from hitl.items import strict_json
-from hitl.limits import MAX_APPROVER_CHARS, MAX_REQUIRED_APPROVALS
+from hitl.limits import MAX_APPROVER_CHARS, MAX_APPROVERS, MAX_REQUIRED_APPROVALS
 from hitl.schema import ensure_strict_json_schema, parse_docstring
 from hitl.wire import ApprovalMode, ToolSpec
 
@@ -38,7 +38,6 @@ ApproversFunction: TypeAlias = Callable[
 """`(ctx, params, call_id) -> list[str]`, sync or async: who may decide this call (approver
 names or `group:<name>`), e.g. finance leads for refunds over a limit. Evaluated in an activity,
 on the model's arguments and again on a person's edit."""
-MAX_APPROVERS = 50
 
 RequiredApprovalsFunction: TypeAlias = Callable[
     [RunContextWrapper[Any], dict[str, Any], str], int | Awaitable[int]

@@ -20,7 +20,12 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from hitl.limits import MAX_CONTEXT_BYTES, MAX_NAME_CHARS, MAX_SIGNAL_BYTES, run_config_problems
+from hitl.limits import (
+    MAX_CONTEXT_BYTES,
+    MAX_AGENT_NAME_CHARS,
+    MAX_SIGNAL_BYTES,
+    run_config_problems,
+)
 from hitl.markers import UNDECRYPTABLE, UNRETRIEVABLE
 from hitl.wire import REFUSAL_MARK, CarriedState, RunContextData, RunInput, WaitInput
 
@@ -217,8 +222,8 @@ def start_problem(inp: Any) -> str | None:
         return problem
     if inp.carried is None and not inp.agent:
         return "agent must name a registered agent"
-    if len(inp.agent) > MAX_NAME_CHARS:
-        return f"agent is {len(inp.agent)} characters; the limit is {MAX_NAME_CHARS}"
+    if len(inp.agent) > MAX_AGENT_NAME_CHARS:
+        return f"agent is {len(inp.agent)} characters; the limit is {MAX_AGENT_NAME_CHARS}"
     problems = run_config_problems(inp.run_config, inp.max_turns)
     if problems:
         return "; ".join(problems)

@@ -21,7 +21,17 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from hitl.limits import KB
-    from hitl.wire import SESSION_WORKFLOW_TYPE, SessionAppend, SessionInput, SessionItems
+    from hitl.wire import (
+        SESSION_ADD_ITEMS,
+        SESSION_APPEND,
+        SESSION_CLEAR,
+        SESSION_ITEMS,
+        SESSION_POP_ITEM,
+        SESSION_WORKFLOW_TYPE,
+        SessionAppend,
+        SessionInput,
+        SessionItems,
+    )
     from hitl.workflows.inputs import read_one, refusal
 
 MAX_APPLIED_KEPT = 1000
@@ -92,7 +102,7 @@ class AgentSession:
         self._applied.append(turn.run_id)
         del self._applied[:-MAX_APPLIED_KEPT]
 
-    @workflow.signal(name="append")
+    @workflow.signal(name=SESSION_APPEND)
     def append(self, *args: Any) -> None:
         """Append a run's turn once (a retried append of the same run is ignored)."""
         try:
@@ -100,7 +110,7 @@ class AgentSession:
         except ApplicationError as err:
             workflow.logger.warning("refused a session append: %s", err.message)
 
-    @workflow.update(name="add_items")
+    @workflow.update(name=SESSION_ADD_ITEMS)
     def add_items(self, *args: Any) -> int:
         """Append items from a client (`TemporalSession.add_items`); returns the item count."""
         self._append(self._turn(args))
@@ -110,7 +120,7 @@ class AgentSession:
     def _validate_add_items(self, *args: Any) -> None:
         self._turn(args)
 
-    @workflow.update(name="pop_item")
+    @workflow.update(name=SESSION_POP_ITEM)
     def pop_item(self, *args: Any) -> dict[str, Any] | None:
         """Remove and return the latest item."""
         if not self._items:
@@ -123,7 +133,7 @@ class AgentSession:
         if args:
             raise refusal("InvalidMessage", "pop_item takes no input")
 
-    @workflow.update(name="clear")
+    @workflow.update(name=SESSION_CLEAR)
     def clear(self, *args: Any) -> int:
         """Forget the transcript; returns how many items were removed."""
         removed = len(self._items)
@@ -135,7 +145,7 @@ class AgentSession:
         if args:
             raise refusal("InvalidMessage", "clear takes no input")
 
-    @workflow.query(name="items")
+    @workflow.query(name=SESSION_ITEMS)
     def items(self, *args: Any) -> SessionItems:
         """The transcript."""
         return SessionItems(items=self._items)

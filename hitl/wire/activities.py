@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from hitl.limits import DEFAULT_TOOL_OUTPUT_BYTES
 from hitl.wire.base import WireModel
 from hitl.wire.graph import (
     AgentGraph,
@@ -284,7 +285,7 @@ class ExecuteToolInput(WireModel):
     workflow_id: str
     context: RunContextData | None = None
     decision: DecisionRecord | None = None
-    max_output_bytes: int = 128 * 1024
+    max_output_bytes: int = DEFAULT_TOOL_OUTPUT_BYTES
     answers: list[InputAnswer] = Field(default_factory=list)
     """Answers to the questions the tool asked on earlier attempts (MCP elicitation)."""
     mcp_server: str | None = None

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from hitl.limits import DEFAULT_TOOL_ARGUMENT_BYTES, DEFAULT_TOOL_OUTPUT_BYTES
 from hitl.wire.base import WireModel
 from hitl.wire.names import ApprovalMode
 
@@ -208,8 +209,8 @@ class RunConfigSpec(WireModel):
     workflow_name: str | None = None
     group_id: str | None = None
     trace_metadata: dict[str, Any] = Field(default_factory=dict)
-    max_tool_argument_bytes: int = 64 * 1024
-    max_tool_output_bytes: int = 128 * 1024
+    max_tool_argument_bytes: int = DEFAULT_TOOL_ARGUMENT_BYTES
+    max_tool_output_bytes: int = DEFAULT_TOOL_OUTPUT_BYTES
     max_consecutive_bad_turns: int = 3
     continue_as_new_after_events: int | None = None
     """Force continue-as-new once history reaches this many events (tests, tuning)."""
