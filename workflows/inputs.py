@@ -21,8 +21,8 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from hitl.limits import (
-    MAX_CONTEXT_BYTES,
     MAX_AGENT_NAME_CHARS,
+    MAX_CONTEXT_BYTES,
     MAX_SIGNAL_BYTES,
     run_config_problems,
 )
