@@ -47,3 +47,36 @@ def test_every_test_the_docs_name_exists() -> None:
         ):
             missing.append(f"{path}::{name}")
     assert missing == [], f"the docs name tests that do not exist: {missing}"
+
+
+def test_the_maps_name_every_module() -> None:
+    """The README's "to change, look in" table and docs/architecture.md draw the same map, and
+    it names every module of the package (a new one must be placed on it)."""
+    modules = []
+    for folder in ("hitl", "workflows", "activities", "worker", "examples"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if path.name in ("__init__.py", "__main__.py") or "seeds" in rel.parts:
+                continue
+            if rel.parts[0] == "hitl" and rel.parts[1] in (
+                "workflows",
+                "activities",
+                "worker",
+                "examples",
+            ):
+                continue  # the links to the top-level folders
+            modules.append(rel.as_posix())
+    assert len(modules) > 80
+    readme, architecture = (
+        (ROOT / "README.md").read_text(),
+        (ROOT / "docs/architecture.md").read_text(),
+    )
+
+    def table(text: str) -> str:
+        start = text.index("| to change | look in |")
+        rows = text[start : text.index("\n\n", start)]
+        return re.sub(r" \(\[Testing\]\([\w/.]+\)\)", "", rows)  # (links are page-relative)
+
+    assert table(readme) == table(architecture), "the README and docs/architecture.md differ"
+    missing = [m for m in modules if f"`{m}`" not in table(readme)]
+    assert missing == [], f"modules missing from the map: {missing}"
