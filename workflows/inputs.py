@@ -95,24 +95,9 @@ def read_one(
         except ValidationError as exc:
             raise refusal(error_type, f"invalid {what}: {problems_text(exc)}") from None
     payload = value.payload
-    encoding = payload.metadata.get("encoding", b"")
-    if encoding == UNDECRYPTABLE:
-        reason = payload.metadata.get("reason", b"").decode("utf-8", "replace")
-        raise refusal(
-            error_type,
-            f"{what} could not be decrypted ({reason}); send it through the codec endpoint "
-            "(`hitl codec-server`) that holds the workers' key",
-        )
-    if encoding == UNRETRIEVABLE:
-        reason = payload.metadata.get("reason", b"").decode("utf-8", "replace")
-        raise refusal(
-            error_type, f"{what} refers to a stored payload that cannot be read ({reason})"
-        )
-    if encoding == NULL:
-        raise refusal(error_type, f"{what} is empty; e.g. {example}")
-    if encoding != JSON:
-        shown = encoding.decode("utf-8", "replace")[:40]
-        raise refusal(error_type, f"{what} must be JSON (encoding json/plain), not {shown!r}")
+    problem = _encoding_problem(payload, what, example)
+    if problem is not None:
+        raise refusal(error_type, problem)
     size = len(payload.data)
     if size > max_bytes:
         raise refusal(error_type, f"{what} is {size} bytes; the limit is {max_bytes}")
@@ -120,6 +105,25 @@ def read_one(
         return model.model_validate_json(payload.data, strict=True)
     except ValidationError as exc:
         raise refusal(error_type, f"invalid {what}: {problems_text(exc)}; e.g. {example}") from None
+
+
+def _encoding_problem(payload: Any, what: str, example: str) -> str | None:
+    """Why a raw payload is not JSON the run can read (a stand-in, empty, another encoding)."""
+    encoding = payload.metadata.get("encoding", b"")
+    reason = payload.metadata.get("reason", b"").decode("utf-8", "replace")
+    if encoding == UNDECRYPTABLE:
+        return (
+            f"{what} could not be decrypted ({reason}); send it through the codec endpoint "
+            "(`hitl codec-server`) that holds the workers' key"
+        )
+    if encoding == UNRETRIEVABLE:
+        return f"{what} refers to a stored payload that cannot be read ({reason})"
+    if encoding == NULL:
+        return f"{what} is empty; e.g. {example}"
+    if encoding != JSON:
+        shown = encoding.decode("utf-8", "replace")[:40]
+        return f"{what} must be JSON (encoding json/plain), not {shown!r}"
+    return None
 
 
 def _is_null(value: Any) -> bool:
