@@ -6,6 +6,7 @@ import hmac
 import json
 import shlex
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from hitl.cli.common import _ago, _Gone, _Unreadable
 from hitl.console.auth import COOKIE, Authenticator, Session
 from hitl.console.data import ConsoleData, Inbox, Outcome, Row, when
+from hitl.console.forms import POSTED, edited_arguments, form_fields, number, one_text_each
 from hitl.console.rules import Rules
-from hitl.console.urls import AUDIT, CALL, DECIDE, audit_url, call_url, decide_url, one_each
+from hitl.console.urls import AUDIT, CALL, DECIDE, audit_url, call_url, decide_url
 from hitl.wire import PendingApproval, RunSnapshot
 from hitl.wire.runs import text_digest
 
@@ -37,8 +40,6 @@ CSP = (
 MAX_FORM_BYTES = 256 * 1024
 SORTS = {"oldest", "newest"}
 AGES = {"": 0, "1h": 3600, "1d": 86400, "7d": 7 * 86400}
-POSTED = ("ns", "run", "call", "seen", "round", "ticket")
-"""The hidden fields of every form of a call's page: the call as shown, and the ticket."""
 
 
 def _env() -> Environment:
@@ -95,7 +96,10 @@ def seen_of(call: PendingApproval) -> str:
 
 
 class Console:
-    """The app's state: data access, who is logged in, who may see what, the templates."""
+    """The app: its state (data access, who is logged in, who may see what, the templates).
+
+    Each page is one of its methods; `create_app` wires them to their routes.
+    """
 
     def __init__(
         self,
@@ -138,6 +142,309 @@ class Console:
             return True
         return not row.viewers_only and self.rules.may_decide(person, row.approvers)
 
+    def set_cookie(self, response: Response, value: str) -> None:
+        """The session cookie `value` on `response` (`HttpOnly`, `SameSite=Strict`)."""
+        response.set_cookie(
+            COOKIE,
+            value,
+            max_age=self.auth.sessions.seconds,
+            httponly=True,
+            samesite="strict",
+            secure=self.secure,
+        )
+
+    async def read(self, ns: str, wid: str) -> tuple[RunSnapshot | None, str]:
+        """Run `wid` of namespace `ns` (`None`, and why, when it cannot be read)."""
+        if ns not in self.data.clients:
+            return None, f"this console does not serve namespace {ns!r}"
+        try:
+            return await self.data.snapshot(ns, wid), ""
+        except (_Gone, _Unreadable) as exc:
+            return None, str(exc)
+
+    # ------------------------------------------------------------------------ signing in
+
+    async def login(self, request: Request) -> Response:
+        """`/login`: the form (or a one-time link's token); a post of name and token."""
+        auth = self.auth
+        if request.method == "GET":
+            token = request.query_params.get("token")
+            if token is not None and auth.mode == "link":
+                person = auth.redeem_link(token)
+                if person is not None:
+                    return self._logged_in(person, request.query_params.get("next", "/"))
+                return self.render(request, "login.html", 403, error="This link was used.")
+            return self.render(request, "login.html", mode=auth.mode)
+        form = await request.form()
+        person = auth.check_token(str(form.get("name") or ""), str(form.get("token") or ""))
+        if person is None:
+            return self.render(
+                request, "login.html", 403, mode=auth.mode, error="Unknown name or token."
+            )
+        return self._logged_in(person)
+
+    def _logged_in(self, person: str, next_path: str = "/") -> Response:
+        """A new session for `person`, and on to `next_path` (a path of this console only)."""
+        cookie, _ = self.auth.sessions.issue(person)
+        local = next_path.startswith("/") and not next_path.startswith(("//", "/\\"))
+        response = RedirectResponse(next_path if local else "/", status_code=303)
+        self.set_cookie(response, cookie)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        """`POST /logout`: the session cookie removed."""
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(COOKIE)
+        return response
+
+    # ------------------------------------------------------------------------ pages
+
+    async def inbox_page(self, request: Request) -> Response:
+        """`/`: the inbox, filtered as the query string asks."""
+        rows, ctx = await self.filtered(request)
+        return self.render(request, "inbox.html", rows=rows, **ctx)
+
+    async def inbox_rows(self, request: Request) -> Response:
+        """`/inbox/rows`: the inbox's rows alone (htmx polls them)."""
+        rows, ctx = await self.filtered(request)
+        return self.render(request, "_rows.html", rows=rows, **ctx)
+
+    async def filtered(self, request: Request) -> tuple[list[Row], dict[str, Any]]:
+        """The inbox rows the query string asks for, and what the page needs to show the filters.
+
+        Only rows the person may see are counted, filtered or named in the filters' choices.
+        """
+        q = request.query_params
+        person = request.state.session.person
+        inbox: Inbox = await self.data.inbox()
+        mine = [r for r in inbox.rows if self.may_see_row(person, r)]
+        agent, tool, group = q.get("agent", ""), q.get("tool", ""), q.get("group", "")
+        text, age = q.get("q", "").strip().lower(), q.get("age", "")
+        sort = q.get("sort", "oldest") if q.get("sort") in SORTS else "oldest"
+        min_age = AGES.get(age, 0)
+        now = datetime.now(UTC)
+        rows = [
+            r
+            for r in mine
+            if (not agent or r.agent == agent)
+            and (not tool or r.tool_name == tool)
+            and (not group or group in r.groups)
+            and (not text or text in r.haystack())
+            and (not min_age or (now - r.since).total_seconds() >= min_age)
+        ]
+        rows.sort(key=lambda r: r.since, reverse=sort == "newest")
+        shown = {k: q.get(k, "") for k in ("agent", "tool", "group", "q", "age")} | {"sort": sort}
+        calls = [r for r in mine if r.confirmed]
+        return rows, {
+            "total": len(mine),
+            "agents": sorted({r.agent for r in calls}),
+            "tools": sorted({r.tool_name for r in calls}),
+            "groups": sorted({g for r in calls for g in r.groups}),
+            "filters": shown,
+            "query": urlencode({k: v for k, v in shown.items() if v}),
+            "left_out": inbox.left_out,
+            "task_queues": self.data.task_queues,
+        }
+
+    async def call_page(self, request: Request) -> Response:
+        """`/call?ns=&run=&call=`: one call, its forms when the person may decide it."""
+        ids = one_text_each(request.query_params, ("ns", "run", "call"))
+        if ids is None:
+            return PlainTextResponse("name one namespace, run and call", status_code=400)
+        ns, wid, cid = ids
+        person = request.state.session.person
+        snap, problem = await self.read(ns, wid)
+        if snap is None:
+            return self.not_found(request, problem)
+        rules = self.rules
+        viewer = rules.is_viewer(person)
+        item = next((p for p in snap.status.pending if p.call_id == cid), None)
+        decided = next((d for d in snap.status.decisions if d.call_id == cid), None)
+        if item is not None and not rules.may_see(person, item.approvers):
+            return self.not_found(request)
+        if item is None and not (viewer or (decided and rules.took_part(person, decided))):
+            return self.not_found(request)  # no approver list to show it by: viewers only
+        deciding = item is not None and rules.may_decide(person, item.approvers)
+        seen = seen_of(item) if item is not None else ""
+        round_ = str(item.round) if item is not None else ""
+        ticket = self.auth.sessions.ticket(person, ns, wid, cid, seen, round_) if deciding else ""
+        # The transcript is the run's: shown when every call the run waits on is the person's.
+        whole = viewer or all(rules.may_see(person, p.approvers) for p in snap.status.pending)
+        return self.render(
+            request,
+            "call.html",
+            ns=ns,
+            wid=wid,
+            cid=cid,
+            call=item,
+            decided=decided,
+            snap=snap,
+            deciding=deciding,
+            viewer=viewer,
+            hidden={"ns": ns, "run": wid, "call": cid, "seen": seen, "round": round_},
+            ticket=ticket,
+            fields=form_fields(snap.schemas.get(cid), item),
+            is_diff=is_diff(item.request.preview, item.request.preview_label)
+            if item and item.request
+            else False,
+            transcript=_transcript(snap) if whole else None,
+        )
+
+    async def audit(self, request: Request) -> Response:
+        """`/audit?ns=&run=`: a run's decisions and refused attempts (the person's share)."""
+        ids = one_text_each(request.query_params, ("ns", "run"))
+        if ids is None:
+            return PlainTextResponse("name one namespace and run", status_code=400)
+        ns, wid = ids
+        person = request.state.session.person
+        snap, problem = await self.read(ns, wid)
+        if snap is None:
+            return self.not_found(request, problem)
+        rules = self.rules
+        viewer = rules.is_viewer(person)
+        status = snap.status
+        mine = {p.call_id for p in status.pending if rules.may_see(person, p.approvers)}
+        decisions = [
+            d for d in status.decisions if viewer or d.call_id in mine or rules.took_part(person, d)
+        ]
+        if not viewer and not mine and not decisions:
+            return self.not_found(request)
+        mine |= {d.call_id for d in decisions}
+        refused = [r for r in status.refused if viewer or (r.call_id and r.call_id in mine)]
+        return self.render(
+            request,
+            "audit.html",
+            ns=ns,
+            wid=wid,
+            snap=snap,
+            decisions=decisions,
+            refused=refused,
+            partial=not viewer,
+        )
+
+    async def healthz(self, request: Request) -> Response:
+        """`/healthz`: the process answers."""
+        return PlainTextResponse("ok")
+
+    # ------------------------------------------------------------------------ deciding
+
+    async def decide(self, request: Request) -> Response:
+        """`POST /decide?ns=&run=&call=`: one action on the call the form's ticket names.
+
+        The form names the same call as the address, and its ticket says this page showed
+        this person that call as it was (`seen`, `round`) to decide; else nothing is sent.
+        """
+        ids = one_text_each(request.query_params, ("ns", "run", "call"))
+        form: FormData = request.state.form
+        posted = one_text_each(form, POSTED)
+        if ids is None or posted is None or posted[:3] != ids:
+            return PlainTextResponse(
+                "this form names another call than the address it was sent to: nothing was "
+                "decided; reload the call's page",
+                status_code=400,
+            )
+        ns, wid, cid, seen, round_text, ticket = posted
+        person = request.state.session.person
+        shown = self.auth.sessions.check(ticket, person, ns, wid, cid, seen, round_text)
+        if not shown or not round_text.isdigit() or ns not in self.data.clients:
+            return self.not_found(request)  # never shown to this person to decide
+        call = Shown(ns, wid, cid, person, seen, int(round_text))
+        outcome = await self._act(call, str(form.get("action") or ""), form)
+        if outcome is None:
+            return PlainTextResponse("unknown action", status_code=400)
+        return self.render(
+            request, "outcome.html", 200 if outcome.ok else 409, outcome=outcome, ns=ns, wid=wid
+        )
+
+    async def _act(self, c: Shown, action: str, form: FormData) -> Outcome | None:
+        """What `action` on call `c` comes to, sent as the person (`None`: no such action)."""
+        data = self.data
+        if action in ("approve", "reject"):
+            return await data.decide(
+                c.ns,
+                c.wid,
+                c.cid,
+                c.person,
+                action,
+                seen_sha256=c.seen,
+                message=str(form.get("message") or "").strip() or None,
+                reason=str(form.get("reason") or "").strip() or None,
+            )
+        if action == "edit":
+            arguments, problem = edited_arguments(form)
+            if problem is not None:
+                return Outcome(False, "The edited arguments were refused", problem, "Invalid")
+            return await data.decide(
+                c.ns, c.wid, c.cid, c.person, "approve", seen_sha256=c.seen, arguments=arguments
+            )
+        if action == "extend":
+            hours = number(form.get("hours"))
+            if hours is None or not 0 < hours <= 24 * 365:
+                return Outcome(False, "Say by how many hours", "", "Invalid")
+            return await data.extend(
+                c.ns, c.wid, c.cid, c.person, hours * 3600, seen_sha256=c.seen, round=c.round
+            )
+        if action in ("accept", "decline", "cancel"):
+            content, problem = edited_arguments(form) if action == "accept" else ({}, None)
+            if problem is not None:
+                return Outcome(False, "The answer was refused", problem, "Invalid")
+            return await data.answer(
+                c.ns, c.wid, c.cid, c.person, action, content, seen_sha256=c.seen, round=c.round
+            )
+        return None
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A call as its page showed it to the person deciding (what a post's ticket vouches for)."""
+
+    ns: str
+    wid: str
+    cid: str
+    person: str
+    seen: str
+    """The digest of the arguments shown (`seen_of`)."""
+    round: int
+
+
+class Guard(BaseHTTPMiddleware):
+    """Sessions, CSRF and same-origin checks, and the security headers, on every request."""
+
+    def __init__(self, app: ASGIApp, console: Console) -> None:
+        super().__init__(app)
+        self.console = console
+
+    async def dispatch(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        """The request's session (maybe a new one, in `header` mode), checked, then answered."""
+        auth = self.console.auth
+        request.state.session = _session(self.console, request)
+        fresh: str | None = None
+        if request.state.session is None and auth.mode == "header" and request.method == "GET":
+            # A page load through the proxy starts a session; a post never does (it must
+            # come from a page of a session the proxy still vouches for).
+            person = auth.from_header(request.headers.get(auth.header))
+            if person is not None:
+                fresh, request.state.session = auth.sessions.issue(person)
+        open_paths = ("/login", "/static/", "/healthz")
+        if request.state.session is None and not request.url.path.startswith(open_paths):
+            if request.method == "GET":
+                return RedirectResponse("/login", status_code=303)
+            return PlainTextResponse("log in first", status_code=401)
+        if request.method == "POST" and request.url.path != "/login":
+            problem = await _forged(request)
+            if problem is not None:
+                return PlainTextResponse(problem, status_code=403)
+        response = await call_next(request)
+        if fresh is not None:
+            self.console.set_cookie(response, fresh)
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "same-origin"
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
 
 def _session(console: Console, request: Request) -> Session | None:
     """The request's session; in `header` mode only while the proxy names the same person."""
@@ -149,12 +456,23 @@ def _session(console: Console, request: Request) -> Session | None:
     return session
 
 
-def _one_each(multi: Any, names: tuple[str, ...]) -> list[str] | None:
-    """One text value for each of `names` in a query or form (`None`: missing or repeated)."""
-    given = {n: [v for v in multi.getlist(n) if isinstance(v, str)] for n in names}
-    if any(len(multi.getlist(n)) != len(given[n]) for n in names):
-        return None  # an uploaded file where text belongs
-    return one_each(given, names)
+async def _forged(request: Request) -> str | None:
+    """Why a post is refused: another origin, too large, or not its session's CSRF token.
+
+    The form is read here, once (`request.state.form`), for the route to use.
+    """
+    origin = request.headers.get("origin")
+    if origin and urlparse(origin).netloc != request.url.netloc:
+        return "cross-site request refused"
+    if int(request.headers.get("content-length") or 0) > MAX_FORM_BYTES:
+        return "request too large"
+    form = await request.form()
+    request.state.form = form
+    sent = request.headers.get("x-csrf-token") or str(form.get("csrf") or "")
+    session: Session = request.state.session
+    if not hmac.compare_digest(sent.encode(), session.csrf.encode()):
+        return "stale or missing form token: reload the page"
+    return None
 
 
 def create_app(
@@ -170,364 +488,18 @@ def create_app(
     viewers, so a call that names approvers is shown to the people it names).
     """
     console = Console(data, auth, secure_cookie=secure_cookie, rules=rules)
-
-    class Guard(BaseHTTPMiddleware):
-        """Sessions, CSRF and same-origin checks, and the security headers, on every request."""
-
-        async def dispatch(
-            self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
-        ) -> Response:
-            request.state.session = _session(console, request)
-            fresh: str | None = None
-            if request.state.session is None and auth.mode == "header" and request.method == "GET":
-                # A page load through the proxy starts a session; a post never does (it must
-                # come from a page of a session the proxy still vouches for).
-                person = auth.from_header(request.headers.get(auth.header))
-                if person is not None:
-                    fresh, request.state.session = auth.sessions.issue(person)
-            open_paths = ("/login", "/static/", "/healthz")
-            if request.state.session is None and not request.url.path.startswith(open_paths):
-                if request.method == "GET":
-                    return RedirectResponse("/login", status_code=303)
-                return PlainTextResponse("log in first", status_code=401)
-            if request.method == "POST" and request.url.path != "/login":
-                problem = await _forged(request)
-                if problem is not None:
-                    return PlainTextResponse(problem, status_code=403)
-            response = await call_next(request)
-            if fresh is not None:
-                _set_cookie(console, response, fresh)
-            response.headers["Content-Security-Policy"] = CSP
-            response.headers["X-Content-Type-Options"] = "nosniff"
-            response.headers["Referrer-Policy"] = "same-origin"
-            response.headers["Cache-Control"] = "no-store"
-            return response
-
-    async def _forged(request: Request) -> str | None:
-        origin = request.headers.get("origin")
-        if origin and urlparse(origin).netloc != request.url.netloc:
-            return "cross-site request refused"
-        if int(request.headers.get("content-length") or 0) > MAX_FORM_BYTES:
-            return "request too large"
-        form = await request.form()
-        request.state.form = form
-        sent = request.headers.get("x-csrf-token") or str(form.get("csrf") or "")
-        session: Session = request.state.session
-        if not hmac.compare_digest(sent.encode(), session.csrf.encode()):
-            return "stale or missing form token: reload the page"
-        return None
-
-    async def login(request: Request) -> Response:
-        if request.method == "GET":
-            token = request.query_params.get("token")
-            if token is not None and auth.mode == "link":
-                person = auth.redeem_link(token)
-                if person is not None:
-                    return _logged_in(person, request.query_params.get("next", "/"))
-                return console.render(request, "login.html", 403, error="This link was used.")
-            return console.render(request, "login.html", mode=auth.mode)
-        form = await request.form()
-        person = auth.check_token(str(form.get("name") or ""), str(form.get("token") or ""))
-        if person is None:
-            return console.render(
-                request, "login.html", 403, mode=auth.mode, error="Unknown name or token."
-            )
-        return _logged_in(person)
-
-    def _logged_in(person: str, next_path: str = "/") -> Response:
-        cookie, _ = auth.sessions.issue(person)
-        local = next_path.startswith("/") and not next_path.startswith(("//", "/\\"))
-        response = RedirectResponse(next_path if local else "/", status_code=303)
-        _set_cookie(console, response, cookie)
-        return response
-
-    async def logout(request: Request) -> Response:
-        response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(COOKIE)
-        return response
-
-    async def inbox_page(request: Request) -> Response:
-        rows, ctx = await _filtered(console, request)
-        return console.render(request, "inbox.html", rows=rows, **ctx)
-
-    async def inbox_rows(request: Request) -> Response:
-        rows, ctx = await _filtered(console, request)
-        return console.render(request, "_rows.html", rows=rows, **ctx)
-
-    async def call_page(request: Request) -> Response:
-        ids = _one_each(request.query_params, ("ns", "run", "call"))
-        if ids is None:
-            return PlainTextResponse("name one namespace, run and call", status_code=400)
-        ns, wid, cid = ids
-        person = request.state.session.person
-        snap, problem = await _read(console, ns, wid)
-        if snap is None:
-            return console.not_found(request, problem)
-        rules = console.rules
-        viewer = rules.is_viewer(person)
-        item = next((p for p in snap.status.pending if p.call_id == cid), None)
-        decided = next((d for d in snap.status.decisions if d.call_id == cid), None)
-        if item is not None and not rules.may_see(person, item.approvers):
-            return console.not_found(request)
-        if item is None and not (viewer or (decided and rules.took_part(person, decided))):
-            return console.not_found(request)  # no approver list to show it by: viewers only
-        deciding = item is not None and rules.may_decide(person, item.approvers)
-        seen = seen_of(item) if item is not None else ""
-        round_ = str(item.round) if item is not None else ""
-        ticket = auth.sessions.ticket(person, ns, wid, cid, seen, round_) if deciding else ""
-        # The transcript is the run's: shown when every call the run waits on is the person's.
-        whole = viewer or all(rules.may_see(person, p.approvers) for p in snap.status.pending)
-        return console.render(
-            request,
-            "call.html",
-            ns=ns,
-            wid=wid,
-            cid=cid,
-            call=item,
-            decided=decided,
-            snap=snap,
-            deciding=deciding,
-            viewer=viewer,
-            hidden={"ns": ns, "run": wid, "call": cid, "seen": seen, "round": round_},
-            ticket=ticket,
-            fields=_fields(snap.schemas.get(cid), item),
-            is_diff=is_diff(item.request.preview, item.request.preview_label)
-            if item and item.request
-            else False,
-            transcript=_transcript(snap) if whole else None,
-        )
-
-    async def decide(request: Request) -> Response:
-        ids = _one_each(request.query_params, ("ns", "run", "call"))
-        form: FormData = request.state.form
-        posted = _one_each(form, POSTED)
-        if ids is None or posted is None or posted[:3] != ids:
-            return PlainTextResponse(
-                "this form names another call than the address it was sent to: nothing was "
-                "decided; reload the call's page",
-                status_code=400,
-            )
-        ns, wid, cid, seen, round_text, ticket = posted
-        person = request.state.session.person
-        shown = auth.sessions.check(ticket, person, ns, wid, cid, seen, round_text)
-        if not shown or not round_text.isdigit() or ns not in data.clients:
-            return console.not_found(request)  # never shown to this person to decide
-        round_ = int(round_text)
-        action = str(form.get("action") or "")
-        if action in ("approve", "reject"):
-            outcome = await data.decide(
-                ns,
-                wid,
-                cid,
-                person,
-                action,
-                seen_sha256=seen,
-                message=str(form.get("message") or "").strip() or None,
-                reason=str(form.get("reason") or "").strip() or None,
-            )
-        elif action == "edit":
-            arguments, problem = _edited(form)
-            if problem is not None:
-                outcome = Outcome(False, "The edited arguments were refused", problem, "Invalid")
-            else:
-                outcome = await data.decide(
-                    ns, wid, cid, person, "approve", seen_sha256=seen, arguments=arguments
-                )
-        elif action == "extend":
-            hours = _number(form.get("hours"))
-            if hours is None or not 0 < hours <= 24 * 365:
-                outcome = Outcome(False, "Say by how many hours", "", "Invalid")
-            else:
-                outcome = await data.extend(
-                    ns, wid, cid, person, hours * 3600, seen_sha256=seen, round=round_
-                )
-        elif action in ("accept", "decline", "cancel"):
-            content, problem = _edited(form) if action == "accept" else ({}, None)
-            if problem is not None:
-                outcome = Outcome(False, "The answer was refused", problem, "Invalid")
-            else:
-                outcome = await data.answer(
-                    ns, wid, cid, person, action, content, seen_sha256=seen, round=round_
-                )
-        else:
-            return PlainTextResponse("unknown action", status_code=400)
-        return console.render(
-            request, "outcome.html", 200 if outcome.ok else 409, outcome=outcome, ns=ns, wid=wid
-        )
-
-    async def audit(request: Request) -> Response:
-        ids = _one_each(request.query_params, ("ns", "run"))
-        if ids is None:
-            return PlainTextResponse("name one namespace and run", status_code=400)
-        ns, wid = ids
-        person = request.state.session.person
-        snap, problem = await _read(console, ns, wid)
-        if snap is None:
-            return console.not_found(request, problem)
-        rules = console.rules
-        viewer = rules.is_viewer(person)
-        status = snap.status
-        mine = {p.call_id for p in status.pending if rules.may_see(person, p.approvers)}
-        decisions = [
-            d for d in status.decisions if viewer or d.call_id in mine or rules.took_part(person, d)
-        ]
-        if not viewer and not mine and not decisions:
-            return console.not_found(request)
-        mine |= {d.call_id for d in decisions}
-        refused = [r for r in status.refused if viewer or (r.call_id and r.call_id in mine)]
-        return console.render(
-            request,
-            "audit.html",
-            ns=ns,
-            wid=wid,
-            snap=snap,
-            decisions=decisions,
-            refused=refused,
-            partial=not viewer,
-        )
-
-    async def healthz(request: Request) -> Response:
-        return PlainTextResponse("ok")
-
     routes = [
-        Route("/", inbox_page),
-        Route("/inbox/rows", inbox_rows),
-        Route("/login", login, methods=["GET", "POST"]),
-        Route("/logout", logout, methods=["POST"]),
-        Route(CALL, call_page),
-        Route(DECIDE, decide, methods=["POST"]),
-        Route(AUDIT, audit),
-        Route("/healthz", healthz),
+        Route("/", console.inbox_page),
+        Route("/inbox/rows", console.inbox_rows),
+        Route("/login", console.login, methods=["GET", "POST"]),
+        Route("/logout", console.logout, methods=["POST"]),
+        Route(CALL, console.call_page),
+        Route(DECIDE, console.decide, methods=["POST"]),
+        Route(AUDIT, console.audit),
+        Route("/healthz", console.healthz),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(Guard)])
-
-
-def _set_cookie(console: Console, response: Response, value: str) -> None:
-    response.set_cookie(
-        COOKIE,
-        value,
-        max_age=console.auth.sessions.seconds,
-        httponly=True,
-        samesite="strict",
-        secure=console.secure,
-    )
-
-
-async def _read(console: Console, ns: str, wid: str) -> tuple[RunSnapshot | None, str]:
-    if ns not in console.data.clients:
-        return None, f"this console does not serve namespace {ns!r}"
-    try:
-        return await console.data.snapshot(ns, wid), ""
-    except (_Gone, _Unreadable) as exc:
-        return None, str(exc)
-
-
-async def _filtered(console: Console, request: Request) -> tuple[list[Row], dict[str, Any]]:
-    """The inbox rows the query string asks for, and what the page needs to show the filters.
-
-    Only rows the person may see are counted, filtered or named in the filters' choices.
-    """
-    q = request.query_params
-    person = request.state.session.person
-    inbox: Inbox = await console.data.inbox()
-    mine = [r for r in inbox.rows if console.may_see_row(person, r)]
-    agent, tool, group = q.get("agent", ""), q.get("tool", ""), q.get("group", "")
-    text, age = q.get("q", "").strip().lower(), q.get("age", "")
-    sort = q.get("sort", "oldest") if q.get("sort") in SORTS else "oldest"
-    min_age = AGES.get(age, 0)
-    now = datetime.now(UTC)
-    rows = [
-        r
-        for r in mine
-        if (not agent or r.agent == agent)
-        and (not tool or r.tool_name == tool)
-        and (not group or group in r.groups)
-        and (not text or text in r.haystack())
-        and (not min_age or (now - r.since).total_seconds() >= min_age)
-    ]
-    rows.sort(key=lambda r: r.since, reverse=sort == "newest")
-    shown = {k: q.get(k, "") for k in ("agent", "tool", "group", "q", "age")} | {"sort": sort}
-    calls = [r for r in mine if r.confirmed]
-    return rows, {
-        "total": len(mine),
-        "agents": sorted({r.agent for r in calls}),
-        "tools": sorted({r.tool_name for r in calls}),
-        "groups": sorted({g for r in calls for g in r.groups}),
-        "filters": shown,
-        "query": urlencode({k: v for k, v in shown.items() if v}),
-        "left_out": inbox.left_out,
-        "task_queues": console.data.task_queues,
-    }
-
-
-def _fields(schema: dict[str, Any] | None, call: PendingApproval | None) -> list[dict[str, Any]]:
-    """The form of a call's arguments (or of a tool's question): one field per property."""
-    if call is None:
-        return []
-    if call.kind == "input" and call.input_request is not None:
-        schema, current = call.input_request.requested_schema, {}
-    else:
-        try:
-            current = json.loads(call.arguments)
-        except ValueError:
-            current = {}
-    props = (schema or {}).get("properties")
-    if not isinstance(props, dict):
-        return []
-    required = set((schema or {}).get("required") or [])
-    fields = []
-    for name, spec in props.items():
-        spec = spec if isinstance(spec, dict) else {}
-        kind = spec.get("type") if isinstance(spec.get("type"), str) else "json"
-        value = current.get(name, spec.get("default")) if isinstance(current, dict) else None
-        fields.append(
-            {
-                "name": str(name),
-                "type": kind if kind in ("string", "integer", "number", "boolean") else "json",
-                "enum": [str(e) for e in spec.get("enum", [])] if "enum" in spec else None,
-                "value": value if kind != "json" else json.dumps(value),
-                "description": str(spec.get("description") or ""),
-                "required": name in required,
-            }
-        )
-    return fields
-
-
-def _number(value: Any) -> float | None:
-    try:
-        return float(str(value))
-    except (TypeError, ValueError):
-        return None
-
-
-def _edited(form: FormData) -> tuple[dict[str, Any], str | None]:
-    """The arguments the form's `arg.<name>` fields give, typed by their `type.<name>`."""
-    out: dict[str, Any] = {}
-    for key in form:
-        if not key.startswith("type."):
-            continue
-        name, kind = key[5:], str(form.get(key))
-        raw = form.get(f"arg.{name}")
-        if kind == "boolean":
-            out[name] = raw is not None and str(raw) in ("on", "true", "1")
-            continue
-        text = "" if raw is None else str(raw)
-        if kind == "string":
-            out[name] = text
-        elif kind in ("integer", "number"):
-            if text.strip() == "":
-                continue
-            try:
-                out[name] = int(text) if kind == "integer" else float(text)
-            except ValueError:
-                return {}, f"{name} must be a{'n integer' if kind == 'integer' else ' number'}"
-        elif text.strip():
-            try:
-                out[name] = json.loads(text)
-            except ValueError:
-                return {}, f"{name} must be JSON"
-    return out, None
+    return Starlette(routes=routes, middleware=[Middleware(Guard, console=console)])
 
 
 def _transcript(snap: RunSnapshot, last: int = 12) -> list[tuple[str, str]]:

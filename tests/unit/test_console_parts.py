@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from starlette.datastructures import FormData
 
-from hitl.console.app import _edited, _fields, diff_class, is_diff
+from hitl.console.app import diff_class, is_diff
 from hitl.console.auth import Authenticator, Sessions, add_user, load_users
+from hitl.console.forms import edited_arguments, form_fields
 from hitl.errors import UserError
 from hitl.markdown import fence, md_text
 from hitl.wire import InputRequest, PendingApproval
@@ -78,7 +79,7 @@ def test_the_edit_form_follows_the_schema() -> None:
         },
         "required": ["order"],
     }
-    fields = {f["name"]: f for f in _fields(schema, call)}
+    fields = {f["name"]: f for f in form_fields(schema, call)}
     assert fields["order"]["type"] == "integer" and fields["order"]["required"]
     assert fields["tags"]["type"] == "json" and fields["note"]["description"] == "why"
     form = FormData(
@@ -94,11 +95,11 @@ def test_the_edit_form_follows_the_schema() -> None:
             ("arg.tags", '["a"]'),
         ]
     )
-    assert _edited(form) == (
+    assert edited_arguments(form) == (
         {"order": 8, "amount": 12.5, "note": "<b>hi</b>", "rush": False, "tags": ["a"]},
         None,
     )
-    assert _edited(FormData([("type.order", "integer"), ("arg.order", "8.5")]))[1] == (
+    assert edited_arguments(FormData([("type.order", "integer"), ("arg.order", "8.5")]))[1] == (
         "order must be an integer"
     )
     asked = call.model_copy(
@@ -112,7 +113,7 @@ def test_the_edit_form_follows_the_schema() -> None:
             ),
         }
     )
-    assert [f["name"] for f in _fields(None, asked)] == ["confirm"]
+    assert [f["name"] for f in form_fields(None, asked)] == ["confirm"]
 
 
 def test_diffs_are_recognized_and_classed() -> None:
