@@ -234,69 +234,48 @@ class ConsoleData:
 
     async def _read_inbox(self) -> Inbox:
         inbox = Inbox(read_at=time.monotonic())
-        semaphore = asyncio.Semaphore(16)
+        semaphore = asyncio.Semaphore(16)  # runs asked at once, across namespaces
+        for ns, client in self.clients.items():
+            await self._read_namespace(inbox, ns, client, semaphore)
+        return inbox
+
+    async def _read_namespace(
+        self, inbox: Inbox, ns: str, client: Client, semaphore: asyncio.Semaphore
+    ) -> None:
+        """Namespace `ns`'s paused runs of ours into `inbox`: their calls, or why not."""
         queues = self.task_queues
         kind = f"WorkflowType = '{WORKFLOW_TYPE}'"
         within = queue_clause(queues)
-        for ns, client in self.clients.items():
-            clauses = [f"{SA_STATUS} = 'awaiting_approval'", "ExecutionStatus = 'Running'", kind]
+        clauses = [f"{SA_STATUS} = 'awaiting_approval'", "ExecutionStatus = 'Running'", kind]
 
-            async def listing(query: list[str], c: Client = client) -> list[Any]:
-                text = " AND ".join([*query, within] if within else query)
-                return [w async for w in c.list_workflows(text, limit=self.limit)]
+        async def listing(query: list[str]) -> list[Any]:
+            text = " AND ".join([*query, within] if within else query)
+            return [w async for w in client.list_workflows(text, limit=self.limit)]
 
-            degraded = False
-            try:
-                found = await listing(clauses)
-            except RPCError:  # our search attributes are not registered: ask every run
-                degraded, clauses = True, ["ExecutionStatus = 'Running'", kind]
-                found = await listing(clauses)
-            found = [
-                w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in queues
-            ]
-            inbox.left_out += await left_out(client, clauses, queues) or 0
-            pollers = _Pollers(client)
-
-            async def ask(
-                w: Any, c: Client = client, p: _Pollers = pollers, degraded: bool = degraded
-            ) -> Any:
-                """The run's calls: its own memo, else its status, else why not."""
-                memo = None if degraded else await inbox_memo(w)
-                if memo is not None and await memo_confirmed(c, w, memo):
-                    return memo
-                async with semaphore:
-                    try:
-                        return await _query(
-                            c,
-                            c.get_workflow_handle(w.id),
-                            QUERY_STATUS,
-                            RunStatus,
-                            QUERY_TIMEOUT,
-                            p,
-                            w.task_queue,
-                        )
-                    except _Gone:
-                        return None
-                    except _Unreadable as exc:
-                        return (exc.reason, memo)
-
-            answers = await asyncio.gather(*(ask(w) for w in found))
-            for w, answer in zip(found, answers, strict=True):
-                agent = str(w.typed_search_attributes.get(AGENT_KEY) or "")
-                if isinstance(answer, InboxMemo):
-                    inbox.rows += [
-                        Row.of_entry(ns, w.id, agent, w.task_queue, e) for e in answer.calls
-                    ]
-                elif isinstance(answer, RunStatus):
-                    inbox.rows += [
-                        Row.of_pending(ns, w.id, answer.agent, w.task_queue, p)
-                        for p in answer.pending
-                    ]
-                elif isinstance(answer, tuple) and not degraded:
-                    why, memo = answer
-                    inbox.unavailable.append((ns, w.id, why))
-                    inbox.rows.append(Row.unconfirmed(ns, w.id, agent, w.task_queue, why, memo))
-        return inbox
+        degraded = False
+        try:
+            found = await listing(clauses)
+        except RPCError:  # our search attributes are not registered: ask every run
+            degraded, clauses = True, ["ExecutionStatus = 'Running'", kind]
+            found = await listing(clauses)
+        found = [w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in queues]
+        inbox.left_out += await left_out(client, clauses, queues) or 0
+        pollers = _Pollers(client)
+        answers = await asyncio.gather(
+            *(_ask(client, w, pollers, semaphore, degraded) for w in found)
+        )
+        for w, answer in zip(found, answers, strict=True):
+            agent = str(w.typed_search_attributes.get(AGENT_KEY) or "")
+            if isinstance(answer, InboxMemo):
+                inbox.rows += [Row.of_entry(ns, w.id, agent, w.task_queue, e) for e in answer.calls]
+            elif isinstance(answer, RunStatus):
+                inbox.rows += [
+                    Row.of_pending(ns, w.id, answer.agent, w.task_queue, p) for p in answer.pending
+                ]
+            elif isinstance(answer, tuple) and not degraded:
+                why, memo = answer
+                inbox.unavailable.append((ns, w.id, why))
+                inbox.rows.append(Row.unconfirmed(ns, w.id, agent, w.task_queue, why, memo))
 
     async def snapshot(self, namespace: str, workflow_id: str) -> RunSnapshot:
         """A run's status and transcript (`_Gone` / `_Unreadable` when it cannot say).
@@ -478,6 +457,33 @@ class ConsoleData:
             headline, _ = recorded_words(prior)
             detail = f"It had recorded: {headline}."
         return Outcome(False, "The run has finished", detail, "RunFinished")
+
+
+async def _ask(
+    client: Client, w: Any, pollers: _Pollers, semaphore: asyncio.Semaphore, degraded: bool
+) -> Any:
+    """Paused run `w`'s calls: its own memo, else its status (`None`: gone), else why not.
+
+    Why not is `(reason, memo)`: the memo its run did not write, if any (never believed).
+    """
+    memo = None if degraded else await inbox_memo(w)
+    if memo is not None and await memo_confirmed(client, w, memo):
+        return memo
+    async with semaphore:
+        try:
+            return await _query(
+                client,
+                client.get_workflow_handle(w.id),
+                QUERY_STATUS,
+                RunStatus,
+                QUERY_TIMEOUT,
+                pollers,
+                w.task_queue,
+            )
+        except _Gone:
+            return None
+        except _Unreadable as exc:
+            return (exc.reason, memo)
 
 
 def when(at: datetime | None) -> str:
