@@ -1,10 +1,14 @@
-"""`hitl pending` and `hitl show`: what waits for people, across runs and in one run."""
+"""`hitl pending`: what waits for people, across runs; and what an inbox believes.
+
+Which runs an inbox lists (`allowed_queues`, `queue_clause`, `left_out`) and when a run's memo
+is its own (`memo_confirmed`, `inbox_memo`) are the console's rules too (`hitl.console.data`).
+`hitl show` (one run) is `hitl.cli.show`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -27,7 +31,6 @@ from hitl.cli.common import (
     _ago,
     _code,
     _Gone,
-    _handle,
     _iso,
     _json,
     _literal,
@@ -39,11 +42,10 @@ from hitl.cli.common import (
     _Unreadable,
     one_line,
 )
-from hitl.items import message_text
+from hitl.cli.show import cmd_show as cmd_show  # also here, where `hitl show` used to be
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
     INBOX_MEMO,
-    QUERY_SNAPSHOT,
     QUERY_STATUS,
     SA_AGENT,
     SA_STATUS,
@@ -51,7 +53,6 @@ from hitl.wire import (
     InboxEntry,
     InboxMemo,
     PendingApproval,
-    RunSnapshot,
     RunStatus,
 )
 
@@ -344,30 +345,72 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
     await _note_left_out(client, args, clauses, queues)
     if args.runs:
         return _print_pending_runs(found, args)
-
     pollers = _Pollers(client)
     semaphore = asyncio.Semaphore(16)
+    answers = await asyncio.gather(
+        *(_ask(client, w, args.timeout, degraded, pollers, semaphore) for w in found)
+    )
+    rows = _rows(found, answers, args, degraded)
+    if args.json:
+        print(_json([data for _, _, data in rows]))
+        return EXIT_OK
+    if not rows:
+        print("no pending approvals")
+        return EXIT_OK
+    print(
+        _table(
+            [cells for _, cells, _ in rows], ["RUN", "CALL ID", "PATH", "TITLE", "WAITING SINCE"]
+        )
+    )
+    return EXIT_OK
 
-    async def ask(w: WorkflowExecution) -> RunStatus | InboxMemo | Unconfirmed | str | None:
-        """The run's calls (its own memo, else its status), or why it could not be asked."""
-        memo = None
-        if not degraded:
-            memo = await inbox_memo(w)
-            if memo is not None and await memo_confirmed(client, w, memo):
-                return memo
-        handle = client.get_workflow_handle(w.id)
-        async with semaphore:
-            try:
-                status: RunStatus = await _query(
-                    client, handle, QUERY_STATUS, RunStatus, args.timeout, pollers, w.task_queue
-                )
-            except _Gone:
-                return None
-            except _Unreadable as exc:
-                return Unconfirmed(exc.reason, memo) if memo is not None else exc.reason
-        return status
 
-    answers = await asyncio.gather(*(ask(w) for w in found))
+_Answer = RunStatus | InboxMemo | Unconfirmed | str | None
+"""What asking a paused run for its calls came to (`_ask`)."""
+
+
+async def _ask(
+    client: Client,
+    w: WorkflowExecution,
+    timeout: float,
+    degraded: bool,
+    pollers: _Pollers,
+    semaphore: asyncio.Semaphore,
+) -> _Answer:
+    """The run's calls (its own memo, else its status), or why it could not be asked.
+
+    `None`: the run is gone. A reason (`str`), or `Unconfirmed` when the run carries a memo it
+    did not write: it could not be asked.
+    """
+    memo = None
+    if not degraded:
+        memo = await inbox_memo(w)
+        if memo is not None and await memo_confirmed(client, w, memo):
+            return memo
+    handle = client.get_workflow_handle(w.id)
+    async with semaphore:
+        try:
+            status: RunStatus = await _query(
+                client, handle, QUERY_STATUS, RunStatus, timeout, pollers, w.task_queue
+            )
+        except _Gone:
+            return None
+        except _Unreadable as exc:
+            return Unconfirmed(exc.reason, memo) if memo is not None else exc.reason
+    return status
+
+
+def _rows(
+    found: list[WorkflowExecution],
+    answers: Sequence[_Answer],
+    args: argparse.Namespace,
+    degraded: bool,
+) -> list[_Row]:
+    """The lines of `hitl pending`, oldest first, from what each run answered.
+
+    One stderr note per reason runs could not be asked, and one for memos their runs did not
+    write.
+    """
     rows: list[_Row] = []
     unavailable: dict[str, int] = {}
     spoofed = 0
@@ -404,18 +447,7 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
             "worker answers",
             file=sys.stderr,
         )
-    if args.json:
-        print(_json([data for _, _, data in rows]))
-        return EXIT_OK
-    if not rows:
-        print("no pending approvals")
-        return EXIT_OK
-    print(
-        _table(
-            [cells for _, cells, _ in rows], ["RUN", "CALL ID", "PATH", "TITLE", "WAITING SINCE"]
-        )
-    )
-    return EXIT_OK
+    return rows
 
 
 def _print_pending_runs(found: list[WorkflowExecution], args: argparse.Namespace) -> int:
@@ -457,152 +489,4 @@ def _print_pending_runs(found: list[WorkflowExecution], args: argparse.Namespace
         for w, agent, tools, since in runs
     ]
     print(_table(rows, ["RUN", "AGENT", "PENDING TOOLS", "WAITING SINCE"]))
-    return EXIT_OK
-
-
-STATE_WORDS = {
-    "done": "(done; its output joins the transcript when the turn's other calls have theirs)",
-    "approved": "(approved; about to run)",
-    "running": "(running)",
-    "rejected": "(rejected)",
-    "expired": "(expired)",
-}
-
-
-def _transcript_lines(snap: RunSnapshot) -> list[str]:
-    """One line per item; every value on it escaped (it may come from anyone)."""
-    lines: list[str] = []
-    for given in snap.input_items:
-        content = given.get("content")
-        text = content if isinstance(content, str) else json.dumps(content)
-        lines.append(f"  {one_line(given.get('role', 'input'))}: {_short(str(text), 100)}")
-    outputs = {
-        (i.call_id or i.raw_item.get("call_id")): i.raw_item.get("output")
-        for i in snap.new_items
-        if i.type in ("tool_call_output_item", "handoff_output_item")
-    }
-    waiting = {p.call_id for p in snap.status.pending}
-    decided = {d.call_id: d for d in snap.status.decisions}
-    for item in snap.new_items:
-        raw = item.raw_item
-        who = one_line(item.agent_name)
-        if item.type == "message_output_item":
-            lines.append(f"  {who}: {_short(message_text(raw), 100)}")
-        elif item.type in ("tool_call_item", "handoff_call_item"):
-            call_id = item.call_id or raw.get("call_id")  # the run's id (older runs: the model's)
-            out = outputs.get(call_id)
-            state = snap.call_states.get(str(call_id))
-            if out is not None:
-                result = _short(str(out), 60)
-            elif call_id in waiting:
-                result = "(waiting for a person)"
-            elif state in STATE_WORDS:
-                result = STATE_WORDS[state]
-            elif call_id in decided:
-                result = f"({decided[call_id].kind}d; no output yet)"
-            else:
-                result = "(running)"
-            name = one_line(raw.get("name"))
-            lines.append(f"  {who} -> {name}({_short(raw.get('arguments', ''), 50)}) = {result}")
-    return lines
-
-
-async def cmd_show(client: Client, args: argparse.Namespace) -> int:
-    """Show one run: status, transcript summary, pending requests with their preview."""
-    handle = await _handle(client, args.run)
-    snap: RunSnapshot = await _query(client, handle, QUERY_SNAPSHOT, RunSnapshot, args.timeout)
-    if args.json:
-        print(snap.model_dump_json(indent=2))
-        return EXIT_OK
-    st = snap.status
-    run, agent = one_line(st.workflow_id), one_line(st.agent)
-    print(f"Run {run}  agent {agent}  phase {st.phase}  turn {st.turn}")
-    print(
-        f"Usage: {st.usage.requests} model requests, {st.usage.input_tokens} in / "
-        f"{st.usage.output_tokens} out tokens"
-    )
-    if st.final_output is not None:
-        print(f"Final output: {one_line(st.final_output)}")
-    if st.error is not None:
-        print(f"Failed: {one_line(st.error.type)}: {one_line(st.error.message)}")
-    print("\nTranscript:")
-    print("\n".join(_transcript_lines(snap)) or "  (empty)")
-    if st.pending:
-        print(f"\nPending approvals ({len(st.pending)}):")
-    for n, p in enumerate(st.pending, 1):
-        req = p.request
-        print(f"\n[{n}] {one_line(req.title if req else p.tool_name)}")
-        where = one_line(_path_text(p.path or [p.agent_name], p.tool_name))
-        print(
-            f"    call {one_line(p.call_id)}, path {where}, "
-            f"waiting since {p.requested_at} ({_ago(p.requested_at)})"
-        )
-        if p.kind == "uncertain" and p.uncertain is not None:
-            print(
-                f"    UNCERTAIN: its attempt died ({one_line(p.uncertain.error)}); did it happen?"
-            )
-            run, call = one_line(st.workflow_id), one_line(p.call_id)
-            print(f"    hitl resolve {run} {call} happened|retry|give-up")
-        if p.kind == "input" and p.input_request is not None:
-            ask = p.input_request
-            print(f"    ASKS ({one_line(ask.server)}): {one_line(ask.message)}")
-            fields = ask.requested_schema.get("properties")
-            names = " ".join(
-                f"--set {one_line(str(k))}=..."
-                for k in (fields if isinstance(fields, dict) else {})
-            )
-            run, call = one_line(st.workflow_id), one_line(p.call_id)
-            print(f"    hitl answer {run} {call} {names or '--set NAME=VALUE'} | --decline")
-        if p.original_arguments is not None:
-            print(f"    arguments edited from {one_line(p.original_arguments)}")
-        if p.escalated_at is not None:
-            print(f"    escalated at {p.escalated_at.isoformat()}: {', '.join(p.approvers)}")
-        elif p.reminded_at is not None:
-            print(f"    reminded at {p.reminded_at.isoformat()}")
-        if p.deadline is not None:
-            print(f"    decide before {p.deadline.isoformat()} (then it expires)")
-        for e in p.extensions:
-            who = one_line(e.approver or "someone")
-            print(f"    deadline moved from {e.previous.isoformat()} by {who}")
-        if p.required_approvals > 1:
-            so_far = ", ".join(one_line(a.approver) for a in p.approvals) or "nobody yet"
-            print(
-                f"    needs {p.required_approvals} different approvers; approved so far by {so_far}"
-            )
-        if p.workflow_id and p.workflow_id != st.workflow_id:
-            print(f"    in nested run {one_line(p.workflow_id)} (decide it here, on the root run)")
-        if req is not None:
-            for line in req.message.splitlines():
-                print(f"    {line}")
-            if req.preview:
-                print(f"    --- {one_line(req.preview_label or 'Preview')} ---")
-                for line in req.preview.splitlines():
-                    print(f"    {line}")
-                print("    ---")
-            if req.note:
-                print(f"    note: {one_line(req.note)}")
-            run_and_call = f"{one_line(st.workflow_id)} {one_line(p.call_id)}"
-            print(f"    [{one_line(req.primary_label)}] hitl approve {run_and_call}")
-            reject = f'hitl reject {run_and_call} --message "..."'
-            print(f"    [{one_line(req.secondary_label)}] {reject}")
-        else:
-            print(f"    arguments: {one_line(p.arguments)}")
-    if st.decisions:
-        print("\nDecisions:")
-        for d in st.decisions:
-            who = one_line(d.approver or d.source.replace("_", " "))
-            extra = f": {one_line(d.message)}" if d.message else ""
-            others = [one_line(a.approver) for a in d.approvals if a.approver != d.approver]
-            if others:
-                extra += f" (approved before by {', '.join(others)})"
-            call = f"{one_line(d.call_id)} {one_line(d.tool_name)}"
-            print(f"  {call}: {d.kind} by {who} ({d.source}){extra}")
-    if st.refused:
-        print("\nRefused:")
-        for r in st.refused:
-            call = f" (call {one_line(r.call_id)})" if r.call_id else ""
-            print(
-                f"  {r.received_at} {r.via} {one_line(r.name)}{call}: "
-                f"{one_line(r.error_type)}: {one_line(r.message)}"
-            )
     return EXIT_OK

@@ -179,7 +179,7 @@ def test_show_escapes_every_value_and_keeps_injected_lines_indented(
     """`hitl show` of a run whose tool arguments, approver and message are hostile."""
     from datetime import UTC, datetime
 
-    from hitl.cli.inbox import _transcript_lines
+    from hitl.cli.show import _transcript_lines
     from hitl.wire import ApprovalRequestData, PendingApproval, RunItem, RunSnapshot, RunStatus
 
     now = datetime(2026, 1, 1, tzinfo=UTC)
@@ -211,7 +211,7 @@ def test_show_escapes_every_value_and_keeps_injected_lines_indented(
     assert all("\n" not in line and _raw_controls(line) == [] for line in lines)
     assert "(waiting for a person)" in lines[-1], "a waiting call is not shown as done"
 
-    import hitl.cli.inbox as inbox
+    import hitl.cli.show as show
     from hitl.cli.common import SafeStream
 
     async def fake_query(*_: object, **__: object) -> RunSnapshot:
@@ -221,16 +221,16 @@ def test_show_escapes_every_value_and_keeps_injected_lines_indented(
     import sys
     from argparse import Namespace
 
-    original = inbox._query
-    inbox._query = fake_query  # type: ignore[assignment]
+    original = show._query
+    show._query = fake_query  # type: ignore[assignment]
     out = sys.stdout
     sys.stdout = SafeStream(out)  # type: ignore[assignment]
     try:
         client = type("Client", (), {"get_workflow_handle": lambda *a, **k: None})()
-        asyncio.run(inbox.cmd_show(client, Namespace(run="run", json=False, timeout=1)))
+        asyncio.run(show.cmd_show(client, Namespace(run="run", json=False, timeout=1)))
     finally:
         sys.stdout = out
-        inbox._query = original
+        show._query = original
     printed = capsys.readouterr().out
     assert _raw_controls(printed) == []
     # The injected "Decisions:" line stays inside the indented request block, never at the
