@@ -44,6 +44,7 @@ from hitl.wire import (
     SA_STATUS,
     SEARCH_ATTRIBUTES,
     WORKFLOW_TYPE,
+    ApproverDirectory,
 )
 
 Level = Literal["ok", "warn", "fail"]
@@ -259,70 +260,83 @@ def _local_encryption(findings: list[Finding]) -> set[str] | None:
 
 async def _runs_encryption(client: Client, local: set[str] | None) -> list[Finding]:
     """How recent runs' first payloads are encrypted, against this machine's keys."""
-    from hitl.codec import ENCODING, KEY_ENV
-
     try:
-        listing = await client.workflow_service.list_workflow_executions(
-            ListWorkflowExecutionsRequest(
-                namespace=client.namespace,
-                page_size=RUNS_SAMPLED,
-                query=f"WorkflowType = '{WORKFLOW_TYPE}'",
-            )
-        )
-        kids: set[str] = set()
-        plain = 0
-        for run in listing.executions[:RUNS_SAMPLED]:
-            history = await client.workflow_service.get_workflow_execution_history(
-                GetWorkflowExecutionHistoryRequest(
-                    namespace=client.namespace, execution=run.execution, maximum_page_size=1
-                )
-            )
-            started = history.history.events[0].workflow_execution_started_event_attributes
-            for payload in started.input.payloads[:1]:
-                if payload.metadata.get("encoding") == ENCODING:
-                    kid = payload.metadata.get("encryption-key-id", b"")
-                    kids.add(kid.decode("utf-8", "replace"))
-                else:
-                    plain += 1
+        kids, plain = await _sampled_encryption(client)
     except RPCError as exc:
         return [Finding("warn", "encryption", f"cannot read recent runs: {exc.message}")]
     except IndexError:
         return []
     if not kids and not plain:
         return []
+    return [_encryption_verdict(kids, plain, local)]
+
+
+async def _sampled_encryption(client: Client) -> tuple[set[str], int]:
+    """The key ids the latest runs' first payloads were encrypted with, and how many were not.
+
+    `RPCError` when the server cannot say; `IndexError` for a run without history.
+    """
+    from hitl.codec import ENCODING
+
+    listing = await client.workflow_service.list_workflow_executions(
+        ListWorkflowExecutionsRequest(
+            namespace=client.namespace,
+            page_size=RUNS_SAMPLED,
+            query=f"WorkflowType = '{WORKFLOW_TYPE}'",
+        )
+    )
+    kids: set[str] = set()
+    plain = 0
+    for run in listing.executions[:RUNS_SAMPLED]:
+        history = await client.workflow_service.get_workflow_execution_history(
+            GetWorkflowExecutionHistoryRequest(
+                namespace=client.namespace, execution=run.execution, maximum_page_size=1
+            )
+        )
+        started = history.history.events[0].workflow_execution_started_event_attributes
+        for payload in started.input.payloads[:1]:
+            if payload.metadata.get("encoding") == ENCODING:
+                kid = payload.metadata.get("encryption-key-id", b"")
+                kids.add(kid.decode("utf-8", "replace"))
+            else:
+                plain += 1
+    return kids, plain
+
+
+def _encryption_verdict(kids: set[str], plain: int, local: set[str] | None) -> Finding:
+    """Whether this machine (its key ids: `local`) can read runs encrypted with `kids`.
+
+    `plain`: how many of the sampled runs were not encrypted.
+    """
+    from hitl.codec import KEY_ENV
+
     sampled = f"of the {RUNS_SAMPLED} latest runs"
     shown = ", ".join(repr(k) for k in sorted(kids))
     if kids and local is None:
-        return [
-            Finding(
-                "fail",
-                "encryption",
-                f"runs are encrypted (key {shown}) and {KEY_ENV} is not set here: this machine "
-                "cannot read or decide them",
-                f"set {KEY_ENV} to the workers' keys",
-            )
-        ]
+        return Finding(
+            "fail",
+            "encryption",
+            f"runs are encrypted (key {shown}) and {KEY_ENV} is not set here: this machine "
+            "cannot read or decide them",
+            f"set {KEY_ENV} to the workers' keys",
+        )
     if kids - (local or set()):
         unknown = ", ".join(repr(k) for k in sorted(kids - (local or set())))
-        return [
-            Finding(
-                "fail",
-                "encryption",
-                f"runs are encrypted with key {unknown}, which {KEY_ENV} here lacks",
-                f"add it to {KEY_ENV} (kid:base64key, comma-separated; the first encrypts)",
-            )
-        ]
+        return Finding(
+            "fail",
+            "encryption",
+            f"runs are encrypted with key {unknown}, which {KEY_ENV} here lacks",
+            f"add it to {KEY_ENV} (kid:base64key, comma-separated; the first encrypts)",
+        )
     if plain and local is not None:
-        return [
-            Finding(
-                "warn",
-                "encryption",
-                f"{plain} {sampled} are not encrypted: their workers run without {KEY_ENV}",
-                f"set {KEY_ENV} on every worker and client",
-            )
-        ]
+        return Finding(
+            "warn",
+            "encryption",
+            f"{plain} {sampled} are not encrypted: their workers run without {KEY_ENV}",
+            f"set {KEY_ENV} on every worker and client",
+        )
     how = f"encrypted with {shown}" if kids else "not encrypted"
-    return [Finding("ok", "encryption", f"the latest runs are {how}")]
+    return Finding("ok", "encryption", f"the latest runs are {how}")
 
 
 # --------------------------------------------------------------------------- storage
@@ -345,70 +359,64 @@ def _storage() -> Finding:
 
 
 def _signing() -> list[Finding]:
-    from hitl.signing import (
-        directory_from_env,
-        public_key_b64,
-        signing_available,
-        signing_key_from_env,
-    )
+    """The approver directory (`HITL_APPROVERS`), then the signing key (`HITL_SIGNING_KEY`)."""
+    findings, directory = _approvers()
+    return [*findings, _signing_key(directory)]
 
-    findings = []
-    directory = None
+
+def _approvers() -> tuple[list[Finding], ApproverDirectory | None]:
+    """What `HITL_APPROVERS` gives: its finding, and the directory (`None`: unset, unusable)."""
+    from hitl.signing import directory_from_env, signing_available
+
     extra = "pip install 'hitl-temporal[encryption]'"
     approvers_file = os.environ.get("HITL_APPROVERS")
     if not approvers_file:
-        findings.append(
-            Finding("ok", "approvers", "HITL_APPROVERS not set here: decisions are not verified")
-        )
-    else:
-        try:
-            directory = directory_from_env()
-        except UserError as exc:
-            fix = "point HITL_APPROVERS at the JSON file of approvers (see `hitl keys new`)"
-            findings.append(Finding("fail", "approvers", exc.message, fix))
-        if directory is not None:
-            entries = directory.approvers
-            keys = sum(len(e.keys) for e in entries.values())
-            gateways = sorted(name for name, e in entries.items() if e.gateway)
-            via = f"; gateway(s): {', '.join(gateways)}" if gateways else ""
-            text = f"{approvers_file}: {len(entries)} approver(s), {keys} key(s){via}"
-            if signing_available():
-                findings.append(Finding("ok", "approvers", text))
-            else:
-                findings.append(
-                    Finding("fail", "approvers", f"{text}; signatures cannot be checked", extra)
-                )
+        text = "HITL_APPROVERS not set here: decisions are not verified"
+        return [Finding("ok", "approvers", text)], None
+    try:
+        directory = directory_from_env()
+    except UserError as exc:
+        fix = "point HITL_APPROVERS at the JSON file of approvers (see `hitl keys new`)"
+        return [Finding("fail", "approvers", exc.message, fix)], None
+    if directory is None:
+        return [], None
+    entries = directory.approvers
+    keys = sum(len(e.keys) for e in entries.values())
+    gateways = sorted(name for name, e in entries.items() if e.gateway)
+    via = f"; gateway(s): {', '.join(gateways)}" if gateways else ""
+    text = f"{approvers_file}: {len(entries)} approver(s), {keys} key(s){via}"
+    if signing_available():
+        return [Finding("ok", "approvers", text)], directory
+    return [Finding("fail", "approvers", f"{text}; signatures cannot be checked", extra)], directory
+
+
+def _signing_key(directory: ApproverDirectory | None) -> Finding:
+    """Whether `HITL_SIGNING_KEY` is readable, and whose key `directory` says it is."""
+    from hitl.signing import public_key_b64, signing_key_from_env
+
     key_file = os.environ.get("HITL_SIGNING_KEY")
     if not key_file:
-        findings.append(
-            Finding("ok", "signing key", "HITL_SIGNING_KEY not set here: decisions go unsigned")
-        )
-        return findings
+        return Finding("ok", "signing key", "HITL_SIGNING_KEY not set here: decisions go unsigned")
     try:
         loaded = signing_key_from_env()
     except UserError as exc:
         fix = "point HITL_SIGNING_KEY at your PEM key (`hitl keys new` makes one)"
-        findings.append(Finding("fail", "signing key", exc.message, fix))
-        return findings
+        return Finding("fail", "signing key", exc.message, fix)
     assert loaded is not None
     kid, key = loaded
     public = public_key_b64(key)
     if directory is None:
-        findings.append(
-            Finding("ok", "signing key", f"{key_file}: key {kid!r} (no directory here to name it)")
+        return Finding(
+            "ok", "signing key", f"{key_file}: key {kid!r} (no directory here to name it)"
         )
-        return findings
     # Signatures name their key id: the directory must list this public key under it.
     owners = [name for name, e in directory.approvers.items() if e.keys.get(kid) == public]
     if owners:
-        findings.append(Finding("ok", "signing key", f"{key_file}: key {kid!r} of {owners[0]!r}"))
-    else:
-        findings.append(
-            Finding(
-                "fail",
-                "signing key",
-                f"{key_file}: key {kid!r} is not in {approvers_file}: workers refuse what it signs",
-                f"add the entry `hitl keys show {key_file}` prints to the directory",
-            )
-        )
-    return findings
+        return Finding("ok", "signing key", f"{key_file}: key {kid!r} of {owners[0]!r}")
+    approvers_file = os.environ.get("HITL_APPROVERS")
+    return Finding(
+        "fail",
+        "signing key",
+        f"{key_file}: key {kid!r} is not in {approvers_file}: workers refuse what it signs",
+        f"add the entry `hitl keys show {key_file}` prints to the directory",
+    )
