@@ -17,6 +17,7 @@
                                                a key pair for signed decisions
     hitl keys show FILE                        a private key's key id and public key
     hitl watch RUN [--from-offset N]           follow a run until it finishes
+    hitl verify RUN | --since 7d [--json]      prove every executed call had its decisions
     hitl codec-server [--port 8081]            decrypt payloads for the temporal CLI and UI
     hitl console [--port 8090] [--auth link|tokens|header] [--signing-key FILE]
                                                the approval console: a web inbox for people
@@ -60,6 +61,8 @@ from hitl.cli.inbox import cmd_pending, cmd_show
 from hitl.cli.keys import cmd_keys
 from hitl.cli.running import cmd_run, cmd_watch, format_event
 from hitl.cli.stack import cmd_codec_server, cmd_dev, cmd_setup
+from hitl.cli.verify import add_parser as add_verify_parser
+from hitl.cli.verify import cmd_verify
 from hitl.client import connect, hard_exit
 from hitl.errors import UserError
 from hitl.wire import DEFAULT_TASK_QUEUE
@@ -186,6 +189,7 @@ def _commands() -> list[Subcommand]:
         ),
         ("setup", "register the search attributes on the cluster", []),
         add_doctor_parser,
+        add_verify_parser,
         add_console_parsers,
         (
             "codec-server",
@@ -425,6 +429,8 @@ def _run(argv: Sequence[str] | None) -> int:
             return cmd_keys(args)
         if args.command == "doctor":
             return cmd_doctor(args)
+        if args.command == "verify":
+            return cmd_verify(args)
         if args.command == "console":
             if not args.namespaces and args.namespace:
                 args.namespaces = [args.namespace]
