@@ -224,6 +224,17 @@ def _commands() -> list[Subcommand]:
             [
                 (("--agent",), {}),
                 (("--queue",), {"dest": "task_queue_filter", "help": "only this task queue"}),
+                (
+                    ("--task-queue",),
+                    {
+                        "dest": "task_queues",
+                        "action": "append",
+                        "metavar": "QUEUE",
+                        "help": "a task queue your workers serve (repeatable): only runs there "
+                        "are listed (default $HITL_TASK_QUEUES, comma-separated, else the global "
+                        "--task-queue)",
+                    },
+                ),
                 (("--json",), {"action": "store_true"}),
                 (("--limit",), {"type": int, "default": 1000}),
                 _timeout(
