@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from hitl.workflows.approvers import apply_edit, check_edit, may_decide
     from hitl.workflows.book import SEP
+    from hitl.workflows.checks import one_of_several
     from hitl.workflows.failures import RunFailure
     from hitl.workflows.inputs import preview, read_one, refusal
     from hitl.workflows.turn import escalation_targets
@@ -348,7 +349,12 @@ class Decisions:
             raise refusal("EditRefused", f"{tool.name} refuses the edited arguments: {refused}")
         needs = plan.needs_approval or tool.approval == "always"
         asked = plan.required_approvals or 1
-        call.required_approvals = max(tool.required_approvals, asked) if needs else 1
+        required = max(tool.required_approvals, asked) if needs else 1
+        if required > 1:
+            # Refused now, before anything changes, if this approval could not count once the
+            # edit makes the call need several people (no name, or `always`).
+            one_of_several(d, call.tool_name, required, [])
+        call.required_approvals = required
         if plan.request is not None:
             call.request = plan.request
         if plan.approvers is not None:

@@ -47,6 +47,7 @@ from hitl.wire import (
 )
 from hitl.workflows.approvers import apply_edit, check_edit, may_decide
 from hitl.workflows.book import ApprovalBook
+from hitl.workflows.checks import one_of_several
 from hitl.workflows.turn import escalation_targets
 
 WID = "prop-run"
@@ -426,9 +427,10 @@ class Harness:
                 raise Refused("EditRefused")
             tool = self.setup.tool()
             needs = plan.needs_approval or tool.approval == "always"
-            call.required_approvals = (
-                max(tool.required_approvals, plan.required_approvals or 1) if needs else 1
-            )
+            required = max(tool.required_approvals, plan.required_approvals or 1) if needs else 1
+            if required > 1:
+                one_of_several(d, call.tool_name, required, [])
+            call.required_approvals = required
             if plan.approvers is not None:
                 call.approvers = plan.approvers or []
             apply_edit(call, d, text, self.now)
@@ -570,14 +572,10 @@ def test_verify_proves_every_approval_the_book_makes(setup: Setup, ops: list[obj
         harness.check()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="workflows/decisions.py `_edit_then_approve` applies the edit (apply_edit) before "
-    "`book.record` refuses the approval (InvalidDecision: `always`, or no approver, on a call "
-    "the edit made four-eyes): the update fails, the edited arguments stay",
-)
 @pytest.mark.parametrize("always, who", [(True, "ann"), (False, None)])
 def test_a_refused_edit_leaves_the_call_as_it_was(always: bool, who: str | None) -> None:
+    """An edit that makes the call need two people, sent with `always` or without a name, is
+    refused before anything changes (it once left the edited arguments in place)."""
     setup = Setup(
         required=1,
         signed="no",

@@ -183,6 +183,19 @@ async def test_edits_that_cannot_be_taken_are_refused_and_change_nothing(
                     handle, DecisionInput(call_id=call_id, approver="ann", arguments=arguments)
                 )
             assert refused_type(err) == expected, what
+        # An edit that makes the call need two people cannot come with `always` or without a
+        # name: refused before the edit is taken (it once stayed applied).
+        over = {"order": 9, "amount": 1500, "note": None}
+        for who, always, expected in (
+            ("ann", True, "InvalidDecision"),
+            (None, False, "NotAuthorized"),
+        ):
+            with pytest.raises(WorkflowUpdateFailedError) as err:
+                await _approve(
+                    handle,
+                    DecisionInput(call_id=call_id, approver=who, always=always, arguments=over),
+                )
+            assert refused_type(err) == expected, (who, always)
         with pytest.raises(WorkflowUpdateFailedError) as err:
             await handle.execute_update(
                 "reject",
