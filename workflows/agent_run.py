@@ -376,6 +376,7 @@ class AgentRun:
             and not self.continuing
             and self.phase() == "awaiting_approval"
             and not self.book.children
+            and not (self._child is not None and self._child.careful and self._child.reading)
             and compaction.suggested(self.inp)
         )
 

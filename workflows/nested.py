@@ -113,6 +113,7 @@ async def run_child(host: Host, agent: AgentSpec, rec: CallRecord, tool: ToolSpe
             run_call_ids=host.state.run_call_ids,
         ),
         graph=host.state.graph,
+        directory=host.state.directory,
         start_agent=tool.agent_id,
         rules=list(host.state.rules),
     )
@@ -202,12 +203,21 @@ def report(host: Host) -> ChildReport:
     )
 
 
+MAIL_ON_CONTINUE = "hitl-nested-reads-mail-on-continue"
+
+
 class ChildSide:
     """A nested run's side of the protocol: read its mail when told, ask to be read."""
 
     def __init__(self, host: Host) -> None:
         self.host = host
-        self.mail_stale = False
+        # Mail must not be lost across continue-as-new: a run does not continue as new while
+        # it reads its mail (`reading`), and a continued run reads its mail once at start (it may
+        # have been told of mail its predecessor never read). Patched: nested runs recorded
+        # before replay as they were.
+        self.careful = workflow.patched(MAIL_ON_CONTINUE)
+        self.mail_stale = host.inp.carried is not None and self.careful
+        self.reading = False
         self._reported: tuple[Any, ...] = ("running", (), 0)
 
     def key(self) -> tuple[Any, ...]:
@@ -236,15 +246,18 @@ class ChildSide:
         assert link is not None and parent is not None
         while True:
             await workflow.wait_condition(lambda: self.mail_stale)
-            self.mail_stale = False
-            out = await self.host.steps.read_run(
-                ReadRunInput(
-                    workflow_id=parent.workflow_id,
-                    run_id=parent.run_id,
-                    query=QUERY_MAIL,
-                    call_id=link.call_id,
+            self.mail_stale, self.reading = False, True
+            try:
+                out = await self.host.steps.read_run(
+                    ReadRunInput(
+                        workflow_id=parent.workflow_id,
+                        run_id=parent.run_id,
+                        query=QUERY_MAIL,
+                        call_id=link.call_id,
+                    )
                 )
-            )
+            finally:
+                self.reading = False
             if out.mail is not None:
                 self.apply(out.mail)
 

@@ -549,6 +549,8 @@ class RunInput(WireModel):
     appended when it completes (see `AgentSession`)."""
     rules: list[StandingRule] = Field(default_factory=list)
     """Nested runs: the standing rules of their root when they start."""
+    directory: ApproverDirectory | None = None
+    """Nested runs: the approver directory their root pinned (groups and keys)."""
 
 
 class RunOutput(WireModel):

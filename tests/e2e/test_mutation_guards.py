@@ -100,9 +100,13 @@ stamp_office = Agent(
 )
 
 
+@pytest.mark.parametrize("threshold", [30, 10])
 async def test_a_nested_run_that_continues_as_new_while_parked_keeps_its_root(
-    dev_client: Client, ledger: Ledger
+    dev_client: Client, ledger: Ledger, threshold: int
 ) -> None:
+    """With 10, the lowest threshold, the nested run also wants to continue as new while it
+    reads the root's decision: it does not, and a continued run reads its mail at start (the
+    decision was once lost)."""
     client = dev_client
     async with serving(client, stamp_office) as tq:
         result = await Runner.run(
@@ -114,7 +118,7 @@ async def test_a_nested_run_that_continues_as_new_while_parked_keeps_its_root(
             # Low enough for a few refused signals to push the parked nested run over it, high
             # enough that the run it continues as does not continue again when the root's
             # decision reaches it (see the note in the module docstring).
-            run_config=RunConfig(continue_as_new_after_events=30),
+            run_config=RunConfig(continue_as_new_after_events=threshold),
         )
         [item] = result.interruptions
         root = client.get_workflow_handle(result.workflow_id, result_type=RunOutput)
@@ -147,7 +151,9 @@ async def test_a_nested_run_that_continues_as_new_while_parked_keeps_its_root(
             DecisionInput(call_id=item.call_id, approver="ops"),
             result_type=DecisionRecord,
         )
-        out = await asyncio.wait_for(root.result(), 60)
+        # The decision reaches the nested run: its call runs (it was once lost on the way).
+        await wait_for(lambda: ledger.count("stamp") == 1, what="the nested call to run")
+        out = await asyncio.wait_for(root.result(), 30)
     assert out.final_output == "stamped lease" and ledger.count("stamp") == 1
 
 

@@ -109,3 +109,59 @@ async def test_an_unsigned_decision_on_a_nested_signed_call_is_refused_at_the_ro
         out = await handle.result()
     assert out.final_output == "transferred $700" and ledger.count("transfer") == 1
     assert [(d.call_id, d.verified) for d in out.decisions] == [(item.call_id, True)]
+
+
+@function_tool(needs_approval=True, approvers=["group:finance"])
+def pay(ctx: ToolContext[object], amount: int) -> str:
+    """Pay a supplier (finance decides).
+
+    Args:
+        amount: Dollars.
+    """
+    record_effect(ctx, "pay")
+    return f"paid ${amount}"
+
+
+def payer_script(req: ModelRequest) -> ModelReply:
+    done = req.results_for("pay")
+    if len(done) == 2:
+        return ModelReply.say(" and ".join(r.output or "" for r in done))
+    return ModelReply.call("pay", {"amount": 100 * (len(done) + 1)})
+
+
+def payments_script(req: ModelRequest) -> ModelReply:
+    done = req.results_for("payer")
+    if done:
+        return ModelReply.say(done[0].output or "")
+    return ModelReply.call("payer", {"input": "pay twice"})
+
+
+payer = Agent(name="Payer", tools=[pay], model=ScriptedModel(payer_script, "t.nsigned.p"))
+payments = Agent(
+    name="Payments",
+    tools=[payer.as_tool(tool_name="payer")],
+    model=ScriptedModel(payments_script, "t.nsigned.ps"),
+)
+
+
+async def test_a_nested_run_knows_its_roots_approver_groups(
+    ts_env: WorkflowEnvironment, worker_cache: int, ledger: Ledger
+) -> None:
+    """ann (group finance) approves the nested run's first payment with `always`; the rule
+    decides its second payment too, which needs the groups of the root's approver directory
+    in the nested run (it once had none, so the second call waited for a person)."""
+    if worker_cache == 0:
+        pytest.skip(
+            "the Java time-skipping server stalls child workflow tasks that run local "
+            "activities when nothing is cached (see tests/workflows/test_nested_waits.py)"
+        )
+    client = ts_env.client
+    async with serving(client, payments, directory=DIRECTORY) as tq:
+        result = await Runner.run(payments, "go", client=client, task_queue=tq, serve=False)
+        [item] = result.interruptions
+        state = result.to_state()
+        state.approve(item, always_approve=True, approver="ann")
+        done = await Runner.run(payments, state, client=client, task_queue=tq, serve=False)
+    assert done.interruptions == [], "the standing rule decided the second payment"
+    assert done.final_output == "paid $100 and paid $200"
+    assert ledger.count("pay") == 2
