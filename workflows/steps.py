@@ -381,7 +381,9 @@ class Steps:
                 result_type=ToolOutput,
                 start_to_close_timeout=timeout,
                 retry_policy=retry,
-                summary=inp.tool_name,
+                # The marker keeps neither input nor call id: the summary names the call, so an
+                # audit (`hitl verify`) can tell which call a marker ran.
+                summary=f"{inp.tool_name} {inp.call_id}",
             )
             return local
         heartbeat = tool.heartbeat_timeout_seconds

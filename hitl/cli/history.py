@@ -923,10 +923,13 @@ class _Prover:
                 CallReport(run.workflow_id, run.run_id, "?", "?", "?", "activity", _at(f), verdict)
             )
             return
-        tool = f.extra
+        # The marker's summary is `<tool> <call id>` (runs recorded before: the tool alone).
+        tool, _, named = str(f.extra or "").partition(" ")
         candidates = [
             c for c in sim.calls if c.name == tool and c.tool is not None and c.tool.local_activity
         ]
+        if named:
+            candidates = [c for c in candidates if c.call_id == named] or candidates
         fresh = [c for c in candidates if c.executions == 0]
         ready = [c for c in fresh if c.proof is not None and c.proof.verdict(c.held).ok]
         if not candidates:
