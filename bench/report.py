@@ -534,6 +534,13 @@ def header(res: dict[str, Any]) -> list[str]:
             f"- peer: temporalio-openai-agents {pv.get('temporalio-openai-agents')}, "
             f"openai-agents {pv.get('openai-agents')}, temporalio {pv.get('temporalio')}"
         )
+    imp = m.get("client_import")
+    if imp:
+        out.append(
+            f"- `import hitl` in a fresh interpreter: {imp['median_ms']:.0f} ms (median; "
+            f"fastest {imp['min_ms']:.0f} ms), {imp['hitl_modules']} `hitl` modules loaded "
+            "(client code only: no workflow, activity, worker or console module)"
+        )
     out.append(
         "- the real model path on both sides: our `OpenAIModel` and the peer's default OpenAI "
         "Responses model, each through the `openai` client, against one local server speaking "

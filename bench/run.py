@@ -288,6 +288,27 @@ def make_plan(args: argparse.Namespace) -> Plan:
     return plan
 
 
+IMPORT_PROBE = (
+    "import sys, time; t = time.perf_counter(); import hitl; "
+    "print(time.perf_counter() - t, sum(m.startswith('hitl') for m in sys.modules))"
+)
+
+
+def client_import(repeat: int = 9) -> dict[str, Any]:
+    """What `import hitl` costs a client script: wall time (median of fresh interpreters, the
+    import alone) and the number of `hitl` modules it loads (client code only)."""
+    times, modules = [], 0
+    for _ in range(repeat):
+        out = subprocess.run(
+            [sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True, check=True
+        )
+        seconds, count = out.stdout.split()
+        times.append(float(seconds) * 1000)
+        modules = int(count)
+    times.sort()
+    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "hitl_modules": modules}
+
+
 async def amain(args: argparse.Namespace) -> int:
     plan = make_plan(args)
     started = time.monotonic()
@@ -304,6 +325,8 @@ async def amain(args: argparse.Namespace) -> int:
         "variants": {k: v.__dict__ for k, v in VARIANTS.items()},
         "quick": bool(args.quick),
     }
+    meta["client_import"] = client_import()
+    log(f"bench: import hitl {json.dumps(meta['client_import'])}")
     if "peer" in plan.sides():
         t0 = time.monotonic()
         meta["versions"]["peer"] = ensure_peer_venv(logs / "peer-install.log")
