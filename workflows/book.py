@@ -97,7 +97,7 @@ class ApprovalBook:
     """Calls of the current turn plus every decision and standing rule of the run."""
 
     def __init__(self, state: CarriedState, signed_run: bool = False) -> None:
-        self.s = state
+        self.state = state
         if state.always_rules and not state.rules:
             # Rules of older runs named a tool only: they keep applying to any agent's tool of
             # that name, but only to calls anyone may decide (they record no approver).
@@ -125,13 +125,13 @@ class ApprovalBook:
         """Start a turn with these calls."""
         self.past_calls.update(self.calls)
         self.model_ids.update(r.model_id for r in records)
-        self.s.calls = records
+        self.state.calls = records
         self.calls = {r.call_id: r for r in records}
 
     def end_turn(self) -> None:
         """Close the turn: its calls become past calls, its nested runs are over."""
         self.past_calls.update(self.calls)
-        self.s.calls = []
+        self.state.calls = []
         self.calls = {}
         self.children = {}
 
@@ -159,7 +159,7 @@ class ApprovalBook:
         """Whether decisions on this agent's tool must be signed (the pinned graph, the run)."""
         if self.signed_run:
             return True
-        graph = self.s.graph
+        graph = self.state.graph
         agent = graph.agents.get(agent_id) if graph is not None else None
         tool = agent.tool(tool_name) if agent is not None else None
         return tool is not None and tool.signed_decisions
@@ -282,7 +282,7 @@ class ApprovalBook:
             return False
         try:
             verify_decision(
-                self.s.directory or ApproverDirectory(),
+                self.state.directory or ApproverDirectory(),
                 d,
                 kind=kind,
                 workflow_id=workflow_id,
@@ -329,7 +329,7 @@ class ApprovalBook:
             raise refusal(
                 "NotPending", f"call '{d.call_id}' is not awaiting approval (it is {call.state})"
             )
-        check_approver(d, call.tool_name, call.approvers, self.s.directory)
+        check_approver(d, call.tool_name, call.approvers, self.state.directory)
         if not edited:
             check_seen(d, call.arguments, len(call.edits))
         check_deadline(d, call.deadline, now)
@@ -343,7 +343,7 @@ class ApprovalBook:
         """`check` for a nested run's call, as its last report shows it."""
         view, rest = self._nested_target(d.call_id)
         pending = next(p for p in view.pending() if p.call_id == rest)
-        check_approver(d, pending.tool_name, pending.approvers, self.s.directory)
+        check_approver(d, pending.tool_name, pending.approvers, self.state.directory)
         check_seen(d, pending.arguments)
         check_deadline(d, pending.deadline, now)
         if kind == "approve" and pending.required_approvals > 1:
@@ -369,7 +369,7 @@ class ApprovalBook:
             raise refusal("UnknownCall", f"no pending call '{d.call_id}'")
         if call.deadline is None:
             raise refusal("NoDeadline", f"call '{d.call_id}' has no deadline: it waits forever")
-        check_approver(d, call.tool_name, call.approvers, self.s.directory)
+        check_approver(d, call.tool_name, call.approvers, self.state.directory)
         check_seen(d, call.arguments, len(call.edits))
         check_round(d.call_id, d.round, call.round)
         check_deadline(d, call.deadline, now)
@@ -470,11 +470,11 @@ class ApprovalBook:
         It must be about the call's agent's tool and made by someone who may decide the call:
         an approver list is never bypassed by a rule.
         """
-        for rule in reversed(self.s.rules):
+        for rule in reversed(self.state.rules):
             if rule.kind == "approve" and call.required_approvals > 1:
                 continue  # several people must approve it, each one in person
             if rule.covers(call.agent_id, call.tool_name) and may_decide(
-                rule.approver, call.approvers, self.s.directory
+                rule.approver, call.approvers, self.state.directory
             ):
                 return rule
         return None
@@ -485,16 +485,16 @@ class ApprovalBook:
             tool
             for tool, allowed in approvers.items()
             if any(
-                r.covers(agent_id, tool) and may_decide(r.approver, allowed, self.s.directory)
-                for r in self.s.rules
+                r.covers(agent_id, tool) and may_decide(r.approver, allowed, self.state.directory)
+                for r in self.state.rules
             )
         )
 
     def add_rule(self, rule: StandingRule, now: datetime) -> None:
         """A standing always-approve / always-reject rule, everywhere in the run graph."""
-        self.s.rules = [
+        self.state.rules = [
             r
-            for r in self.s.rules
+            for r in self.state.rules
             if (r.agent_id, r.tool_name, r.approver)
             != (rule.agent_id, rule.tool_name, rule.approver)
         ] + [rule]
@@ -509,7 +509,7 @@ class ApprovalBook:
     def merge_rules(self, rules: list[StandingRule], now: datetime) -> None:
         """Adopt rules a parent hands down (those not known yet)."""
         for rule in rules:
-            if rule not in self.s.rules:
+            if rule not in self.state.rules:
                 self.add_rule(rule, now)
 
     def apply_rule(self, call: CallRecord, now: datetime) -> bool:
@@ -575,9 +575,9 @@ class ApprovalBook:
 
     def _store(self, rec: DecisionRecord) -> None:
         if rec.call_id not in self.decisions:
-            self.s.decisions.append(rec)
+            self.state.decisions.append(rec)
         self.decisions[rec.call_id] = rec
 
     def all_decisions(self) -> list[DecisionRecord]:
         """Every decision of the run, in the order they were made."""
-        return list(self.s.decisions)
+        return list(self.state.decisions)

@@ -213,7 +213,7 @@ def test_an_always_decision_decides_only_the_waiting_calls_its_maker_may_decide(
 
 def test_rules_of_older_runs_apply_only_where_anyone_may_decide() -> None:
     book = new_book(always_rules={"wire": "approve"})
-    assert book.s.rules == [StandingRule(agent_id="*", tool_name="wire", kind="approve")]
+    assert book.state.rules == [StandingRule(agent_id="*", tool_name="wire", kind="approve")]
     anyone, reserved = call("c1", tool="wire", agent="b"), call("c2", tool="wire", approvers=["x"])
     book.begin_turn([anyone, reserved])
     assert book.apply_rule(anyone, NOW) is True

@@ -305,7 +305,7 @@ class Harness:
     # ------------------------------------------------------------ the run's side
 
     def state(self) -> str:
-        data = json.loads(self.book.s.model_dump_json())
+        data = json.loads(self.book.state.model_dump_json())
         data.pop("refused", None)  # the run's log of refusals (its audit), not its decisions
         return json.dumps(data, sort_keys=True)
 
@@ -434,7 +434,7 @@ class Harness:
             if plan.approvers is not None:
                 call.approvers = plan.approvers or []
             apply_edit(call, d, text, self.now)
-            if not may_decide(d.approver, call.approvers, book.s.directory):
+            if not may_decide(d.approver, call.approvers, book.state.directory):
                 return self.now
             book.record("approve", d, now=self.now, via="update", verified=verified, edited=True)
         except ApplicationError as err:
@@ -484,7 +484,7 @@ class Harness:
         return call.required_approvals == 1 and raises and (op.always or op.who is None)
 
     def continue_as_new(self) -> None:
-        s = CarriedState.model_validate_json(self.book.s.model_dump_json())
+        s = CarriedState.model_validate_json(self.book.state.model_dump_json())
         self.book = ApprovalBook(s, signed_run=self.setup.config().signed_decisions)
 
     # ------------------------------------------------------------ both
