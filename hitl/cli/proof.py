@@ -8,12 +8,12 @@ required: enough distinct authorized approvers, valid signatures where the rules
 for exactly the arguments that ran, before the deadline. It re-derives everything: what the run
 recorded as decided (its `DecisionRecord`s) is never read.
 
-The rules are the run's own, restated here because operator tooling may not import workflow
-code (the import contracts in pyproject.toml): who may decide (`may_decide`), who joins on
-escalation (`escalation_targets`), when an approver callback's answer decides
-(`policy_may_decide`), what an approval counts for. `tests/unit/test_proof.py` checks each
-against the workflow's own function, and `tests/unit/test_decision_core_properties.py` drives
-this proof and the run's approval book with the same random decisions.
+The rules are the run's own, restated in `hitl.cli.verify_rules`: who may decide, who joins on
+escalation, when an approver callback's answer decides, what an approval counts for. What a
+proof takes and gives (`CallRules`, `Candidate`, `Counted`, `Verdict`) is in
+`hitl.cli.verify_terms`. Both are importable from here too. `tests/unit/test_proof.py` checks
+each rule against the workflow's own function, and `tests/unit/test_decision_core_properties.py`
+drives this proof and the run's approval book with the same random decisions.
 
 A refusal the run reports (an update that failed) never counts; an acceptance is never taken
 on trust: each candidate is checked here as the run should have checked it.
@@ -22,10 +22,22 @@ on trust: each candidate is checked here as the run should have checked it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from hitl.cli.verify_rules import (
+    call_approvers,
+    escalation_targets,
+    may_decide,
+    needs_person,
+    policy_may_decide,
+    required_approvals,
+    signatures_required,
+)
+from hitl.cli.verify_rules import names_approvers as names_approvers  # also here, for tests
+from hitl.cli.verify_terms import CallRules, Candidate, Counted, How, Verdict
+from hitl.cli.verify_terms import CandidateKind as CandidateKind  # also here, for tests
+from hitl.cli.verify_terms import Via as Via  # also here, for tests
 from hitl.limits import (
     MAX_APPROVER_CHARS,
     MAX_CALL_ID_CHARS,
@@ -38,165 +50,15 @@ from hitl.signing import SignatureError, verify_decision
 from hitl.wire import (
     AnswerInput,
     ApproverDirectory,
-    CallPlan,
     DecisionInput,
     ExtendInput,
-    PolicyDecision,
     ResolveInput,
-    RunConfigSpec,
     StandingRule,
-    ToolSpec,
     canonical_arguments,
     text_digest,
 )
 
-GROUP = "group:"
-"""An approver list entry naming a group of the directory: `group:finance`."""
-
-CandidateKind = Literal["approve", "reject", "extend", "rule", "resolve", "answer"]
-Via = Literal["update", "signal", "decide"]
 State = Literal["pending", "approved", "rejected", "expired"]
-How = Literal["not_needed", "person", "always_rule", "policy", "auto_approval"]
-
-
-# ----------------------------------------------------------------------------- the rules
-
-
-def may_decide(
-    approver: str | None, allowed: list[str], directory: ApproverDirectory | None = None
-) -> bool:
-    """Whether `approver` may decide a call whose approver list is `allowed` (empty: anyone)."""
-    if not allowed:
-        return True
-    if approver is None:
-        return False
-    if approver in allowed:
-        return True
-    entry = directory.approvers.get(approver) if directory is not None else None
-    return entry is not None and any(
-        a.startswith(GROUP) and a[len(GROUP) :] in entry.groups for a in allowed
-    )
-
-
-def names_approvers(tool: ToolSpec) -> bool:
-    """Whether the tool says itself who may decide its calls (a list, or a callable)."""
-    return bool(tool.approvers) or tool.approvers_by_call
-
-
-def escalation_targets(tool: ToolSpec, cfg: RunConfigSpec) -> list[str]:
-    """Who joins a call's approvers when it escalates.
-
-    The tool's own `escalate_to`; the run's only for a tool that names no approvers of its own.
-    """
-    if tool.escalate_to or names_approvers(tool):
-        return list(tool.escalate_to)
-    return list(cfg.escalate_to)
-
-
-def policy_may_decide(tool: ToolSpec, policy: PolicyDecision | None, several: bool) -> bool:
-    """Whether an approver callback's answer decides the call.
-
-    A rejection always does; an approval only when one person would do, and the run's approver
-    (named by whoever started the run) only on a tool that names no approvers of its own.
-    """
-    if policy is None:
-        return False
-    if policy.kind == "reject":
-        return True
-    return not several and not (policy.run_level and names_approvers(tool))
-
-
-def needs_person(tool: ToolSpec, plan: CallPlan | None) -> bool | None:
-    """Whether a call needs a person: the pinned mode, or its plan (`None`: no plan found)."""
-    if tool.approval == "always":
-        return True
-    if tool.approval == "never":
-        return False
-    return None if plan is None else plan.needs_approval
-
-
-def required_approvals(tool: ToolSpec, plan: CallPlan | None) -> int:
-    """Distinct approvers a call needs: the pinned number is a floor its plan may raise."""
-    asked = plan.required_approvals if plan is not None else None
-    return max(tool.required_approvals, asked or 1)
-
-
-def call_approvers(tool: ToolSpec, plan: CallPlan | None, cfg: RunConfigSpec) -> list[str]:
-    """Who may decide a call: its plan's list, else the tool's, else the run's (empty: anyone)."""
-    by_call = plan.approvers if plan is not None else None
-    return list(by_call) if by_call is not None else list(tool.approvers or cfg.approvers)
-
-
-def signatures_required(tool: ToolSpec, cfg: RunConfigSpec) -> bool:
-    """Whether every decision on the tool's calls must be signed (the tool's or the run's)."""
-    return tool.signed_decisions or cfg.signed_decisions
-
-
-@dataclass(frozen=True)
-class CallRules:
-    """What the pinned graph and run configuration say about one call, and its plan."""
-
-    tool: ToolSpec
-    agent_id: str
-    config: RunConfigSpec
-    plan: CallPlan | None = None
-    nested: bool = False
-    """Decided at the root under a qualified id (no edits, no extensions there)."""
-
-
-# ----------------------------------------------------------------------------- candidates
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """Something that may decide a call, as history holds it.
-
-    `at` is the run's clock when the run took it (the start of the workflow task that
-    processed it): deadlines, signature expiry and escalation are judged by it.
-    """
-
-    at: datetime
-    kind: CandidateKind
-    payload: DecisionInput | ExtendInput | ResolveInput | AnswerInput | StandingRule
-    via: Via = "update"
-    refused: bool = False
-    """The run answered the update with a failure: it decided nothing (never counted)."""
-    plan: CallPlan | None = None
-    """An edit's own plan (the tool planned the edited arguments in an activity)."""
-    where: str = ""
-    """Where history holds it (`event 14`), for the reasons printed."""
-    workflow_id: str = ""
-    """The run it was sent to, when not the one decisions are made on (a nested run settles
-    its own uncertain calls and questions); signatures name it."""
-
-
-@dataclass(frozen=True)
-class Counted:
-    """A person's decision that counts."""
-
-    approver: str | None
-    verified: bool
-    key_id: str | None
-    at: datetime
-    where: str
-    via: Via
-
-
-@dataclass
-class Verdict:
-    """Whether a call that executed had the decisions its rules required."""
-
-    ok: bool
-    reason: str
-    how: How | None = None
-    approvals: list[Counted] = field(default_factory=list)
-    required: int = 1
-    arguments_sha256: str = ""
-    notes: list[str] = field(default_factory=list)
-    requested_at: datetime | None = None
-    """When the call started waiting (the run's clock when it was planned)."""
-    deadline: datetime | None = None
-    """Its deadline as verify derives it (request time, timeout, valid extensions)."""
 
 
 # ----------------------------------------------------------------------------- the proof
@@ -258,6 +120,20 @@ class CallProof:
         self.reruns = 0
         """Valid `resolve` (retry) and `answer` decisions: each allows the tool to run again."""
         self.problem: str | None = None
+        """Why the call must not have run whatever was decided (a refused or missing plan)."""
+        self._open(standing)
+
+    # --------------------------------------------------------------- when it is planned
+
+    def _open(self, standing: Iterable[StandingRule]) -> None:
+        """Decide what the run decides as it plans the call, before any person can answer.
+
+        In the run's own order: a refused plan, or none where a predicate decides, means it
+        must not run; a call that needs no person is approved; else a standing rule, an
+        approver callback's answer or two-key auto-approval decides it; else it waits for
+        people (until its deadline, escalating on the way).
+        """
+        tool, plan = self.rules.tool, self.rules.plan
         needs = needs_person(tool, plan)
         if plan is not None and (plan.refusal is not None or plan.tripwire is not None):
             self.problem = "its plan refused the call (it must not run)"
@@ -267,34 +143,50 @@ class CallProof:
                 f"no plan was recorded for it, and {tool.name}'s approval is decided by a predicate"
             )
             return
-        several = self.required > 1
+        at = self.requested_at
         if not needs:
             mode = "never" if tool.approval == "never" else "predicate: not needed"
-            self._decide("approved", "not_needed", requested_at, f"no approval needed ({mode})")
+            self._decide("approved", "not_needed", at, f"no approval needed ({mode})")
             return
         rule = self._rule_for(standing)
         if rule is not None:
-            self._by_rule(rule, requested_at)
+            self._by_rule(rule, at)
             return
+        if self._by_policy():
+            return
+        if self.rules.config.auto_approve and tool.auto_approve and not self.required > 1:
+            self._decide("approved", "auto_approval", at, "two-key auto-approval")
+            return
+        self._wait()
+
+    def _by_policy(self) -> bool:
+        """Let the plan's approver callback answer decide, where the rules allow; whether it did.
+
+        An answer from a callback the pinned rules do not have is noted, not counted.
+        """
+        tool, cfg, plan = self.rules.tool, self.rules.config, self.rules.plan
         policy = plan.policy if plan is not None else None
-        if policy is not None and policy_may_decide(tool, policy, several):
-            if policy.run_level and not cfg.approver:
-                self.notes.append("a run-level approver answered, but the run names none")
-            elif not policy.run_level and not tool.approver and not cfg.approver:
-                self.notes.append("an approver callback answered, but the tool has none")
-            else:
-                state: State = "approved" if policy.kind == "approve" else "rejected"
-                self._decide(state, "policy", requested_at, f"approver callback {policy.approver}")
-                return
-        if cfg.auto_approve and tool.auto_approve and not several:
-            self._decide("approved", "auto_approval", requested_at, "two-key auto-approval")
-            return
+        if policy is None or not policy_may_decide(tool, policy, self.required > 1):
+            return False
+        if policy.run_level and not cfg.approver:
+            self.notes.append("a run-level approver answered, but the run names none")
+        elif not policy.run_level and not tool.approver and not cfg.approver:
+            self.notes.append("an approver callback answered, but the tool has none")
+        else:
+            state: State = "approved" if policy.kind == "approve" else "rejected"
+            self._decide(state, "policy", self.requested_at, f"approver callback {policy.approver}")
+            return True
+        return False
+
+    def _wait(self) -> None:
+        """The call waits for people: set its deadline and escalation time, as the run's timers."""
+        tool, cfg = self.rules.tool, self.rules.config
         timeout = tool.approval_timeout_seconds or cfg.approval_timeout_seconds
         if timeout:
-            self.deadline = requested_at + timedelta(seconds=timeout)
+            self.deadline = self.requested_at + timedelta(seconds=timeout)
         escalate = tool.escalate_after_seconds or cfg.escalate_after_seconds
         if escalate:
-            self.escalate_at = requested_at + timedelta(seconds=escalate)
+            self.escalate_at = self.requested_at + timedelta(seconds=escalate)
 
     # --------------------------------------------------------------- reading
 

@@ -3,8 +3,9 @@
 For each run (its continue-as-new chain and its nested runs), every tool call that executed is
 checked against the rules the run pinned when it started: enough distinct authorized approvers,
 valid signatures where required, for exactly the arguments that ran, before the deadline (see
-`hitl.cli.proof`, and `hitl.cli.history` for what is read). One line per executed call; exit 0
-when every one is proven, 1 when any is not, 2 for usage and connection errors.
+`hitl.cli.proof`, and `hitl.cli.history` for what is read and how it is proven). One line per
+executed call (`hitl.cli.verify_report`); exit 0 when every one is proven, 1 when any is not, 2
+for usage and connection errors.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, _code, one_line, parse_span
-from hitl.cli.history import CallReport, Report, counted_text, load_tree, prove_tree
+from hitl.cli.history import load_tree, prove_tree
+from hitl.cli.verify_report import Report, as_json
+from hitl.cli.verify_report import render as render  # also here, where callers find it
 from hitl.client import connect
 from hitl.errors import UserError
 from hitl.signing import load_directory
@@ -154,114 +157,3 @@ async def roots_since(
         if root not in roots:
             roots.append(root)
     return roots
-
-
-# ----------------------------------------------------------------------------- output
-
-
-def _how(c: CallReport) -> str:
-    v = c.verdict
-    if v.how == "person":
-        who = ", ".join(counted_text(a) for a in v.approvals) or "someone unnamed"
-        return (
-            f"approved by {who} for arguments sha256:{v.arguments_sha256[:12]}..  "
-            f"[{len(v.approvals)} of {v.required}]"
-        )
-    if v.how == "always_rule":
-        return f"approved by a standing rule: {v.reason}"
-    if v.how == "policy":
-        return f"approved by {v.reason}"
-    if v.how == "auto_approval":
-        return "auto-approved (the run's preset and the tool both allow it)"
-    return v.reason
-
-
-def line(c: CallReport) -> str:
-    """One line: `OK   t1.1  refund (Refund desk)  approved by ...`, escaped."""
-    v = c.verdict
-    head = f"{'OK  ' if v.ok else 'FAIL'} {one_line(c.call_id)}  {one_line(c.tool)}"
-    head += f" ({one_line(c.agent)})"
-    if v.ok:
-        return f"{head}  {one_line(_how(c))}"
-    why = v.reason
-    if v.notes:
-        why += " (" + "; ".join(v.notes) + ")"
-    return f"{head}  {one_line(why)}"
-
-
-def render(reports: list[Report]) -> list[str]:
-    """The text output: a header per root run, a line per executed call, notes, a summary."""
-    out: list[str] = []
-    calls = failed = 0
-    for r in reports:
-        n = len(r.calls)
-        out.append(
-            f"run {one_line(r.workflow_id)}: {r.runs} run(s) read, "
-            + (f"{n} executed call(s)" if n else "no executed calls")
-        )
-        out += [line(c) for c in r.calls]
-        out += [f"note: {one_line(note)}" for note in r.notes]
-        out += [
-            f"note: pinned key {one_line(k)} is not in the --approvers file"
-            for k in r.pinned_keys_missing
-        ]
-        calls += n
-        failed += sum(not c.verdict.ok for c in r.calls)
-    if not reports:
-        out.append("no runs")
-    elif failed:
-        out.append(f"FAIL: {failed} of {calls} executed call(s) cannot be proven")
-    else:
-        out.append(f"ok: {calls} executed call(s) proven in {len(reports)} run(s)")
-    return out
-
-
-def _iso(when: datetime | None) -> str | None:
-    return when.isoformat() if when is not None else None
-
-
-def as_json(reports: list[Report]) -> dict[str, Any]:
-    """The `--json` document."""
-    return {
-        "ok": all(r.ok for r in reports),
-        "runs": [
-            {
-                "workflow_id": r.workflow_id,
-                "ok": r.ok,
-                "runs_read": r.runs,
-                "notes": r.notes,
-                "pinned_keys_missing": r.pinned_keys_missing,
-                "calls": [
-                    {
-                        "ok": c.verdict.ok,
-                        "call_id": c.call_id,
-                        "tool": c.tool,
-                        "agent": c.agent,
-                        "workflow_id": c.workflow_id,
-                        "run_id": c.run_id,
-                        "ran_as": c.kind,
-                        "at": c.where,
-                        "how": c.verdict.how,
-                        "reason": c.verdict.reason,
-                        "required": c.verdict.required,
-                        "approvals": [
-                            {
-                                "approver": a.approver,
-                                "signed": a.verified,
-                                "key_id": a.key_id,
-                                "at": a.at.isoformat(),
-                                "via": a.via,
-                                "event": a.where,
-                            }
-                            for a in c.verdict.approvals
-                        ],
-                        "arguments_sha256": c.verdict.arguments_sha256,
-                        "deadline": _iso(c.verdict.deadline),
-                        "notes": c.verdict.notes,
-                    }
-                    for c in r.calls
-                ],
-            }
-            for r in reports
-        ],
-    }

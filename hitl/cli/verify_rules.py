@@ -1,0 +1,85 @@
+"""The run's approval rules, restated for `hitl verify` (who may decide, how many, when).
+
+Operator tooling may not import workflow code (the import contracts in pyproject.toml), so
+`hitl.cli.proof` judges calls by these restatements: who may decide (`may_decide`), who joins
+on escalation (`escalation_targets`), when an approver callback's answer decides
+(`policy_may_decide`), whether a call needs a person, how many and who. `tests/unit/test_proof.py`
+checks each against the workflow's own function.
+"""
+
+from __future__ import annotations
+
+from hitl.wire import ApproverDirectory, CallPlan, PolicyDecision, RunConfigSpec, ToolSpec
+
+GROUP = "group:"
+"""An approver list entry naming a group of the directory: `group:finance`."""
+
+
+def may_decide(
+    approver: str | None, allowed: list[str], directory: ApproverDirectory | None = None
+) -> bool:
+    """Whether `approver` may decide a call whose approver list is `allowed` (empty: anyone)."""
+    if not allowed:
+        return True
+    if approver is None:
+        return False
+    if approver in allowed:
+        return True
+    entry = directory.approvers.get(approver) if directory is not None else None
+    return entry is not None and any(
+        a.startswith(GROUP) and a[len(GROUP) :] in entry.groups for a in allowed
+    )
+
+
+def names_approvers(tool: ToolSpec) -> bool:
+    """Whether the tool says itself who may decide its calls (a list, or a callable)."""
+    return bool(tool.approvers) or tool.approvers_by_call
+
+
+def escalation_targets(tool: ToolSpec, cfg: RunConfigSpec) -> list[str]:
+    """Who joins a call's approvers when it escalates.
+
+    The tool's own `escalate_to`; the run's only for a tool that names no approvers of its own.
+    """
+    if tool.escalate_to or names_approvers(tool):
+        return list(tool.escalate_to)
+    return list(cfg.escalate_to)
+
+
+def policy_may_decide(tool: ToolSpec, policy: PolicyDecision | None, several: bool) -> bool:
+    """Whether an approver callback's answer decides the call.
+
+    A rejection always does; an approval only when one person would do, and the run's approver
+    (named by whoever started the run) only on a tool that names no approvers of its own.
+    """
+    if policy is None:
+        return False
+    if policy.kind == "reject":
+        return True
+    return not several and not (policy.run_level and names_approvers(tool))
+
+
+def needs_person(tool: ToolSpec, plan: CallPlan | None) -> bool | None:
+    """Whether a call needs a person: the pinned mode, or its plan (`None`: no plan found)."""
+    if tool.approval == "always":
+        return True
+    if tool.approval == "never":
+        return False
+    return None if plan is None else plan.needs_approval
+
+
+def required_approvals(tool: ToolSpec, plan: CallPlan | None) -> int:
+    """Distinct approvers a call needs: the pinned number is a floor its plan may raise."""
+    asked = plan.required_approvals if plan is not None else None
+    return max(tool.required_approvals, asked or 1)
+
+
+def call_approvers(tool: ToolSpec, plan: CallPlan | None, cfg: RunConfigSpec) -> list[str]:
+    """Who may decide a call: its plan's list, else the tool's, else the run's (empty: anyone)."""
+    by_call = plan.approvers if plan is not None else None
+    return list(by_call) if by_call is not None else list(tool.approvers or cfg.approvers)
+
+
+def signatures_required(tool: ToolSpec, cfg: RunConfigSpec) -> bool:
+    """Whether every decision on the tool's calls must be signed (the tool's or the run's)."""
+    return tool.signed_decisions or cfg.signed_decisions
