@@ -362,18 +362,7 @@ class Decisions:
         apply_edit(call, d, text, workflow.now())
         run.events.emit("arguments_edited", call_id=d.call_id, tool=call.tool_name, text=text)
         if not may_decide(d.approver, call.approvers, run.state.directory):
-            # The edit moved the call out of this approver's reach: it waits for the right one.
-            return DecisionRecord(
-                call_id=d.call_id,
-                tool_name=call.tool_name,
-                kind="approve",
-                approver=d.approver,
-                reason=f"edited; now only {', '.join(call.approvers)} may approve it",
-                decided_at=workflow.now(),
-                arguments=call.arguments,
-                original_arguments=call.original_arguments,
-                still_needed=call.required_approvals,
-            )
+            return _out_of_reach(call, d)
         # The person saw the arguments before their edit (checked above): what they approve
         # is the edit itself.
         rec = run.book.record(
@@ -532,3 +521,22 @@ class Decisions:
             )
         )
         del refused[:-MAX_REFUSED_KEPT]
+
+
+def _out_of_reach(call: CallRecord, d: DecisionInput) -> DecisionRecord:
+    """The answer to an edit that moved the call out of its editor's reach.
+
+    Approvers named per call by the edited arguments: the edit stands, and the call waits for
+    the right people.
+    """
+    return DecisionRecord(
+        call_id=d.call_id,
+        tool_name=call.tool_name,
+        kind="approve",
+        approver=d.approver,
+        reason=f"edited; now only {', '.join(call.approvers)} may approve it",
+        decided_at=workflow.now(),
+        arguments=call.arguments,
+        original_arguments=call.original_arguments,
+        still_needed=call.required_approvals,
+    )
