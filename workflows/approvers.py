@@ -1,14 +1,16 @@
-"""Who may decide a call, and whether a person's edit of its arguments can be taken.
+"""Refusing a decision by someone who may not make it, and taking a person's edit of arguments.
 
 Pure and deterministic, like the approval book that uses it: the approver directory (groups and
 keys, configured on the worker) is pinned into the run when it starts, so a replay reads the
-same directory the run first read.
+same directory the run first read. Who may decide is `hitl.rules.may_decide`, the one statement
+of the rule that `hitl verify` and the console also apply.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from hitl.rules import may_decide
 from hitl.schema import schema_problem
 from hitl.wire import (
     AnswerInput,
@@ -23,28 +25,6 @@ from hitl.wire import (
     canonical_arguments,
 )
 from hitl.workflows.inputs import refusal
-
-GROUP = "group:"
-"""An approver list entry naming a group of the directory: `group:finance`."""
-
-
-def may_decide(
-    approver: str | None, allowed: list[str], directory: ApproverDirectory | None = None
-) -> bool:
-    """Whether `approver` may decide a call whose approver list is `allowed` (empty: anyone).
-
-    An entry is an approver's name or `group:<name>`, which the worker's directory fills.
-    """
-    if not allowed:
-        return True
-    if approver is None:
-        return False
-    if approver in allowed:
-        return True
-    entry = directory.approvers.get(approver) if directory is not None else None
-    return entry is not None and any(
-        a.startswith(GROUP) and a[len(GROUP) :] in entry.groups for a in allowed
-    )
 
 
 def check_approver(

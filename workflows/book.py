@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from hitl.rules import may_decide
 from hitl.signing import SignatureError, Signed, verify_decision
 from hitl.wire import (
     Approval,
@@ -34,7 +35,7 @@ from hitl.wire import (
     text_digest,
 )
 from hitl.workflows import records
-from hitl.workflows.approvers import check_approver, may_decide
+from hitl.workflows.approvers import check_approver
 from hitl.workflows.checks import (
     check_deadline,
     check_round,

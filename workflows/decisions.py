@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_DECISIONS_PER_UPDATE,
         MAX_REFUSED_KEPT,
     )
+    from hitl.rules import escalation_targets, may_decide
     from hitl.signing import Signed
     from hitl.wire import (
         AgentSpec,
@@ -47,12 +48,11 @@ with workflow.unsafe.imports_passed_through():
         RunInput,
         ToolSpec,
     )
-    from hitl.workflows.approvers import apply_edit, check_edit, may_decide
+    from hitl.workflows.approvers import apply_edit, check_edit
     from hitl.workflows.book import SEP
     from hitl.workflows.checks import one_of_several
     from hitl.workflows.failures import RunFailure
     from hitl.workflows.inputs import preview, read_one, refusal
-    from hitl.workflows.turn import escalation_targets
 
 if TYPE_CHECKING:
     from hitl.workflows.book import ApprovalBook

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from hitl.items import FunctionCall, check_arguments
+from hitl.rules import call_approvers, policy_may_decide, required_approvals
 from hitl.wire import AgentSpec, CallPlan, CallRecord, PlanRequest, RunConfigSpec, ToolSpec
 from hitl.workflows.book import ApprovalBook
 
@@ -171,36 +172,6 @@ def apply_plans(
     return by_call
 
 
-def names_approvers(tool: ToolSpec) -> bool:
-    """Whether the tool says itself who may decide its calls (a list, or a callable)."""
-    return bool(tool.approvers) or tool.approvers_by_call
-
-
-def escalation_targets(tool: ToolSpec, cfg: RunConfigSpec) -> list[str]:
-    """Who joins a call's approvers when it escalates.
-
-    The tool's own `escalate_to`; the run's only for a tool that names no approvers of its own:
-    whoever starts a run may narrow who decides, never widen it past what the tool says.
-    """
-    if tool.escalate_to or names_approvers(tool):
-        return list(tool.escalate_to)
-    return list(cfg.escalate_to)
-
-
-def policy_may_decide(tool: ToolSpec, plan: CallPlan | None, several: bool) -> bool:
-    """Whether an approver callback's answer in `plan` decides the call.
-
-    A rejection always does. An approval does when one person would do (four eyes needs
-    people), and, for the run's approver (named by whoever started the run), only on a tool
-    that names no approvers of its own.
-    """
-    if plan is None or plan.policy is None:
-        return False
-    if plan.policy.kind == "reject":
-        return True
-    return not several and not (plan.policy.run_level and names_approvers(tool))
-
-
 def settle(
     agent: AgentSpec,
     opened: OpenedTurn,
@@ -220,20 +191,17 @@ def settle(
         # evaluated with the code deployed now.
         rec.needs_approval = rec.needs_approval or tool.approval == "always"
         plan = plans.get(rec.call_id)
-        by_call = plan.approvers if plan is not None else None
-        rec.approvers = by_call if by_call is not None else (tool.approvers or cfg.approvers)
+        rec.approvers = call_approvers(tool, plan, cfg)
         # As with the approval itself, the pinned number is a floor a deploy cannot lower.
-        asked = plan.required_approvals if plan is not None else None
-        rec.required_approvals = max(tool.required_approvals, asked or 1)
+        rec.required_approvals = required_approvals(tool, plan)
         several = rec.required_approvals > 1
+        policy = plan.policy if plan is not None else None
         if not rec.needs_approval:
             rec.state = "approved"
         elif book.apply_rule(rec, now):
             pass  # a standing rule decided it (one its maker may make for this call)
-        elif (
-            plan is not None and plan.policy is not None and policy_may_decide(tool, plan, several)
-        ):
-            book.decide_by(rec, plan.policy, now)
+        elif policy is not None and policy_may_decide(tool, policy, several):
+            book.decide_by(rec, policy, now)
         elif cfg.auto_approve and tool.auto_approve and not several:
             book.auto_approve(rec, now)  # both keys on: the run's and the tool's
         else:

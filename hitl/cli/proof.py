@@ -8,12 +8,12 @@ required: enough distinct authorized approvers, valid signatures where the rules
 for exactly the arguments that ran, before the deadline. It re-derives everything: what the run
 recorded as decided (its `DecisionRecord`s) is never read.
 
-The rules are the run's own, restated in `hitl.cli.verify_rules`: who may decide, who joins on
-escalation, when an approver callback's answer decides, what an approval counts for. What a
-proof takes and gives (`CallRules`, `Candidate`, `Counted`, `Verdict`) is in
-`hitl.cli.verify_terms`. Both are importable from here too. `tests/unit/test_proof.py` checks
-each rule against the workflow's own function, and `tests/unit/test_decision_core_properties.py`
-drives this proof and the run's approval book with the same random decisions.
+The rules are the run's own, from `hitl.rules`, which the run applies too: who may decide, who
+joins on escalation, when an approver callback's answer decides, how many approvals a call
+needs. What a proof takes and gives (`CallRules`, `Candidate`, `Counted`, `Verdict`) is in
+`hitl.cli.verify_terms`. Both are importable from here too.
+`tests/unit/test_decision_core_properties.py` drives this proof and the run's approval book with
+the same random decisions.
 
 A refusal the run reports (an update that failed) never counts; an acceptance is never taken
 on trust: each candidate is checked here as the run should have checked it.
@@ -25,16 +25,6 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Literal
 
-from hitl.cli.verify_rules import (
-    call_approvers,
-    escalation_targets,
-    may_decide,
-    needs_person,
-    policy_may_decide,
-    required_approvals,
-    signatures_required,
-)
-from hitl.cli.verify_rules import names_approvers as names_approvers  # also here, for tests
 from hitl.cli.verify_terms import CallRules, Candidate, Counted, How, Verdict
 from hitl.cli.verify_terms import CandidateKind as CandidateKind  # also here, for tests
 from hitl.cli.verify_terms import Via as Via  # also here, for tests
@@ -44,6 +34,15 @@ from hitl.limits import (
     MAX_EXTEND_SECONDS,
     MAX_TEXT_CHARS,
     text_problem,
+)
+from hitl.rules import (
+    call_approvers,
+    escalation_targets,
+    may_decide,
+    needs_person,
+    policy_may_decide,
+    required_approvals,
+    signatures_required,
 )
 from hitl.schema import schema_problem
 from hitl.signing import SignatureError, verify_decision

@@ -3,10 +3,9 @@
 A call names who may decide it (`PendingApproval.approvers`): people by name and groups as
 `group:NAME`, which the approver directory fills (the file the workers read, `HITL_APPROVERS`;
 the console reads the same file, `--approvers`). An empty list means anyone. This is the rule
-the run itself applies (`hitl.workflows.approvers.may_decide`, restated here because console
-code imports no workflow code); the run stays the judge of every decision, and the console's
-rule only decides what it shows. Viewers (`--viewers NAME`, `--viewers group:NAME`) see every
-call and decide only what the rule lets them.
+the run itself applies (`hitl.rules.may_decide`); the run stays the judge of every decision, and
+the console's rule only decides what it shows. Viewers (`--viewers NAME`, `--viewers
+group:NAME`) see every call and decide only what the rule lets them.
 """
 
 from __future__ import annotations
@@ -14,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from hitl import rules
+from hitl.rules import GROUP
 from hitl.wire import ApproverDirectory, DecisionRecord
 
 __all__ = ["GROUP", "Rules"]
-
-GROUP = "group:"
 
 
 @dataclass(frozen=True)
@@ -48,15 +47,10 @@ class Rules:
     def may_decide(self, person: str, approvers: list[str]) -> bool:
         """Whether `person` may decide a call whose approver list is `approvers`.
 
-        The run's rule: an empty list means anyone; else the person is named, or is in a group
-        the list names.
+        The run's rule (`hitl.rules.may_decide`): an empty list means anyone; else the person is
+        named, or is in a group the list names.
         """
-        if not approvers:
-            return True
-        if person in approvers:
-            return True
-        mine = self.groups(person)
-        return any(a.startswith(GROUP) and a[len(GROUP) :] in mine for a in approvers)
+        return rules.may_decide(person, approvers, self.directory)
 
     def may_see(self, person: str, approvers: list[str]) -> bool:
         """Whether `person` may see a call whose approver list is `approvers`."""

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from temporalio.exceptions import ApplicationError
 
 from hitl.cli import proof as core
+from hitl.rules import escalation_targets, may_decide
 from hitl.signing import key_id_for, new_key_pair, sign_input
 from hitl.wire import (
     AgentGraph,
@@ -45,10 +46,9 @@ from hitl.wire import (
     canonical_arguments,
     text_digest,
 )
-from hitl.workflows.approvers import apply_edit, check_edit, may_decide
+from hitl.workflows.approvers import apply_edit, check_edit
 from hitl.workflows.book import ApprovalBook
 from hitl.workflows.checks import one_of_several
-from hitl.workflows.turn import escalation_targets
 
 WID = "prop-run"
 T0 = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)

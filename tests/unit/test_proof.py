@@ -1,8 +1,8 @@
 """`hitl verify`'s decision proof (`hitl.cli.proof`), without a server.
 
-The proof restates the run's rules (operator tooling may not import workflow code): each is
-checked against the workflow's own function first, then each way a call may be decided, and
-each way a decision may fail to count.
+The proof judges by the run's own rules (`hitl.rules`, which the run, the proof and the console
+share): the rules first, then each way a call may be decided, and each way a decision may fail
+to count.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from hitl import rules as R  # the rules, shared by the run, the proof and the console
 from hitl.cli import proof
 from hitl.cli.proof import CallRules, Candidate, Verdict, prove_call
+from hitl.console.rules import Rules
 from hitl.signing import key_id_for, new_key_pair, sign_input
 from hitl.wire import (
     ApproverDirectory,
@@ -30,6 +32,8 @@ from hitl.wire import (
     text_digest,
 )
 from hitl.workflows import approvers as run_approvers
+from hitl.workflows import book as run_book
+from hitl.workflows import decisions as run_decisions
 from hitl.workflows import turn as run_turn
 
 T0 = datetime(2026, 11, 26, 9, 0, tzinfo=UTC)
@@ -78,36 +82,60 @@ def verdict(r: CallRules, *candidates: Candidate, ran: str = ARGS, **kw: Any) ->
 # ----------------------------------------------------------------------------- the rules
 
 
-def test_the_proofs_rules_are_the_runs() -> None:
-    lists = [[], ["ann"], ["group:finance"], ["group:leads", "bob"]]
-    for who, allowed, directory in itertools.product(
-        ["ann", "bob", "dan", "eve", None], lists, [None, DIRECTORY]
+def test_the_run_the_proof_and_the_console_share_one_statement_of_the_rules() -> None:
+    # One function each, not restatements that could drift apart.
+    assert proof.may_decide is R.may_decide
+    assert run_approvers.may_decide is R.may_decide
+    assert run_book.may_decide is R.may_decide
+    assert run_decisions.escalation_targets is proof.escalation_targets is R.escalation_targets
+    assert run_turn.policy_may_decide is proof.policy_may_decide is R.policy_may_decide
+    assert run_turn.call_approvers is proof.call_approvers is R.call_approvers
+    assert run_turn.required_approvals is proof.required_approvals is R.required_approvals
+    console = Rules.of(DIRECTORY)
+    for who, allowed in itertools.product(
+        ["ann", "bob", "dan", "eve"], [[], ["ann"], ["group:finance"], ["group:leads", "bob"]]
     ):
-        assert proof.may_decide(who, allowed, directory) == run_approvers.may_decide(
-            who, allowed, directory
-        )
-    tools = [
-        tool(),
-        tool(approvers=["ann"]),
-        tool(approvers_by_call=True),
-        tool(escalate_to=["dan"]),
-        tool(approvers=["ann"], escalate_to=["group:leads"]),
-    ]
-    cfgs = [RunConfigSpec(), RunConfigSpec(escalate_to=["eve"])]
-    policies = [
-        None,
-        PolicyDecision(kind="approve", approver="cb"),
-        PolicyDecision(kind="approve", approver="run", run_level=True),
-        PolicyDecision(kind="reject", approver="run", run_level=True),
-    ]
-    for t, cfg in itertools.product(tools, cfgs):
-        assert proof.escalation_targets(t, cfg) == run_turn.escalation_targets(t, cfg)
-        assert proof.names_approvers(t) == run_turn.names_approvers(t)
-        for policy, several in itertools.product(policies, [False, True]):
-            plan = CallPlan(call_id="m", needs_approval=True, policy=policy)
-            assert proof.policy_may_decide(t, policy, several) == run_turn.policy_may_decide(
-                t, plan, several
-            )
+        assert console.may_decide(who, allowed) == R.may_decide(who, allowed, DIRECTORY)
+
+
+def test_who_may_decide() -> None:
+    assert R.may_decide(None, [])  # an empty list: anyone
+    assert not R.may_decide(None, ["ann"])
+    assert R.may_decide("ann", ["ann"])
+    assert not R.may_decide("bob", ["ann"])
+    assert R.may_decide("ann", ["group:finance"], DIRECTORY)
+    assert not R.may_decide("ann", ["group:finance"])  # no directory: no groups
+    assert not R.may_decide("dan", ["group:finance"], DIRECTORY)
+
+
+def test_a_run_narrows_who_decides_and_never_widens_it() -> None:
+    plain, listed, by_call = tool(), tool(approvers=["ann"]), tool(approvers_by_call=True)
+    own = tool(approvers=["ann"], escalate_to=["group:leads"])
+    widen = RunConfigSpec(escalate_to=["eve"], approvers=["eve"])
+    assert R.escalation_targets(plain, widen) == ["eve"]
+    assert R.escalation_targets(listed, widen) == []
+    assert R.escalation_targets(by_call, widen) == []
+    assert R.escalation_targets(own, widen) == ["group:leads"]
+    assert R.call_approvers(plain, None, widen) == ["eve"]
+    assert R.call_approvers(listed, None, widen) == ["ann"]
+    plan = CallPlan(call_id="m", needs_approval=True, approvers=["bob"], required_approvals=2)
+    assert R.call_approvers(listed, plan, widen) == ["bob"]
+    assert R.required_approvals(tool(required_approvals=3), plan) == 3
+    assert R.required_approvals(tool(), plan) == 2
+    assert R.required_approvals(tool(), None) == 1
+
+
+def test_when_an_approver_callbacks_answer_decides() -> None:
+    by_tool = PolicyDecision(kind="approve", approver="cb")
+    by_run = PolicyDecision(kind="approve", approver="run", run_level=True)
+    no = PolicyDecision(kind="reject", approver="run", run_level=True)
+    plain, listed = tool(), tool(approvers=["ann"])
+    assert not R.policy_may_decide(plain, None, several=False)
+    assert R.policy_may_decide(listed, by_tool, several=False)
+    assert not R.policy_may_decide(listed, by_tool, several=True)  # four eyes needs people
+    assert R.policy_may_decide(plain, by_run, several=False)
+    assert not R.policy_may_decide(listed, by_run, several=False)  # the run may not widen
+    assert R.policy_may_decide(listed, no, several=True)  # a rejection always decides
 
 
 # ----------------------------------------------------------------------------- deciders

@@ -1,10 +1,10 @@
-"""The run's approval rules, restated for `hitl verify` (who may decide, how many, when).
+"""The approval rules, stated once: who may decide a call, how many must, and when a callback may.
 
-Operator tooling may not import workflow code (the import contracts in pyproject.toml), so
-`hitl.cli.proof` judges calls by these restatements: who may decide (`may_decide`), who joins
-on escalation (`escalation_targets`), when an approver callback's answer decides
-(`policy_may_decide`), whether a call needs a person, how many and who. `tests/unit/test_proof.py`
-checks each against the workflow's own function.
+Pure functions of the pinned tool, the run's configuration and the call's plan, importing only
+`hitl.wire`. The run applies them (`hitl.workflows.turn`, `hitl.workflows.approvers`), `hitl
+verify` judges recorded histories by them (`hitl.cli.proof`), and the console shows each person
+the calls they may decide by them (`hitl.console.rules`): one statement, so the three can never
+disagree about who may decide.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ GROUP = "group:"
 def may_decide(
     approver: str | None, allowed: list[str], directory: ApproverDirectory | None = None
 ) -> bool:
-    """Whether `approver` may decide a call whose approver list is `allowed` (empty: anyone)."""
+    """Whether `approver` may decide a call whose approver list is `allowed` (empty: anyone).
+
+    An entry is an approver's name or `group:<name>`, which the worker's directory fills.
+    """
     if not allowed:
         return True
     if approver is None:
@@ -39,7 +42,8 @@ def names_approvers(tool: ToolSpec) -> bool:
 def escalation_targets(tool: ToolSpec, cfg: RunConfigSpec) -> list[str]:
     """Who joins a call's approvers when it escalates.
 
-    The tool's own `escalate_to`; the run's only for a tool that names no approvers of its own.
+    The tool's own `escalate_to`; the run's only for a tool that names no approvers of its own:
+    whoever starts a run may narrow who decides, never widen it past what the tool says.
     """
     if tool.escalate_to or names_approvers(tool):
         return list(tool.escalate_to)
