@@ -282,11 +282,23 @@ class RunState:
         item: ToolApprovalItem | str,
         always_reject: bool = False,
         *,
+        rejection_message: str | None = None,
         message: str | None = None,
         approver: str | None = None,
         reason: str | None = None,
     ) -> None:
-        """Reject a pending call; `message` is what the model sees instead of the tool output."""
+        """Reject a pending call; with `always_reject`, every later call of that tool too.
+
+        `rejection_message` (the OpenAI Agents SDK's keyword; `message` is the same) is what the
+        model sees instead of the tool output, for this call; calls a standing rule rejects later
+        get the run's `tool_error_formatter`, else the default text.
+        """
+        if rejection_message is not None and message is not None and rejection_message != message:
+            raise TypeError(
+                "reject() got two different rejection texts: pass rejection_message= "
+                "(or its older name message=), not both"
+            )
+        message = rejection_message if rejection_message is not None else message
         it = self._decidable(item)
         self.decisions[it.call_id] = DecisionRequest(
             kind="reject",

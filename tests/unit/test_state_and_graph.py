@@ -97,6 +97,21 @@ def test_run_state_round_trip_keeps_decisions() -> None:
     assert asyncio.run(RunState.from_json(agent, data)).workflow_id == "wf-1"
 
 
+def test_reject_takes_the_sdks_rejection_message_keyword() -> None:
+    agent = Agent(name="Root", model=model, tools=[act])
+    state = _state(agent)
+    state.reject(state.interruptions[0], rejection_message="not today")
+    state.reject("c2", always_reject=True, rejection_message="never", message="never")
+    assert {k: (d.kind, d.always, d.message) for k, d in state.decisions.items()} == {
+        "c1": ("reject", False, "not today"),
+        "c2": ("reject", True, "never"),
+    }
+    loaded = asyncio.run(RunState.from_string(agent, state.to_string()))
+    assert loaded.decisions["c1"].message == "not today"
+    with pytest.raises(TypeError, match="rejection_message"):
+        _state(agent).reject("c1", rejection_message="a", message="b")
+
+
 def test_run_state_refuses_what_it_cannot_read() -> None:
     agent = Agent(name="Root", model=model, tools=[act])
     data = _state(agent).to_json()
