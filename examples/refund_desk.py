@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from decimal import Decimal
 from typing import Any
 
 from hitl import (
@@ -46,8 +47,12 @@ def lookup_order(order_id: int) -> dict[str, Any]:
 def refund_needs_approval(
     _ctx: RunContextWrapper[Any], params: dict[str, Any], _call_id: str
 ) -> bool:
-    """Refunds above the limit need a person."""
-    return float(params.get("amount", 0)) > REFUND_APPROVAL_LIMIT
+    """Refunds above the limit need a person; so does an amount that is not a plain number."""
+    try:
+        amount = Decimal(str(params.get("amount")))
+    except ArithmeticError:
+        return True
+    return not amount.is_finite() or amount > Decimal(str(REFUND_APPROVAL_LIMIT))
 
 
 def refund_request(params: dict[str, Any]) -> ApprovalRequest:
@@ -108,12 +113,25 @@ def cancel_order(ctx: ToolContext[Any], order_id: int) -> str:
     return f"Cancelled order {order_id} (receipt {receipt})"
 
 
+AMOUNT = re.compile(r"\$\s?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d{1,2})?)(?![\d,])")
+"""A dollar amount as people write it: `$40`, `$1250.00`, `$1,250.00`."""
+ORDER = re.compile(r"(?<![\d$,.])(\d{4})(?![\d,]|\.\d)")
+"""An order number: four digits that are not part of an amount."""
+
+
+def read_amounts_and_orders(text: str) -> tuple[list[float], list[int]]:
+    """The dollar amounts in `text`, and the orders it names (each once, in order of mention)."""
+    amounts = [float(Decimal(m.group(1).replace(",", ""))) for m in AMOUNT.finditer(text)]
+    rest = AMOUNT.sub(" ", text)  # an amount's digits never name an order
+    orders = list(dict.fromkeys(int(n) for n in ORDER.findall(rest)))
+    return amounts, orders
+
+
 def refund_desk_script(req: ModelRequest) -> ModelReply:
     """Offline stand-in for a model: look up, then refund/cancel what the message asks for."""
     text = req.last_user_text()
     lowered = text.lower()
-    orders = [int(n) for n in re.findall(r"\b(\d{4})\b", text)]
-    amounts = [float(a) for a in re.findall(r"\$(\d+(?:\.\d+)?)", text)]
+    amounts, orders = read_amounts_and_orders(text)
     results = req.tool_results()
     looked_up = {r.arguments.get("order_id") for r in results if r.name == "lookup_order"}
     if any(o not in looked_up for o in orders):

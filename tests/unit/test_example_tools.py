@@ -3,11 +3,12 @@ what the person sees, and that a repeated call has one effect."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from hitl import RunConfig
+from hitl import ModelRequest, RunConfig
 from hitl.examples import backoffice, email_desk, refund_desk
 from hitl.testing import ToolCheck
 
@@ -61,3 +62,40 @@ async def test_the_refund_desk_asks_above_its_limit() -> None:
         {"order_id": 1002}
     )
     assert cancel.outcome == "waits" and cancel.request is not None
+
+
+def desk_turn(text: str, looked_up: list[int]) -> list[tuple[str, dict[str, object]]]:
+    """The refund desk's calls for `text`, once the orders in `looked_up` were looked up."""
+    items: list[dict[str, object]] = [{"role": "user", "content": text}]
+    for n, order in enumerate(looked_up):
+        args = json.dumps({"order_id": order})
+        items.append({"type": "function_call", "call_id": f"l{n}", "name": "lookup_order",
+                      "arguments": args})  # fmt: skip
+        items.append({"type": "function_call_output", "call_id": f"l{n}", "output": "{}"})
+    req = ModelRequest("Refund desk", None, items, [], None, turn=len(looked_up))
+    reply = refund_desk.refund_desk_script(req)
+    return [(c.name, json.loads(c.arguments) if isinstance(c.arguments, str) else c.arguments)
+            for c in reply.tool_calls]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text", ["Refund $1,250.00 on order 1001.", "Please refund $1250.00 for order 1001."]
+)
+def test_the_refund_desk_reads_amounts_as_people_write_them(text: str) -> None:
+    # Once "$1,250.00" read as $1.00 (no approval needed) and "$1250.00" as order 1250.
+    assert desk_turn(text, []) == [("lookup_order", {"order_id": 1001})]
+    [(name, args)] = desk_turn(text, [1001])
+    assert (name, args["order_id"], args["amount"]) == ("refund", 1001, 1250.0)
+
+
+def test_the_refund_desk_makes_one_call_per_order_named() -> None:
+    text = "Cancel order 1003. Yes, cancel 1003 for sure."
+    assert desk_turn(text, []) == [("lookup_order", {"order_id": 1003})]
+    assert desk_turn(text, [1003]) == [("cancel_order", {"order_id": 1003})]
+
+
+@pytest.mark.parametrize("amount", ["NaN", "-Infinity", "1,250.00", None, "a lot"])
+def test_a_refund_whose_amount_is_not_a_plain_number_asks_a_person(amount: object) -> None:
+    predicate = refund_desk.refund_needs_approval
+    assert predicate(None, {"order_id": 1001, "amount": amount}, "c") is True  # type: ignore[arg-type]
+    assert predicate(None, {"order_id": 1001, "amount": 40}, "c") is False  # type: ignore[arg-type]
