@@ -16,10 +16,11 @@ import gc
 import os
 import re
 import sys
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-from temporalio.client import Client
+from temporalio.client import Client, Plugin
 from temporalio.converter import DataConverter, ExternalStorage
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError, RPCStatusCode
@@ -126,24 +127,28 @@ async def connect(
     address: str | None = None,
     namespace: str | None = None,
     timeout: float | None = None,
+    plugins: Sequence[Plugin] = (),
 ) -> Client:
     """Return `client`, or connect with envconfig settings (cached per event loop).
 
     The namespace is checked once at connection time, so a wrong address, namespace or credential
     fails here with a `UserError` that names it, instead of later as a hanging worker or a
-    confusing traceback.
+    confusing traceback. `plugins` go on the new client (the worker's `--otel` tracing); a
+    client with plugins is never shared from the cache.
     """
     if client is not None:
         return client
     config = connect_config(profile=profile, address=address, namespace=namespace)
     key = (id(asyncio.get_running_loop()), str(config.get("target_host")), profile)
-    if key in _cached and address is None and namespace is None:
+    shared = address is None and namespace is None and not plugins
+    if key in _cached and shared:
         return _cached[key]
     limit = timeout if timeout is not None else connect_timeout()
     target, ns = str(config["target_host"]), str(config["namespace"])
     try:
         new = await asyncio.wait_for(
-            Client.connect(**config, data_converter=data_converter()), limit
+            Client.connect(**config, data_converter=data_converter(), plugins=list(plugins)),
+            limit,
         )
     except TimeoutError:
         raise UserError(
@@ -161,7 +166,7 @@ async def connect(
         raise UserError(
             f"Temporal at {target} did not describe namespace {ns!r} within {limit:g}s"
         ) from None
-    if address is None and namespace is None:
+    if shared:
         _cached[key] = new
     return new
 

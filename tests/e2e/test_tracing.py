@@ -27,7 +27,7 @@ from hitl.client import data_converter
 from hitl.worker.devserver import DevServer
 from tests.agents import support_agent
 from tests.e2e.traced_worker import span_record, trace_triage
-from tests.helpers import WorkerProcess, queue_name, serving
+from tests.helpers import WorkerProcess, queue_name, serving, wait_for
 
 EXPORTER = InMemorySpanExporter()
 _installed: list[bool] = []
@@ -294,3 +294,64 @@ async def test_spans_survive_a_killed_worker_process(dev_server: DevServer, tmp_
     assert run["pid"] == wait["pid"] == second.process.pid
     assert run["start"] < wait["start"] < killed_at < wait["end"]
     assert by_name["hitl.handoff"]["pid"] == first.process.pid  # type: ignore[union-attr]
+
+
+# ----------------------------------------------------------------------------- the stock worker
+
+
+def console_spans(text: str) -> list[dict[str, Any]]:
+    """The spans OpenTelemetry's console exporter printed (indented JSON objects) in `text`."""
+    decoder = json.JSONDecoder()
+    spans = []
+    for start in (i for i in range(len(text)) if text.startswith("{\n", i)):
+        try:
+            obj, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "context" in obj and "name" in obj:
+            spans.append(obj)
+    return spans
+
+
+async def test_the_stock_worker_traces_with_otel(dev_server: DevServer) -> None:
+    """`python -m hitl.worker --otel`: no hand-built worker needed for spans."""
+    client = await Client.connect(dev_server.address, data_converter=data_converter())
+    tq = queue_name("otel-flag")
+    env = {"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "desk-worker"}
+    with WorkerProcess(dev_server.address, tq, env=env, extra_args=["--otel"]) as worker:
+        assert "tracing" in "".join(worker.output), "it says it traces"
+        config = RunConfig(workflow_name="refunds")
+        result = await Runner.run(
+            support_agent,
+            "cancel order 3",
+            run_config=config,
+            client=client,
+            task_queue=tq,
+            serve=False,
+        )
+        state = result.to_state()
+        state.approve(result.interruptions[0], approver="olga")
+        done = await Runner.run(support_agent, state, client=client, task_queue=tq, serve=False)
+    assert done.final_output == "cancel_order: Cancelled order 3"
+    assert worker.process is not None and worker.process.returncode == 0, worker.output
+    wid = result.workflow_id
+
+    def ours() -> list[dict[str, Any]]:
+        spans = console_spans("".join(worker.output))
+        return [s for s in spans if s["attributes"].get("hitl.workflow_id") == wid]
+
+    # The process has exited; its last lines may still be on their way through the pipe.
+    await wait_for(lambda: len(ours()) == 6, timeout=10, what="the run's six spans")
+    spans = ours()
+    assert sorted(s["name"] for s in spans) == sorted(
+        [
+            "hitl.run refunds",
+            "hitl.model_call",
+            "hitl.model_call",
+            "hitl.approval_wait",
+            "hitl.approval_decision",
+            "hitl.tool_call",
+        ]
+    )
+    assert {s["context"]["trace_id"] for s in spans} == {spans[0]["context"]["trace_id"]}
+    assert all(s["resource"]["attributes"]["service.name"] == "desk-worker" for s in spans)
