@@ -197,6 +197,7 @@ class AgentActivities:
             notify=self.notify,
             inbox_memo=True,
             run_call_ids=True,
+            inbox_rounds=True,
         )
 
     @activity.defn(name=ACT_HANDLE_RUN_ERROR)

@@ -217,6 +217,7 @@ class AgentRun:
             s.current_agent, s.tracing = resolved.graph.root, resolved.tracing
             if inp.carried is None:
                 s.inbox_memo = inp.parent is None and (resolved.inbox_memo or patched)
+                s.inbox_rounds = s.inbox_memo and resolved.inbox_rounds
         self.trace = tracing.start(self)
         if inp.carried is None:
             try:

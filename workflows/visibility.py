@@ -207,7 +207,7 @@ def inbox_entry(p: PendingApproval) -> InboxEntry:
         agent_name=p.agent_name,
         title=preview(title, 200),
         path=p.path,
-        requested_at=p.requested_at,
+        requested_at=p.waiting_since,
         deadline=p.deadline,
         kind=p.kind,
         required_approvals=p.required_approvals,
@@ -275,11 +275,17 @@ class Publisher:
     def inbox_key(self, visible: Visible) -> list[str] | None:
         """What the inbox memo should show of a paused run; `None`: leave the memo as it is.
 
-        Its calls and their approvals so far, in the form `CarriedState.inbox_shown` keeps.
+        Its calls and their approvals so far, in the form `CarriedState.inbox_shown` keeps; with
+        `inbox_rounds`, also what each waits for (kind and round): an approved call that turns
+        uncertain, or asks a question, has the key it had while it waited for approval.
         """
         run = self.run
         if not run.state.inbox_memo or visible.status != "awaiting_approval":
             return None
+        if run.state.inbox_rounds:
+            return [
+                f"{p.call_id}\t{len(p.approvals)}\t{p.kind}\t{p.round}" for p in run.book.pending()
+            ]
         return [f"{p.call_id}\t{len(p.approvals)}" for p in run.book.pending()]
 
     def changed(self) -> bool:

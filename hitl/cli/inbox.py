@@ -224,6 +224,13 @@ _Row = tuple[datetime, list[str], dict[str, Any]]
 """(sort key, table cells, `--json` object) of one line of `hitl pending`."""
 _FAR = datetime.max.replace(tzinfo=UTC)
 
+WAITS_FOR = {
+    "approval": "approval",
+    "uncertain": "uncertain: hitl resolve",
+    "input": "input: hitl answer",
+}
+"""The WAITS FOR column of `hitl pending`: what settles the call (approve/reject otherwise)."""
+
 
 def _unavailable_row(w: WorkflowExecution, why: str, memo: InboxMemo | None = None) -> _Row:
     """A paused run that could not be asked for its calls: what its search attributes say.
@@ -237,6 +244,7 @@ def _unavailable_row(w: WorkflowExecution, why: str, memo: InboxMemo | None = No
     cells = [
         one_line(w.id),
         "(unavailable)",
+        "?",
         one_line(_path_text([agent] if agent else [], ", ".join(tools) or "?")),
         "(unconfirmed)",
         _ago(since),
@@ -248,6 +256,7 @@ def _unavailable_row(w: WorkflowExecution, why: str, memo: InboxMemo | None = No
         "tool_name": None,
         "pending_tools": tools,
         "requested_at": _iso(since),
+        "waiting_since": _iso(since),
         "path": [agent] if agent else [],
         "task_queue": w.task_queue,
         "unavailable": why,
@@ -266,17 +275,21 @@ def _call_row(
     call: PendingApproval | InboxEntry,
 ) -> _Row:
     """One line of `hitl pending`: its sort key, table cells and `--json` object."""
-    if call.required_approvals > 1:
+    if call.required_approvals > 1 and call.kind == "approval":
         title = f"[{approved}/{call.required_approvals} approved] {title}"
+    # A memo entry's time is already the waiting-since time (`InboxEntry.requested_at`).
+    since = call.waiting_since if isinstance(call, PendingApproval) else call.requested_at
     cells = [
         one_line(workflow_id),
         one_line(call.call_id),
+        WAITS_FOR.get(call.kind, one_line(call.kind)),
         one_line(_path_text(call.path or [call.agent_name], call.tool_name)),
         _short(title),
-        _ago(call.requested_at),
+        _ago(since),
     ]
     data = {
         **call.model_dump(mode="json", exclude={"workflow_id"}),
+        "waiting_since": _iso(since),
         # Decisions go to the root run; the call's own (nested) run is named apart.
         "workflow_id": workflow_id,
         "owner_workflow_id": call.workflow_id or workflow_id,
@@ -285,22 +298,22 @@ def _call_row(
         "unavailable": None,
         "confirmed": True,
     }
-    return (call.requested_at or _FAR, cells, data)
+    return (since or _FAR, cells, data)
 
 
 def _pending_rows(w: WorkflowExecution, status: RunStatus) -> list[_Row]:
     """One row per call the run waits on (from its `status` answer)."""
     return [
-        _call_row(
-            w,
-            status.workflow_id,
-            status.agent,
-            p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}",
-            len(p.approvals),
-            p,
-        )
+        _call_row(w, status.workflow_id, status.agent, _title(p), len(p.approvals), p)
         for p in status.pending
     ]
+
+
+def _title(p: PendingApproval) -> str:
+    """The TITLE of a call from its run's `status`: what its memo entry would say."""
+    if p.kind == "input" and p.input_request is not None:
+        return p.input_request.message  # the question, as `inbox_entry` lists it
+    return p.request.title if p.request else f"{p.agent_name} wants to run {p.tool_name}"
 
 
 async def inbox_memo(w: WorkflowExecution) -> InboxMemo | None:
@@ -359,7 +372,8 @@ async def cmd_pending(client: Client, args: argparse.Namespace) -> int:
         return EXIT_OK
     print(
         _table(
-            [cells for _, cells, _ in rows], ["RUN", "CALL ID", "PATH", "TITLE", "WAITING SINCE"]
+            [cells for _, cells, _ in rows],
+            ["RUN", "CALL ID", "WAITS FOR", "PATH", "TITLE", "WAITING SINCE"],
         )
     )
     return EXIT_OK

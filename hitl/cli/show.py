@@ -114,10 +114,9 @@ def _print_call(st: RunStatus, n: int, p: PendingApproval) -> None:
     req = p.request
     print(f"\n[{n}] {one_line(req.title if req else p.tool_name)}")
     where = one_line(_path_text(p.path or [p.agent_name], p.tool_name))
-    print(
-        f"    call {one_line(p.call_id)}, path {where}, "
-        f"waiting since {p.requested_at} ({_ago(p.requested_at)})"
-    )
+    since = p.waiting_since  # a question or an uncertain call: not since its approval request
+    waiting = f"waiting since {since} ({_ago(since)})" if since else "waiting"
+    print(f"    call {one_line(p.call_id)}, path {where}, {waiting}")
     _print_question(st, p)
     _print_standing(st, p)
     if req is not None:
@@ -174,6 +173,8 @@ def _print_request(st: RunStatus, p: PendingApproval, req: ApprovalRequestData) 
         print("    ---")
     if req.note:
         print(f"    note: {one_line(req.note)}")
+    if p.kind != "approval":
+        return  # approved already: it is settled by `hitl resolve` or `hitl answer` (above)
     run_and_call = f"{one_line(st.workflow_id)} {one_line(p.call_id)}"
     print(f"    [{one_line(req.primary_label)}] hitl approve {run_and_call}")
     reject = f'hitl reject {run_and_call} --message "..."'

@@ -386,6 +386,10 @@ class ResolvedRun(WireModel):
     run_call_ids: bool = False
     """The worker's code names each call itself (`t<turn>.<n>`, the model's id kept as data);
     recorded like `inbox_memo`, so runs recorded before keep the model's ids on replay."""
+    inbox_rounds: bool = False
+    """The worker's code writes the inbox memo anew when a listed call changes what it waits
+    for (an approved call turns uncertain or asks a question; another question); recorded
+    like `inbox_memo`, so runs recorded before write it as they did on replay."""
 
 
 class HandleRunErrorInput(WireModel):

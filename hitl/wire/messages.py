@@ -180,6 +180,8 @@ class InboxEntry(WireModel):
     title: str
     path: list[str] = Field(default_factory=list)
     requested_at: datetime | None = None
+    """Since when the call waits for what it waits for now (`PendingApproval.waiting_since`:
+    written so by runs of this version; older runs wrote the approval request's time)."""
     deadline: datetime | None = None
     kind: Literal["approval", "uncertain", "input"] = "approval"
     required_approvals: int = 1
@@ -256,6 +258,20 @@ class PendingApproval(WireModel):
     """Decisions on this call must be signed (`hitl.signing`)."""
     model_call_id: str | None = None
     """The id the model gave the call (the run assigns `call_id` itself), as data."""
+
+    @property
+    def waiting_since(self) -> datetime | None:
+        """Since when the call waits for what it waits for now.
+
+        A question (`input`) waits since it was asked, an `uncertain` call since its attempt
+        died; an approval since it was requested (`requested_at`, which a call that needed no
+        approval never has).
+        """
+        if self.kind == "input" and self.input_request is not None:
+            return self.input_request.since
+        if self.kind == "uncertain" and self.uncertain is not None:
+            return self.uncertain.since
+        return self.requested_at
 
 
 class ChildReport(WireModel):

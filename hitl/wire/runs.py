@@ -508,6 +508,9 @@ class CarriedState(WireModel):
     inbox_shown: list[str] = Field(default_factory=list)
     """What the memo lists now (call id and approvals so far), so a continued run does not
     write it again."""
+    inbox_rounds: bool = False
+    """The memo's key also holds each call's kind and round (`ResolvedRun.inbox_rounds`; runs
+    started before never): a call that turns uncertain or asks a new question is listed anew."""
     calls: list[CallRecord] = Field(default_factory=list)
     """The calls of the turn in progress (see the class docstring)."""
     open_turn: TurnInfo | None = None

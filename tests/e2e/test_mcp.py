@@ -182,6 +182,12 @@ async def test_elicitation_waits_for_a_person_and_acts_once(
         assert "Close the account of Ada Lovelace (#7001)?" in pending.input_request.message
         assert set(pending.input_request.requested_schema["properties"]) == {"confirm", "reason"}
         assert operations(db) == []  # the server was told nobody answered: it did nothing
+        # `hitl show` says since when it waits: since the question (it had no approval).
+        address = dev_client.service_client.config.target_host
+        shown = await asyncio.to_thread(hitl, address, "show", result.workflow_id)
+        assert shown.returncode == 0, shown.stderr
+        assert f"waiting since {pending.input_request.since}" in shown.stdout
+        assert "hitl answer" in shown.stdout and "since None" not in shown.stdout
 
         # A hostile or mistaken answer is refused and changes nothing.
         for bad, error in [

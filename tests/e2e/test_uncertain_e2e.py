@@ -64,6 +64,16 @@ async def test_a_killed_payment_asks_a_person_and_pays_once(
         await wait_for(uncertain, timeout=60, what="the call to become uncertain")
         shown = await asyncio.to_thread(hitl, dev_server.address, "show", result.workflow_id)
         assert "UNCERTAIN" in shown.stdout and "hitl resolve" in shown.stdout
+        assert "hitl approve" not in shown.stdout, "its approval is over"
+
+        def listed_as_uncertain() -> bool:  # the inbox memo, in visibility: eventually
+            table = hitl(dev_server.address, "pending", "--queue", tq)
+            rows = [ln for ln in table.stdout.splitlines() if ln.startswith(result.workflow_id)]
+            return len(rows) == 1 and "uncertain: hitl resolve" in rows[0]
+
+        await wait_for(
+            lambda: asyncio.to_thread(listed_as_uncertain), timeout=30, what="hitl pending"
+        )
         done = await asyncio.to_thread(
             hitl,
             dev_server.address,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
@@ -251,3 +252,79 @@ def test_the_output_stream_keeps_json_valid() -> None:
     SafeStream(buffer).write(json.dumps(value, ensure_ascii=False))
     assert _raw_controls(buffer.getvalue()) == []
     assert json.loads(buffer.getvalue()) == value
+
+
+def _waiting(kind: str) -> tuple[Any, datetime]:
+    """A pending call of `kind` that was approved at 09:00 and started its wait at 10:00."""
+    from hitl.wire import ApprovalRequestData, InputRequest, PendingApproval, UncertainCall
+
+    approved_at, since = datetime(2026, 1, 1, 9, tzinfo=UTC), datetime(2026, 1, 1, 10, tzinfo=UTC)
+    return (
+        PendingApproval(
+            call_id="t1.1",
+            tool_name="close_account",
+            agent_id="A",
+            agent_name="A",
+            arguments="{}",
+            turn=1,
+            requested_at=approved_at if kind == "uncertain" else None,
+            request=ApprovalRequestData(title="Close account 7001", message="Close it?"),
+            kind=kind,  # type: ignore[arg-type]
+            uncertain=UncertainCall(since=since, error="worker lost")
+            if kind == "uncertain"
+            else None,
+            input_request=InputRequest(
+                server="backoffice", message="Really close it?", requested_schema={}, since=since
+            )
+            if kind == "input"
+            else None,
+        ),
+        since,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "settle"), [("input", "hitl answer"), ("uncertain", "hitl resolve")]
+)
+def test_show_says_since_when_a_call_waits_and_offers_what_settles_it(
+    capsys: pytest.CaptureFixture[str], kind: str, settle: str
+) -> None:
+    from hitl.cli.show import _print_call
+    from hitl.wire import RunStatus
+
+    call, since = _waiting(kind)
+    st = RunStatus(
+        workflow_id="run", run_id="r", phase="awaiting_approval", agent="A", pending=[call]
+    )
+    _print_call(st, 1, call)
+    out = capsys.readouterr().out
+    assert f"waiting since {since}" in out and "None" not in out
+    assert settle in out
+    assert "hitl approve" not in out and "hitl reject" not in out, "it was approved already"
+
+
+def test_pending_labels_what_each_call_waits_for() -> None:
+    from types import SimpleNamespace
+
+    from hitl.cli.inbox import _call_row, _pending_rows
+    from hitl.wire import InboxEntry, RunStatus
+
+    w: Any = SimpleNamespace(id="run", task_queue="q")
+    rows = {}
+    for kind in ("uncertain", "input"):
+        call, since = _waiting(kind)
+        status = RunStatus(
+            workflow_id="run", run_id="r", phase="awaiting_approval", agent="A", pending=[call]
+        )
+        [(key, cells, data)] = _pending_rows(w, status)
+        assert key == since and data["waiting_since"] == since.isoformat()
+        rows[kind] = cells
+    assert rows["uncertain"][2] == "uncertain: hitl resolve"
+    assert rows["input"][2] == "input: hitl answer"
+    assert rows["input"][4] == "Really close it?", "the question, as the memo lists it"
+    entry = InboxEntry(
+        call_id="t1.1", tool_name="pay", agent_id="A", agent_name="A", title="Pay", kind="uncertain"
+    )
+    assert _call_row(w, "run", "A", "Pay", 0, entry)[1][2] == "uncertain: hitl resolve"
+    approval = entry.model_copy(update={"kind": "approval"})
+    assert _call_row(w, "run", "A", "Pay", 0, approval)[1][2] == "approval"

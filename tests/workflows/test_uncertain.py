@@ -19,8 +19,17 @@ from hitl import (
     ToolContext,
     function_tool,
 )
-from hitl.wire import DecisionInput, Resolution, ResolveInput, RunOutput, RunStatus
-from tests.helpers import Ledger, record_effect, serving, tool_activity_count
+from hitl.wire import (
+    INBOX_MEMO,
+    DecisionInput,
+    InboxEntry,
+    InboxMemo,
+    Resolution,
+    ResolveInput,
+    RunOutput,
+    RunStatus,
+)
+from tests.helpers import Ledger, record_effect, serving, tool_activity_count, wait_for
 from tests.workflows.test_invariants import refused_type
 
 LOST: set[str] = set()
@@ -122,3 +131,38 @@ async def test_retry_runs_it_again_with_the_same_key_so_the_effect_stays_one(
     assert tool_activity_count(hist) == 2, "the person's retry ran the tool once more"
     assert ledger.count("pay") == 1, "the same idempotency key: one effect"
     assert [a.attempt for a in ledger.attempts("pay")] == [1, 1]
+
+
+async def test_the_inbox_memo_relists_an_approved_call_that_turned_uncertain(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    """`hitl pending` reads the memo: it must say "uncertain" (settled by `resolve`), since
+    when, not the approval the call had before, with the same call id and approvals."""
+    client = ts_env.client
+    async with serving(client, payer) as tq:
+        handle, call_id = await _uncertain(client, tq)
+        status: RunStatus = await handle.query("status", result_type=RunStatus)
+        [pending] = status.pending
+        assert pending.uncertain is not None and pending.requested_at is not None
+        assert pending.waiting_since == pending.uncertain.since != pending.requested_at
+
+        async def listed() -> list[InboxEntry]:
+            desc = await handle.describe()
+            memo = await desc.memo_value(INBOX_MEMO, type_hint=InboxMemo)
+            return memo.calls
+
+        await wait_for(
+            lambda: _first_kind(listed(), "uncertain"), what="the memo to list it as uncertain"
+        )
+        [entry] = await listed()
+        assert entry.call_id == call_id
+        assert entry.requested_at == pending.uncertain.since
+        await handle.execute_update(
+            "resolve", ResolveInput(call_id=call_id, outcome="happened", approver="ops")
+        )
+        await handle.result()
+
+
+async def _first_kind(calls: Any, kind: str) -> bool:
+    listed: list[InboxEntry] = await calls
+    return bool(listed) and listed[0].kind == kind
