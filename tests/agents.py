@@ -499,3 +499,33 @@ signed_treasury: Agent[None] = Agent(
     tools=[pay_supplier],
     model=ScriptedModel(signed_script, "tests.signed_treasury"),
 )
+
+# ----------------------------------------------------------------------------- no edits
+
+
+@function_tool(needs_approval=True, allow_edits=False)
+def close_account(ctx: ToolContext[object], account: str) -> str:
+    """Close a customer's account (approve or reject as asked; never edited).
+
+    Args:
+        account: The account to close.
+    """
+    record(ctx, "close_account")
+    return f"Closed {account}"
+
+
+def closing_script(req: ModelRequest) -> ModelReply:
+    """Close the account the message names, then report the tool's output."""
+    results = req.results_for("close_account")
+    if results:
+        return ModelReply.say(results[0].output or "")
+    named = re.search(r"ACC-\d+", req.last_user_text())
+    return ModelReply.call("close_account", {"account": named.group() if named else "ACC-0"})
+
+
+closing_agent: Agent[None] = Agent(
+    name="Closings",
+    instructions="Close accounts when asked; a person approves each as it is.",
+    tools=[close_account],
+    model=ScriptedModel(closing_script, "tests.closings"),
+)

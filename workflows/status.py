@@ -84,8 +84,8 @@ def snapshot(run: Reads) -> RunSnapshot:
     for p in st.pending:
         agent = s.graph.agents.get(p.agent_id) if s.graph else None
         tool = agent.tool(p.tool_name) if agent else None
-        if tool is not None and tool.kind != "agent":
-            schemas[p.call_id] = tool.params_json_schema
+        if tool is not None and tool.kind != "agent" and tool.allow_edits:
+            schemas[p.call_id] = tool.params_json_schema  # an edit form is offered by it
     return RunSnapshot(
         status=st,
         input_items=s.input_items,

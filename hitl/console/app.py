@@ -26,7 +26,14 @@ from starlette.types import ASGIApp
 from hitl.cli.common import _ago, _Gone, _Unreadable
 from hitl.console.auth import COOKIE, Authenticator, Session
 from hitl.console.data import ConsoleData, Inbox, Outcome, Row, when
-from hitl.console.forms import POSTED, edited_arguments, form_fields, number, one_text_each
+from hitl.console.forms import (
+    POSTED,
+    edited_arguments,
+    form_fields,
+    number,
+    one_text_each,
+    posted_text,
+)
 from hitl.console.rules import Rules
 from hitl.console.urls import AUDIT, CALL, DECIDE, audit_url, call_url, decide_url
 from hitl.wire import PendingApproval, RunSnapshot
@@ -265,6 +272,7 @@ class Console:
         if item is None and not (viewer or (decided and rules.took_part(person, decided))):
             return self.not_found(request)  # no approver list to show it by: viewers only
         deciding = item is not None and rules.may_decide(person, item.approvers)
+        mine_approved = item is not None and any(a.approver == person for a in item.approvals)
         seen = seen_of(item) if item is not None else ""
         round_ = str(item.round) if item is not None else ""
         ticket = self.auth.sessions.ticket(person, ns, wid, cid, seen, round_) if deciding else ""
@@ -280,6 +288,7 @@ class Console:
             decided=decided,
             snap=snap,
             deciding=deciding,
+            mine_approved=mine_approved,
             viewer=viewer,
             hidden={"ns": ns, "run": wid, "call": cid, "seen": seen, "round": round_},
             ticket=ticket,
@@ -367,11 +376,11 @@ class Console:
                 c.person,
                 action,
                 seen_sha256=c.seen,
-                message=str(form.get("message") or "").strip() or None,
-                reason=str(form.get("reason") or "").strip() or None,
+                message=posted_text(form, "message"),
+                reason=posted_text(form, "reason"),
             )
         if action == "edit":
-            arguments, problem = edited_arguments(form)
+            arguments, problem = edited_arguments(form, await self._shown_arguments(c))
             if problem is not None:
                 return Outcome(False, "The edited arguments were refused", problem, "Invalid")
             return await data.decide(
@@ -389,9 +398,34 @@ class Console:
             if problem is not None:
                 return Outcome(False, "The answer was refused", problem, "Invalid")
             return await data.answer(
-                c.ns, c.wid, c.cid, c.person, action, content, seen_sha256=c.seen, round=c.round
+                c.ns,
+                c.wid,
+                c.cid,
+                c.person,
+                action,
+                content,
+                seen_sha256=c.seen,
+                round=c.round,
+                reason=posted_text(form, "reason"),
             )
         return None
+
+    async def _shown_arguments(self, c: Shown) -> dict[str, Any] | None:
+        """The call's arguments as its page showed them (`None`: it no longer waits as shown).
+
+        An edit starts from them, so that what the person did not touch reaches the tool as
+        the model wrote it. `None` sends the form's fields alone, which the run refuses
+        (`ArgumentsChanged`, `AlreadyDecided`) since the call is not as shown.
+        """
+        snap, _ = await self.read(c.ns, c.wid)
+        item = next((p for p in snap.status.pending if p.call_id == c.cid), None) if snap else None
+        if item is None or seen_of(item) != c.seen:
+            return None
+        try:
+            shown = json.loads(item.arguments)
+        except ValueError:
+            return None
+        return shown if isinstance(shown, dict) else None
 
 
 @dataclass(frozen=True)

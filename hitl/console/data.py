@@ -124,6 +124,8 @@ class Row:
     """Why an unconfirmed run could not be read."""
     viewers_only: bool = False
     """Nothing says who may decide its calls: only viewers see the row."""
+    approved_by: list[str] = field(default_factory=list)
+    """Who has approved it so far (four eyes): they wait for others, not act."""
 
     @classmethod
     def of_pending(cls, ns: str, w: str, agent: str, queue: str, p: PendingApproval) -> Row:
@@ -135,7 +137,7 @@ class Row:
         return cls(
             ns, w, agent, queue, p.call_id, p.tool_name, title, p.kind, p.requested_at,
             p.deadline, p.required_approvals, len(p.approvals), p.approvers,
-            f"{p.arguments}\n{message}",
+            f"{p.arguments}\n{message}", approved_by=[a.approver for a in p.approvals],
         )  # fmt: skip
 
     @classmethod
@@ -144,6 +146,7 @@ class Row:
         return cls(
             ns, w, agent, queue, e.call_id, e.tool_name, e.title, e.kind, e.requested_at,
             e.deadline, e.required_approvals, len(e.approved_by), e.approvers,
+            approved_by=list(e.approved_by),
         )  # fmt: skip
 
     @classmethod
@@ -376,6 +379,7 @@ class ConsoleData:
         *,
         seen_sha256: str,
         round: int,
+        reason: str | None = None,
     ) -> Outcome:
         """Answer the question a tool asks (the call as seen: `seen_sha256`, `round`)."""
         payload = AnswerInput(
@@ -383,6 +387,7 @@ class ConsoleData:
             action=cast(Literal["accept", "decline", "cancel"], action),
             content=content if action == "accept" else None,
             approver=person,
+            reason=reason,
             client=CLIENT,
             seen_sha256=seen_sha256,
             round=round,

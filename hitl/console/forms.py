@@ -16,7 +16,7 @@ from starlette.datastructures import FormData
 from hitl.console.urls import one_each
 from hitl.wire import PendingApproval
 
-__all__ = ["POSTED", "edited_arguments", "form_fields", "number", "one_text_each"]
+__all__ = ["POSTED", "edited_arguments", "form_fields", "number", "one_text_each", "posted_text"]
 
 POSTED = ("ns", "run", "call", "seen", "round", "ticket")
 """The hidden fields of every form of a call's page: the call as shown, and the ticket."""
@@ -57,12 +57,17 @@ def form_fields(
                 "name": str(name),
                 "type": kind if kind in ("string", "integer", "number", "boolean") else "json",
                 "enum": [str(e) for e in spec.get("enum", [])] if "enum" in spec else None,
-                "value": value if kind != "json" else json.dumps(value),
+                "value": value if kind != "json" else ("" if value is None else json.dumps(value)),
                 "description": str(spec.get("description") or ""),
                 "required": name in required,
             }
         )
     return fields
+
+
+def posted_text(form: FormData, name: str) -> str | None:
+    """A posted text field, its line breaks as typed (`None`: empty or missing)."""
+    return _lines(str(form.get(name) or "")).strip() or None
 
 
 def number(value: Any) -> float | None:
@@ -73,30 +78,78 @@ def number(value: Any) -> float | None:
         return None
 
 
-def edited_arguments(form: FormData) -> tuple[dict[str, Any], str | None]:
-    """The arguments the form's `arg.<name>` fields give, typed by their `type.<name>`."""
-    out: dict[str, Any] = {}
+def edited_arguments(
+    form: FormData, original: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], str | None]:
+    """The arguments the form's `arg.<name>` fields give, typed by their `type.<name>`.
+
+    With the call's `original` arguments, the result starts from them: a field the person left
+    as shown keeps its original value byte for byte (browsers send a text area's line breaks as
+    CRLF, and a number as they print it), arguments the form has no field for are kept, and a
+    number field emptied removes its argument.
+    """
+    out: dict[str, Any] = dict(original or {})
     for key in form:
         if not key.startswith("type."):
             continue
         name, kind = key[5:], str(form.get(key))
         raw = form.get(f"arg.{name}")
-        if kind == "boolean":
-            out[name] = raw is not None and str(raw) in ("on", "true", "1")
-            continue
-        text = "" if raw is None else str(raw)
-        if kind == "string":
-            out[name] = text
-        elif kind in ("integer", "number"):
-            if text.strip() == "":
-                continue
-            try:
-                out[name] = int(text) if kind == "integer" else float(text)
-            except ValueError:
-                return {}, f"{name} must be a{'n integer' if kind == 'integer' else ' number'}"
-        elif text.strip():
-            try:
-                out[name] = json.loads(text)
-            except ValueError:
-                return {}, f"{name} must be JSON"
+        value, problem = _field_value(kind, raw)
+        if problem is not None:
+            return {}, f"{name} {problem}"
+        if original is not None and _unchanged(kind, value, name, original):
+            continue  # as shown: the original value stays, byte for byte
+        if value is _ABSENT:
+            out.pop(name, None)
+        else:
+            out[name] = value
     return out, None
+
+
+_ABSENT: Any = object()
+"""An empty number or JSON field: the argument is left out."""
+
+
+def _field_value(kind: str, raw: Any) -> tuple[Any, str | None]:
+    """One posted field's value by its type (`_ABSENT`: left empty), or why it is not one."""
+    if kind == "boolean":
+        return raw is not None and str(raw) in ("on", "true", "1"), None
+    text = "" if raw is None else str(raw)
+    if kind == "string":
+        return _lines(text), None
+    if kind in ("integer", "number"):
+        if text.strip() == "":
+            return _ABSENT, None
+        try:
+            return (int(text) if kind == "integer" else float(text)), None
+        except ValueError:
+            return None, f"must be a{'n integer' if kind == 'integer' else ' number'}"
+    if not text.strip():
+        return _ABSENT, None
+    try:
+        return json.loads(text), None
+    except ValueError:
+        return None, "must be JSON"
+
+
+def _unchanged(kind: str, value: Any, name: str, original: dict[str, Any]) -> bool:
+    """Whether a posted field says what the form showed for the original argument `name`."""
+    if name not in original:
+        # Shown empty (or unchecked): left so, the argument stays out.
+        return value is _ABSENT or (kind == "boolean" and value is False) or value == ""
+    before = original[name]
+    if kind == "string":
+        return isinstance(before, str) and value == _lines(before)
+    if kind == "boolean":
+        return isinstance(before, bool) and value == before
+    if kind in ("integer", "number"):
+        numeric = isinstance(before, int | float) and not isinstance(before, bool)
+        return numeric and value is not _ABSENT and value == before
+    if value is _ABSENT:
+        return before is None  # shown empty
+    return bool(value == before) and type(value) is type(before)
+
+
+def _lines(text: str) -> str:
+    """`text` with the line breaks a browser's form sends (CRLF, CR) made line feeds."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")

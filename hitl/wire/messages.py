@@ -429,4 +429,5 @@ class RunSnapshot(WireModel):
     """The state of each call of the current turn (`done`: it ran; its output joins the
     transcript once every call of the turn has one)."""
     schemas: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    """The JSON schema of each pending call's tool, by call id (to edit its arguments)."""
+    """The JSON schema of each pending call's tool, by call id, for tools that allow edits (the
+    console's edit form)."""

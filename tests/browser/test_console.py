@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 from hitl import Runner
 from hitl.console.urls import decide_url
 from hitl.wire import DecisionInput, RunOutput, RunStatus
-from tests.agents import support_agent, treasury_agent
+from tests.agents import closing_agent, support_agent, treasury_agent
 from tests.browser.conftest import Console, row_of, shot, signed_in
 from tests.helpers import wait_for
 
@@ -118,14 +118,16 @@ async def test_four_eyes_needs_a_second_person(browser: Any, console: Console) -
     ann = await signed_in(browser, console, "ann")
     await open_call(ann, console, wid, call_id)
     assert "Needs 2 different people" in await ann.locator("[data-testid=approvals]").inner_text()
+    stale = await signed_in(browser, console, "ann")  # a second tab, opened before she approves
+    await open_call(stale, console, wid, call_id)
     await ann.click("[data-testid=primary]")
     assert "needs 1 more approver" in await ann.locator("[data-testid=outcome]").inner_text()
     pending = (await status(console, wid)).pending
     assert [a.approver for a in pending[0].approvals] == ["ann"]
-    # ann cannot be the second person: her approval again changes nothing.
-    await open_call(ann, console, wid, call_id)
-    await ann.click("[data-testid=primary]")
-    assert "needs 1 more approver" in await ann.locator("[data-testid=outcome]").inner_text()
+    # ann cannot be the second person: the tab she left open still offers the button, and
+    # pressing it changes nothing.
+    await stale.click("[data-testid=primary]")
+    assert "needs 1 more approver" in await stale.locator("[data-testid=outcome]").inner_text()
     pending = (await status(console, wid)).pending
     assert [a.approver for a in pending[0].approvals] == ["ann"]
     bob = await signed_in(browser, console, "bob")
@@ -202,3 +204,92 @@ async def test_a_run_that_finished_meanwhile_says_what_it_recorded(browser: Any,
     )
     out = await handle.result()
     assert [(d.kind, d.approver) for d in out.decisions] == [("approve", "bob")]
+
+
+# ----------------------------------------------------------------------------- a day of real use
+
+
+async def test_an_edit_leaves_what_nobody_touched_as_it_was(browser: Any, console: Console):
+    """The subject alone is edited: the body's paragraphs, blank lines and indentation reach
+    the tool byte for byte (it was once a single-line input that ran them together)."""
+    text = "Email them a refund.\n\nSecond paragraph.\n    Indented line.\n\nThanks, ann"
+    result = await Runner.run(
+        support_agent, text, client=console.client, task_queue=console.task_queue, serve=False
+    )
+    [item] = result.interruptions
+    wid, call_id = result.workflow_id, item.call_id
+    assert json.loads(item.arguments)["body"] == text
+    page = await signed_in(browser, console, "ann")
+    await open_call(page, console, wid, call_id)
+    await page.click("summary:has-text('Edit the arguments')")
+    subject = page.locator("textarea[name='arg.subject']")
+    await subject.fill("Your refund\nis on its way")  # typed over two lines
+    await page.click("[data-testid=edit-approve]")
+    headline = await page.locator("[data-testid=outcome]").inner_text()
+    assert headline == "Approved with edited arguments by ann via console"
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    [d] = out.decisions
+    ran = json.loads(d.arguments or "{}")
+    assert ran == {"subject": "Your refund\nis on its way", "body": text}
+
+
+async def test_four_eyes_reads_right_for_the_first_approver(browser: Any, console: Console):
+    """After ann approves, her page and inbox say she waits for someone else (no button to
+    press again), and the audit names both approvers once bob approves."""
+    wid, call_id = await park(console, treasury_agent, "release 7100")
+    ann = await signed_in(browser, console, "ann")
+    await open_call(ann, console, wid, call_id)
+    await ann.click("[data-testid=primary]")
+    assert "needs 1 more approver" in await ann.locator("[data-testid=outcome]").inner_text()
+    await open_call(ann, console, wid, call_id)
+    mine = await ann.locator("[data-testid=you-approved]").inner_text()
+    assert "You approved this call" in mine and "1 more approval from someone else" in mine
+    assert await ann.locator("[data-testid=primary]").count() == 0
+    await ann.goto(console.url + "/?" + urlencode({"q": wid}))
+    tag = row_of(ann, wid, call_id).locator("[data-testid=waiting-for-others]")
+    assert await tag.inner_text() == "you approved: waiting for others"
+    bob = await signed_in(browser, console, "bob")
+    await open_call(bob, console, wid, call_id)
+    assert await bob.locator("[data-testid=you-approved]").count() == 0
+    await bob.click("[data-testid=primary]")
+    await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    await ann.goto(console.url + "/audit?" + urlencode({"ns": "default", "run": wid}))
+    deciders = await ann.locator("[data-testid=deciders]").inner_text()
+    assert deciders.startswith("ann") and "bob" in deciders
+
+
+async def test_a_reason_typed_before_rejecting_is_kept(browser: Any, console: Console) -> None:
+    wid, call_id = await park(console, support_agent, "cancel order 36")
+    page = await signed_in(browser, console, "bob")
+    await open_call(page, console, wid, call_id)
+    await page.fill("textarea[name=reason]", "Customer called:\nkeep the order.")
+    await page.fill("textarea[name=message]", "Do not cancel; the customer changed their mind.")
+    await page.click("[data-testid=secondary]")
+    assert (await page.locator("[data-testid=outcome]").inner_text()).startswith("Rejected by bob")
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    [d] = out.decisions
+    assert (d.kind, d.reason) == ("reject", "Customer called:\nkeep the order.")
+    assert d.message == "Do not cancel; the customer changed their mind."
+
+
+async def test_no_edit_form_for_a_tool_that_forbids_edits(browser: Any, console: Console):
+    wid, call_id = await park(console, closing_agent, "close ACC-7")
+    page = await signed_in(browser, console, "ann")
+    await open_call(page, console, wid, call_id)
+    assert await page.locator("[data-testid=primary]").count() == 1
+    assert await page.locator("summary:has-text('Edit the arguments')").count() == 0
+    await page.click("[data-testid=primary]")
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    assert out.final_output == "Closed ACC-7"
+
+
+async def test_a_search_that_finds_nothing_says_what_waits(browser: Any, console: Console):
+    wid, call_id = await park(console, support_agent, "cancel order 37")
+    page = await signed_in(browser, console, "ann")
+    await page.goto(console.url + "/")
+    await row_of(page, wid, call_id).wait_for(timeout=15_000)
+    await page.goto(console.url + "/?" + urlencode({"q": "no-such-thing-anywhere"}))
+    said = await page.locator("[data-testid=no-match]").inner_text()
+    assert said.startswith("No call matches these filters;") and "wait" in said
+    assert "Nothing waits for a decision" not in await page.content()
+    await console.client.get_workflow_handle(wid).terminate("test over")

@@ -534,3 +534,41 @@ def test_a_runs_audit_lists_only_the_calls_a_person_may_see() -> None:
     assert code == 404
     strip = re.compile(r'value="[^"]*"|"X-CSRF-Token": "[^"]*"')
     assert strip.sub("", nowhere) == strip.sub("", dan), "no oracle: the same page"
+
+
+def test_an_edit_keeps_what_nobody_touched_byte_for_byte() -> None:
+    body = "Dear Ada,\r\n\r\nYour refund went out.\n\n  Indented line\n"
+    original = {"subject": "Refund", "body": body, "amount": 1250, "rush": False, "x": [1, 2.0]}
+    call = PendingApproval(
+        call_id="t1.1", tool_name="send_email", agent_id="a", agent_name="A",
+        arguments=json.dumps(original), turn=1,
+    )  # fmt: skip
+    schema = {
+        "properties": {
+            "subject": {"type": "string"},
+            "body": {"type": "string"},
+            "amount": {"type": "number"},
+            "rush": {"type": "boolean"},
+            "cc": {"type": "string"},
+        }
+    }
+    fields = {f["name"]: f for f in form_fields(schema, call)}
+    # What a browser sends back: text areas with CRLF line breaks, numbers as printed.
+    posted = [("type.subject", "string"), ("arg.subject", "Your refund")]
+    shown = fields["body"]["value"].replace("\r\n", "\n")  # as the page parses it
+    posted += [("type.body", "string"), ("arg.body", shown.replace("\n", "\r\n"))]
+    posted += [("type.amount", "number"), ("arg.amount", "1250.0")]
+    posted += [("type.rush", "boolean"), ("type.cc", "string"), ("arg.cc", "")]
+    edited, problem = edited_arguments(FormData(posted), original)
+    assert problem is None
+    assert edited == original | {"subject": "Your refund"}
+    assert edited["body"] == body and type(edited["amount"]) is int  # untouched: as it was
+    assert "cc" not in edited  # shown empty, left empty
+    # An edited text field keeps its line breaks (as \n) and the field's own text.
+    posted[3] = ("arg.body", "Line one\r\nLine two\r\n")
+    assert edited_arguments(FormData(posted), original)[0]["body"] == "Line one\nLine two\n"
+    # An emptied number removes its argument; a changed one is the person's.
+    posted[5] = ("arg.amount", "")
+    assert "amount" not in edited_arguments(FormData(posted), original)[0]
+    posted[5] = ("arg.amount", "99.5")
+    assert edited_arguments(FormData(posted), original)[0]["amount"] == 99.5
