@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -44,6 +45,10 @@ class RunResult:
     status: RunStatus
     root_agent: Agent[Any] = field(repr=False)
     task_queue: str = DEFAULT_TASK_QUEUE
+    context: Any = field(default=None, repr=False)
+    """The run context this client gave the run (at start, or when resuming it with a new
+    one); the run's own copy has what tools changed in it."""
+    context_serializer: Callable[[Any], Any] | None = field(default=None, repr=False)
 
     @property
     def is_paused(self) -> bool:
@@ -62,6 +67,8 @@ class RunResult:
             task_queue=self.task_queue,
             root_agent=self.root_agent,
             interruptions=list(self.interruptions),
+            context=self.context,
+            context_serializer=self.context_serializer,
         )
 
     def final_output_as(self, cls: type[T]) -> T:

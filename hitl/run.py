@@ -38,7 +38,6 @@ from hitl.serving import in_process_allow
 from hitl.session import TemporalSession
 from hitl.starting import (
     StartRequest,
-    context_value,
     decision_update_id,
     default_approver,
 )
@@ -200,8 +199,18 @@ async def _run(agent: Agent[Any], input: _Input, call: _Call) -> RunResult:
     _check_agent(agent)
     async with await _connection(agent, input, call) as conn:
         if isinstance(input, RunState):
-            return await _resume(conn, input, call.approver)
-        return await _start(conn, _start_request(agent, input, call))
+            return _known_context(await _resume(conn, input, call.approver), input, call)
+        return _known_context(await _start(conn, _start_request(agent, input, call)), input, call)
+
+
+def _known_context(result: RunResult, input: _Input, call: _Call) -> RunResult:
+    """`result`, knowing the context this client gave the run (for `to_state()`)."""
+    if isinstance(input, RunState):
+        result.context, result.context_serializer = input.context, input.context_serializer
+    else:
+        result.context = call.context
+        result.context_serializer = call.run_config.context_serializer if call.run_config else None
+    return result
 
 
 def _check_agent(agent: Any) -> None:
@@ -345,11 +354,8 @@ async def _send_decisions(
 
 
 def _state_context(state: RunState) -> RunContextData | None:
-    """The new context a state was loaded with (`from_string_with_context`), as data."""
-    if not state.context_given:
-        return None
-    value, ctx_type = context_value(state.context, state.context_serializer, strict=True)
-    return RunContextData(value=value, type=ctx_type)
+    """The new context a state brings (`context_override`, `from_string_with_context`)."""
+    return state.saved_context()
 
 
 def _check_decisions_applied(result: RunResult, decisions: list[DecisionRequest]) -> None:
@@ -546,7 +552,7 @@ class RunResultStreaming:
                 except WorkflowAlreadyStartedError:
                     log.info("run %s already exists and is closed; returning its outcome", wid)
                     self.workflow_id = wid
-                    self._result = await _settle(sess, wid, None)
+                    self._result = _known_context(await _settle(sess, wid, None), input, call)
                     return
                 settled = asyncio.create_task(sess.update(wid, UPDATE_WAIT, WaitInput()))
             self.workflow_id = wid
@@ -560,7 +566,7 @@ class RunResultStreaming:
             finally:
                 if not settled.done():
                     settled.cancel()
-            self._result = await _settle(sess, wid, status)
+            self._result = _known_context(await _settle(sess, wid, status), input, call)
 
     def _done(self) -> RunResult:
         if self._result is None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from hitl.agent import Agent, CapturedGraph, capture_graph
 from hitl.errors import StateVersionError, UnknownCallError, UserError
+from hitl.starting import context_value
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
     AnswerInput,
@@ -22,14 +24,25 @@ from hitl.wire import (
     DecisionRequest,
     InputRequest,
     PendingApproval,
+    RunContextData,
     text_digest,
 )
 
-CURRENT_SCHEMA_VERSION = 2
+CURRENT_SCHEMA_VERSION = 3
 SCHEMA_VERSIONS = {
     1: "Workflow handle, pending approvals (call id, agent, tool, arguments) and local decisions.",
     2: "Pending approvals carry their path in the agent graph and the run that owns them.",
+    3: "The run context as the client knew it (JSON value, how it was serialized, whether "
+    "resuming sends it to the run).",
 }
+
+_UNSET: Any = object()
+"""No `context_override` given (`None` is a context too, for `from_string_with_context`)."""
+
+CONTEXT_VIA = ("json", "model", "context_serializer", "omitted")
+"""How a saved context was serialized: JSON as it was; a pydantic model or dataclass dumped as
+JSON; by a `context_serializer`; or not at all (it could not be serialized). All but `json`
+need a `context_deserializer` (or a `context_override`) to be an object again."""
 
 
 class AgentGraphChangedWarning(UserWarning):
@@ -37,6 +50,10 @@ class AgentGraphChangedWarning(UserWarning):
 
     The run itself is unaffected: it stays pinned to the graph it started with.
     """
+
+
+class ContextNotRebuiltWarning(UserWarning):
+    """A `RunState`'s saved context was loaded as its JSON value (no `context_deserializer`)."""
 
 
 @dataclass(frozen=True)
@@ -200,9 +217,20 @@ class RunState:
     answers: dict[str, AnswerInput] = field(default_factory=dict)
     """Answers to the questions tools ask (`answer`), sent on resume."""
     context: Any = None
-    """A new run context to send on resume (set by `from_string_with_context`)."""
+    """The run context as this client knows it: the one the run was started (or last resumed)
+    with, the one the state was loaded with, or a replacement (`context_override`). The run
+    keeps its own copy, with what tools changed in it; this one is sent only when
+    `context_given`."""
     context_given: bool = False
+    """Resuming sends `context` to the run, replacing its own (`context_override`,
+    `from_string_with_context`)."""
     context_serializer: Any = None
+    _loaded: Any = field(default=None, repr=False, compare=False)
+    """The context object rebuilt from `_saved` (while `context` is still it, `_saved` is
+    what it serializes to)."""
+    _saved: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    """The `context` entry this state was loaded with: saved again as it was, and sent as it
+    was when resuming sends it (never rebuilt from a name in the payload)."""
 
     def get_interruptions(self) -> list[ToolApprovalItem]:
         """The pending approvals of this state."""
@@ -312,9 +340,23 @@ class RunState:
 
     # ----------------------------------------------------------------- serialization
 
-    def to_json(self) -> dict[str, Any]:
-        """JSON form, with `$schemaVersion`."""
-        return {
+    def to_json(
+        self,
+        *,
+        context_serializer: Callable[[Any], Any] | None = None,
+        strict_context: bool = False,
+    ) -> dict[str, Any]:
+        """JSON form, with `$schemaVersion`.
+
+        Args:
+            context_serializer: Turns a context that is not JSON by itself into JSON (else the
+                state's own, from the run's `RunConfig`). Loading it back then needs a
+                `context_deserializer`.
+            strict_context: Refuse (`UserError`) a context that is neither JSON already (a
+                mapping) nor given a serializer, instead of dumping a pydantic model or
+                dataclass as JSON, or leaving out what cannot be serialized (with a warning).
+        """
+        data = {
             "$schemaVersion": CURRENT_SCHEMA_VERSION,
             "workflow_id": self.workflow_id,
             "run_id": self.run_id,
@@ -325,14 +367,94 @@ class RunState:
             "decisions": [d.model_dump(mode="json") for d in self.decisions.values()],
             "answers": [a.model_dump(mode="json") for a in self.answers.values()],
         }
+        entry = self._context_entry(context_serializer or self.context_serializer, strict_context)
+        if entry is not None:
+            data["context"] = entry
+        return data
 
-    def to_string(self) -> str:
-        """JSON text of `to_json()`."""
-        return json.dumps(self.to_json(), indent=2)
+    def to_string(
+        self,
+        *,
+        context_serializer: Callable[[Any], Any] | None = None,
+        strict_context: bool = False,
+    ) -> str:
+        """JSON text of `to_json()` (same options)."""
+        data = self.to_json(context_serializer=context_serializer, strict_context=strict_context)
+        return json.dumps(data, indent=2)
+
+    def saved_context(self) -> RunContextData | None:
+        """The context to send when resuming: `None` unless `context_given`."""
+        if not self.context_given:
+            return None
+        if self._saved is not None and self.context is self._loaded:
+            return RunContextData(value=self._saved["value"], type=self._saved.get("type"))
+        value, ctx_type = context_value(self.context, self.context_serializer, strict=True)
+        return RunContextData(value=value, type=ctx_type)
+
+    def _context_entry(self, serializer: Any, strict: bool) -> dict[str, Any] | None:
+        """The `context` entry of `to_json` (`None`: no context to save)."""
+        if self._saved is not None and self.context is self._loaded:
+            return {**self._saved, "resume": self.context_given}
+        ctx = self.context
+        if ctx is None and not self.context_given:
+            return None
+        via = "json"
+        if serializer is not None:
+            value, ctx_type = context_value(ctx, serializer)
+            via = "context_serializer"
+        elif _is_json(ctx):
+            value, ctx_type = ctx, None
+        elif strict:
+            raise UserError(
+                f"RunState context of type {type(ctx).__name__} is not JSON by itself: give "
+                "context_serializer= (and context_deserializer= when loading), or save without "
+                "strict_context=True"
+            )
+        else:
+            value, ctx_type = context_value(ctx)  # warns and drops what it cannot serialize
+            via = "model" if ctx_type is not None else "omitted"
+        return {
+            "value": value,
+            "type": ctx_type,
+            "serialized_via": via,
+            "resume": self.context_given,
+        }
 
     @classmethod
-    async def from_json(cls, initial_agent: Agent[Any], data: dict[str, Any]) -> RunState:
-        """Load a state; `initial_agent` is the root agent of the run (rebuilt by this process)."""
+    async def from_json(
+        cls,
+        initial_agent: Agent[Any],
+        data: dict[str, Any],
+        *,
+        context_override: Any = None,
+        context_deserializer: Callable[[Any], Any] | None = None,
+        strict_context: bool = False,
+    ) -> RunState:
+        """Load a state; `initial_agent` is the root agent of the run (rebuilt by this process).
+
+        Args:
+            initial_agent: The run's root agent.
+            data: `to_json()` output.
+            context_override: A context to use instead of the saved one; resuming sends it to
+                the run, replacing the run's own (the saved one stays in `data`).
+            context_deserializer: Rebuilds the saved context from its JSON value (a function of
+                yours, called here; nothing in `data` names code to run).
+            strict_context: Refuse (`UserError`) a saved context that cannot be an object
+                again without `context_deserializer` (a custom or model context, or one left
+                out when it was saved); otherwise its JSON value is used, with a warning.
+        """
+        override = _UNSET if context_override is None else context_override
+        return await cls._load(initial_agent, data, override, context_deserializer, strict_context)
+
+    @classmethod
+    async def _load(
+        cls,
+        initial_agent: Agent[Any],
+        data: Any,
+        override: Any,
+        deserializer: Callable[[Any], Any] | None,
+        strict: bool,
+    ) -> RunState:
         _check_header(data, initial_agent)
         captured = capture_graph(initial_agent)
         try:
@@ -343,10 +465,11 @@ class RunState:
             ]
             decisions = [DecisionRequest.model_validate(d) for d in data.get("decisions", [])]
             answers = [AnswerInput.model_validate(a) for a in data.get("answers", [])]
+            entry = _context_saved(data.get("context"))
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"malformed RunState: {exc}") from exc
         _check_graph(captured, interruptions, data.get("graph_fingerprint"), workflow_id)
-        return cls(
+        state = cls(
             workflow_id=workflow_id,
             run_id=data.get("run_id"),
             task_queue=data.get("task_queue") or DEFAULT_TASK_QUEUE,
@@ -355,15 +478,32 @@ class RunState:
             decisions={d.call_id: d for d in decisions},
             answers={a.call_id: a for a in answers},
         )
+        if override is not _UNSET:
+            state.context, state.context_given = override, True
+        elif entry is not None:
+            state.context = state._loaded = _rebuild(entry, deserializer, strict, workflow_id)
+            state._saved = {k: v for k, v in entry.items() if k != "resume"}
+            state.context_given = bool(entry.get("resume"))
+        return state
 
     @classmethod
-    async def from_string(cls, initial_agent: Agent[Any], state_string: str) -> RunState:
-        """Load a state from `to_string()` output."""
-        try:
-            data = json.loads(state_string)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"a RunState string must be JSON: {exc}") from exc
-        return await cls.from_json(initial_agent, data)
+    async def from_string(
+        cls,
+        initial_agent: Agent[Any],
+        state_string: str,
+        *,
+        context_override: Any = None,
+        context_deserializer: Callable[[Any], Any] | None = None,
+        strict_context: bool = False,
+    ) -> RunState:
+        """Load a state from `to_string()` output (the options are `from_json`'s)."""
+        return await cls.from_json(
+            initial_agent,
+            _parse(state_string),
+            context_override=context_override,
+            context_deserializer=context_deserializer,
+            strict_context=strict_context,
+        )
 
     @classmethod
     async def from_string_with_context(
@@ -384,13 +524,78 @@ class RunState:
         """
         if context_strategy not in ("merge", "replace"):
             raise UserError("context_strategy must be 'merge' or 'replace'")
-        state = await cls.from_string(initial_agent, state_string)
-        state.context = context
-        state.context_given = True
+        # `context_override` with the SDK's name, except that `None` is a context here too.
+        state = await cls._load(initial_agent, _parse(state_string), context, None, False)
         state.context_serializer = context_serializer
         if context_strategy == "replace":
             state.decisions = {}
         return state
+
+
+def _parse(state_string: str) -> Any:
+    try:
+        return json.loads(state_string)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"a RunState string must be JSON: {exc}") from exc
+
+
+def _is_json(value: Any) -> bool:
+    """A context that is JSON as it is (no deserializer needed to get it back)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return True
+    if not isinstance(value, dict | list):
+        return False
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _context_saved(entry: Any) -> dict[str, Any] | None:
+    """A saved `context` entry, checked (`ValueError` when malformed)."""
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or entry.get("serialized_via") not in CONTEXT_VIA:
+        raise ValueError("context must be an object with serialized_via in " + str(CONTEXT_VIA))
+    if not isinstance(entry.get("type"), str | None):
+        raise ValueError("context type must be a string")
+    return entry
+
+
+def _rebuild(
+    entry: dict[str, Any],
+    deserializer: Callable[[Any], Any] | None,
+    strict: bool,
+    workflow_id: str,
+) -> Any:
+    """The context object of a saved entry (see `RunState.from_json`)."""
+    via, value = entry["serialized_via"], entry.get("value")
+    if via == "omitted":
+        problem = "was saved without its context (it could not be serialized)"
+    elif deserializer is not None:
+        try:
+            return deserializer(value)
+        except Exception as exc:
+            raise UserError(
+                f"RunState of run {workflow_id}: context_deserializer failed: {exc}"
+            ) from exc
+    elif via == "json":
+        return value
+    else:
+        made = "a context_serializer" if via == "context_serializer" else entry.get("type")
+        problem = f"has a context serialized from {made}; this is its JSON value"
+    if strict:
+        raise UserError(
+            f"RunState of run {workflow_id} {problem}: pass context_deserializer= (or "
+            "context_override=) to load it with strict_context=True"
+        )
+    warnings.warn(
+        f"RunState of run {workflow_id} {problem}; pass context_deserializer= to rebuild it",
+        ContextNotRebuiltWarning,
+        stacklevel=4,
+    )
+    return None if via == "omitted" else value
 
 
 def _check_header(data: Any, initial_agent: Agent[Any]) -> None:

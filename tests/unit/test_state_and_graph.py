@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -18,7 +19,7 @@ from hitl import (
 )
 from hitl.agent import capture_graph
 from hitl.model import ModelReply
-from hitl.state import CURRENT_SCHEMA_VERSION, SCHEMA_VERSIONS
+from hitl.state import CURRENT_SCHEMA_VERSION, SCHEMA_VERSIONS, ContextNotRebuiltWarning
 
 model = ScriptedModel(lambda req: ModelReply.say("x"), "tests.unit.noop")
 
@@ -162,7 +163,7 @@ def test_interruptions_keep_their_path_and_owning_run() -> None:
     loaded = asyncio.run(RunState.from_string(root, state.to_string()))
     assert loaded.interruptions[0].path == ["Desk", "research", "Researcher"]
     assert loaded.interruptions[0].owner_workflow_id == "wf-1--c1"
-    assert SCHEMA_VERSIONS[CURRENT_SCHEMA_VERSION].startswith("Pending approvals carry their path")
+    assert SCHEMA_VERSIONS[2].startswith("Pending approvals carry their path")
 
 
 def test_a_version_1_state_still_loads() -> None:
@@ -225,3 +226,109 @@ def test_loading_refuses_calls_the_graph_no_longer_has() -> None:
     flat = Agent(name="Desk", model=model, tools=[other])
     with pytest.raises(UserError, match="belongs to agent 'Researcher', which is no longer"):
         asyncio.run(RunState.from_string(flat, data))
+
+
+# ----------------------------------------------------------------------------- the context
+
+
+@dataclasses.dataclass
+class Desk:
+    """A context that is not JSON by itself."""
+
+    team: str
+    seats: int = 2
+
+
+def desk_to_json(desk: Desk) -> dict[str, object]:
+    return {"team": desk.team, "seats": desk.seats}
+
+
+def desk_from_json(value: dict[str, object]) -> Desk:
+    return Desk(team=str(value["team"]), seats=int(str(value["seats"])))
+
+
+def test_a_saved_context_comes_back_through_the_callers_deserializer() -> None:
+    agent = Agent(name="Root", model=model, tools=[act])
+    state = _state(agent)
+    state.context = Desk("ops")
+    text = state.to_string(context_serializer=desk_to_json)
+    saved = json.loads(text)["context"]
+    assert saved == {
+        "value": {"team": "ops", "seats": 2},
+        "type": None,
+        "serialized_via": "context_serializer",
+        "resume": False,
+    }
+    loaded = asyncio.run(RunState.from_string(agent, text, context_deserializer=desk_from_json))
+    assert loaded.context == Desk("ops")
+    assert loaded.saved_context() is None, "the run keeps its own context: nothing is sent"
+    # Saved again as it was, without the serializer at hand.
+    assert json.loads(loaded.to_string())["context"] == saved
+
+
+def test_without_a_deserializer_a_custom_context_is_json_or_refused_with_strict() -> None:
+    agent = Agent(name="Root", model=model, tools=[act])
+    state = _state(agent)
+    state.context = Desk("ops")
+    text = state.to_string(context_serializer=desk_to_json)
+    with pytest.warns(ContextNotRebuiltWarning, match="context_deserializer"):
+        loaded = asyncio.run(RunState.from_string(agent, text))
+    assert loaded.context == {"team": "ops", "seats": 2}
+    with pytest.raises(UserError, match="context_deserializer=") as caught:
+        asyncio.run(RunState.from_string(agent, text, strict_context=True))
+    assert "\n" not in caught.value.message
+    # A dataclass dumped as JSON names its type, and loading never imports it by that name.
+    state.context = Desk("ops")
+    dumped = state.to_json()
+    assert dumped["context"]["serialized_via"] == "model" and dumped["context"]["type"]
+    with pytest.raises(UserError, match="strict_context"):
+        asyncio.run(RunState.from_json(agent, dumped, strict_context=True))
+    with pytest.raises(UserError, match="context_serializer="):
+        state.to_json(strict_context=True)
+    # A context that could not be saved at all: strict says so instead of loading None.
+    state.context = object()
+    omitted = state.to_json()
+    assert omitted["context"]["serialized_via"] == "omitted"
+    with pytest.raises(UserError, match="saved without its context"):
+        asyncio.run(RunState.from_json(agent, omitted, strict_context=True))
+
+
+def test_a_json_context_needs_nothing_and_an_override_replaces_it_on_resume() -> None:
+    agent = Agent(name="Root", model=model, tools=[act])
+    state = _state(agent)
+    state.context = {"team": "ops"}
+    text = state.to_string(strict_context=True)
+    loaded = asyncio.run(RunState.from_string(agent, text, strict_context=True))
+    assert loaded.context == {"team": "ops"} and loaded.saved_context() is None
+    over = asyncio.run(
+        RunState.from_string(agent, text, context_override={"team": "audit"}, strict_context=True)
+    )
+    assert over.context == {"team": "audit"}
+    sent = over.saved_context()
+    assert sent is not None and sent.value == {"team": "audit"}
+    # Saved with the override pending, loaded elsewhere: it is still sent.
+    again = asyncio.run(RunState.from_string(agent, over.to_string()))
+    assert again.context == {"team": "audit"}
+    assert again.saved_context() == sent
+
+    # The deserializer is what the caller passes; its failure is one clear line.
+    def broken(value: object) -> object:
+        raise KeyError("seats")
+
+    with pytest.raises(UserError, match="context_deserializer failed"):
+        asyncio.run(RunState.from_string(agent, text, context_deserializer=broken))
+
+
+def test_from_string_with_context_still_sends_its_context() -> None:
+    agent = Agent(name="Root", model=model, tools=[act])
+    state = _state(agent)
+    state.approve("c1")
+    text = state.to_string()
+    merged = asyncio.run(RunState.from_string_with_context(agent, text, {"n": 1}))
+    assert merged.context == {"n": 1} and merged.decisions
+    sent = merged.saved_context()
+    assert sent is not None and sent.value == {"n": 1}
+    cleared = asyncio.run(
+        RunState.from_string_with_context(agent, text, None, context_strategy="replace")
+    )
+    assert cleared.saved_context() is not None and not cleared.decisions

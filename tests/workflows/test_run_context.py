@@ -121,6 +121,36 @@ async def test_resume_with_a_new_context_merge_or_replace(
     assert outcome == "Hello Bob (visit 1) / Hello Bob (visit 2)"
 
 
+@pytest.mark.parametrize("override", [False, True])
+async def test_a_saved_state_carries_its_context_with_the_sdks_options(
+    ts_env: WorkflowEnvironment, override: bool
+) -> None:
+    """`result.to_state().to_string()` keeps the context it started with; `from_string` gets it
+    back through the caller's `context_deserializer`, or replaces it with `context_override`
+    (which the run's tools then see)."""
+    client = ts_env.client
+    async with serving(client, greeter) as tq:
+        result = await Runner.run(
+            greeter, "hi", context=Ticket(customer="Ada"), client=client, task_queue=tq, serve=False
+        )
+        text = result.to_state().to_string()
+        with pytest.raises(UserError, match="context_deserializer="):
+            await RunState.from_string(greeter, text, strict_context=True)
+        if override:
+            state = await RunState.from_string(
+                greeter, text, context_override=Ticket(customer="Bob"), strict_context=True
+            )
+        else:
+            state = await RunState.from_string(
+                greeter, text, context_deserializer=Ticket.model_validate, strict_context=True
+            )
+            assert state.context == Ticket(customer="Ada")
+        state.approve(state.interruptions[0], always_approve=True)
+        done = await Runner.run(greeter, state, client=client, task_queue=tq, serve=False)
+    who = "Bob" if override else "Ada"
+    assert done.final_output == f"Hello {who} (visit 1) / Hello {who} (visit 2)"
+
+
 class Opaque:
     def __init__(self, secret: str) -> None:
         self.secret = secret
