@@ -71,7 +71,8 @@ async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
     """Connect, build the app and serve it on the running loop: the server and the authenticator.
 
     The server is a `hitl.web.LoopServer` (`url`, `wait()`, `stop()`); in `link` mode,
-    `auth.login_link(server.url)` is the one-time sign-in link.
+    `auth.login_link(server.url)` is the one-time sign-in link, and the sign-in page asks for new
+    ones (printed with `auth.announce`, by default to standard output).
     """
     from hitl.web import LoopServer, require_web
 
@@ -112,4 +113,6 @@ async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
     queues = allowed_queues(settings.task_queues, os.environ.get("HITL_TASK_QUEUE"))
     data = ConsoleData(clients, signing, task_queues=queues)
     app = create_app(data, auth, secure_cookie=settings.secure_cookie, rules=rules)
-    return LoopServer(app, settings.host, settings.port), auth
+    server = LoopServer(app, settings.host, settings.port)
+    auth.base_url = server.url
+    return server, auth

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import shlex
@@ -13,6 +14,7 @@ from typing import Any
 from urllib.parse import urlencode, urlparse
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.middleware import Middleware
@@ -35,8 +37,8 @@ from hitl.console.forms import (
     posted_text,
 )
 from hitl.console.rules import Rules
-from hitl.console.urls import AUDIT, CALL, DECIDE, audit_url, call_url, decide_url
-from hitl.wire import PendingApproval, RunSnapshot
+from hitl.console.urls import AUDIT, CALL, DECIDE, LIVE, audit_url, call_url, decide_url
+from hitl.wire import DecisionRecord, PendingApproval, RunSnapshot
 from hitl.wire.runs import text_digest
 
 HERE = Path(__file__).parent
@@ -66,8 +68,14 @@ def _env() -> Environment:
 
 
 def ago(at: datetime | None) -> str:
-    """How long ago, at a glance (`12m ago`)."""
-    return _ago(at) if at is not None else "unknown"
+    """How long ago, at a glance (`12m ago`).
+
+    Under a minute it is `just now`, so that a page polled every few seconds does not change,
+    and is not redrawn, every time.
+    """
+    if at is None:
+        return "unknown"
+    return "just now" if (datetime.now(UTC) - at).total_seconds() < 60 else _ago(at)
 
 
 def pretty_json(text: str) -> str:
@@ -95,6 +103,20 @@ def is_diff(preview: str | None, label: str | None) -> bool:
         return True
     head = preview.lstrip().splitlines()[:3]
     return any(line.startswith(("--- ", "@@ ")) for line in head)
+
+
+def live_ids(ns: str, wid: str, cid: str, call: PendingApproval) -> dict[str, str]:
+    """What a call's page polls `/call/live` with: the call as the page shows it."""
+    seen, round_, n = seen_of(call), str(call.round), str(len(call.approvals))
+    return {"ns": ns, "run": wid, "call": cid, "seen": seen, "round": round_, "n": n}
+
+
+def words_of(d: DecisionRecord) -> str:
+    """A recorded decision in a few words: `approved by bob`, `rejected by ann`, `expired`."""
+    if d.expired:
+        return "expired (its deadline passed)"
+    verb = "approved" if d.kind == "approve" else "rejected"
+    return f"{verb} by {d.approver or d.source}"
 
 
 def seen_of(call: PendingApproval) -> str:
@@ -176,25 +198,48 @@ class Console:
         auth = self.auth
         if request.method == "GET":
             token = request.query_params.get("token")
+            next_path = local_path(request.query_params.get("next", "/"))
             if token is not None and auth.mode == "link":
                 person = auth.redeem_link(token)
                 if person is not None:
-                    return self._logged_in(person, request.query_params.get("next", "/"))
-                return self.render(request, "login.html", 403, error="This link was used.")
-            return self.render(request, "login.html", mode=auth.mode)
+                    return self._logged_in(person, next_path)
+                return self.render(
+                    request,
+                    "login.html",
+                    403,
+                    mode=auth.mode,
+                    next=next_path,
+                    error="This link was used or replaced: ask for a new one below.",
+                )
+            return self.render(request, "login.html", mode=auth.mode, next=next_path)
         form = await request.form()
+        next_path = local_path(str(form.get("next") or "/"))
+        if auth.mode == "link" and form.get("action") == "new-link":
+            printed = auth.new_link(next_path)
+            notice = (
+                "A new sign-in link was printed where this console runs (the terminal of "
+                "`hitl console` or `hitl dev`). Open it in this browser; the old link no longer "
+                "works."
+                if printed
+                else "A link was printed a moment ago: look where this console runs."
+            )
+            return self.render(request, "login.html", mode=auth.mode, next=next_path, notice=notice)
         person = auth.check_token(str(form.get("name") or ""), str(form.get("token") or ""))
         if person is None:
             return self.render(
-                request, "login.html", 403, mode=auth.mode, error="Unknown name or token."
+                request,
+                "login.html",
+                403,
+                mode=auth.mode,
+                next=next_path,
+                error="Unknown name or token.",
             )
-        return self._logged_in(person)
+        return self._logged_in(person, next_path)
 
     def _logged_in(self, person: str, next_path: str = "/") -> Response:
         """A new session for `person`, and on to `next_path` (a path of this console only)."""
         cookie, _ = self.auth.sessions.issue(person)
-        local = next_path.startswith("/") and not next_path.startswith(("//", "/\\"))
-        response = RedirectResponse(next_path if local else "/", status_code=303)
+        response = RedirectResponse(local_path(next_path), status_code=303)
         self.set_cookie(response, cookie)
         return response
 
@@ -209,12 +254,26 @@ class Console:
     async def inbox_page(self, request: Request) -> Response:
         """`/`: the inbox, filtered as the query string asks."""
         rows, ctx = await self.filtered(request)
-        return self.render(request, "inbox.html", rows=rows, **ctx)
+        html, version = self.rows_html(request, rows, ctx)
+        return self.render(request, "inbox.html", rows_html=html, version=version, **ctx)
 
     async def inbox_rows(self, request: Request) -> Response:
-        """`/inbox/rows`: the inbox's rows alone (htmx polls them)."""
+        """`/inbox/rows`: the inbox's rows alone (htmx polls them); 204 while unchanged."""
         rows, ctx = await self.filtered(request)
-        return self.render(request, "_rows.html", rows=rows, **ctx)
+        html, version = self.rows_html(request, rows, ctx)
+        if request.query_params.get("v") == version:
+            return Response(status_code=204)  # nothing to swap: focus and scroll stay put
+        return self.render(request, "_inbox.html", rows_html=html, version=version, **ctx)
+
+    def rows_html(
+        self, request: Request, rows: list[Row], ctx: dict[str, Any]
+    ) -> tuple[Markup, str]:
+        """The rows as the page shows them, and a short digest naming that version."""
+        session: Session = request.state.session
+        html = self.env.get_template("_rows.html").render(
+            rows=rows, person=session.person, namespaces=list(self.data.clients), **ctx
+        )
+        return Markup(html), hashlib.sha256(html.encode()).hexdigest()[:16]
 
     async def filtered(self, request: Request) -> tuple[list[Row], dict[str, Any]]:
         """The inbox rows the query string asks for, and what the page needs to show the filters.
@@ -291,12 +350,69 @@ class Console:
             mine_approved=mine_approved,
             viewer=viewer,
             hidden={"ns": ns, "run": wid, "call": cid, "seen": seen, "round": round_},
+            live_url=LIVE + "?" + urlencode(live_ids(ns, wid, cid, item)) if item else "",
             ticket=ticket,
             fields=form_fields(snap.schemas.get(cid), item),
             is_diff=is_diff(item.request.preview, item.request.preview_label)
             if item and item.request
             else False,
             transcript=_transcript(snap) if whole else None,
+        )
+
+    async def call_live(self, request: Request) -> Response:
+        """`/call/live?ns=&run=&call=&seen=&round=&n=`: what changed since a call's page showed it.
+
+        Nothing (204: the page stays as it is, focus and typed text untouched) while the call
+        waits as shown or the run cannot be read now; its approvals when someone else approved
+        (four eyes); else one line saying it was decided or changed, with its buttons disabled.
+        It says no more than the call's page would: a call gone, not this person's, or decided
+        by others reads the same as one that never was.
+        """
+        ids = one_text_each(request.query_params, ("ns", "run", "call", "seen", "round", "n"))
+        if ids is None or ids[0] not in self.data.clients:
+            return PlainTextResponse("name one namespace, run and call", status_code=400)
+        ns, wid, cid, seen, round_, n = ids
+        person = request.state.session.person
+        try:
+            snap = await self.data.snapshot(ns, wid)
+        except _Unreadable:
+            return Response(status_code=204)
+        except _Gone:
+            snap = None
+        rules = self.rules
+        item = next((p for p in snap.status.pending if p.call_id == cid), None) if snap else None
+        decided = (
+            next((d for d in snap.status.decisions if d.call_id == cid), None) if snap else None
+        )
+        if item is not None and not rules.may_see(person, item.approvers):
+            item = decided = None
+        if decided is not None and not (
+            rules.is_viewer(person) or rules.took_part(person, decided)
+        ):
+            decided = None  # as on the call's page: a decision is shown to who took part
+        notice, approvals = "", False
+        if item is None:
+            notice = (
+                f"This call was {words_of(decided)} meanwhile."
+                if decided is not None
+                else "This call no longer waits as shown."
+            )
+        elif seen_of(item) != seen or str(item.round) != round_:
+            notice = "This call changed since you opened it: look again before deciding."
+        elif str(len(item.approvals)) != n:
+            approvals = True
+        else:
+            return Response(status_code=204)
+        return self.render(
+            request,
+            "_live.html",
+            ns=ns,
+            wid=wid,
+            cid=cid,
+            call=item,
+            live_notice=notice,
+            live_approvals=approvals,
+            live_url=LIVE + "?" + urlencode(live_ids(ns, wid, cid, item)) if item else "",
         )
 
     async def audit(self, request: Request) -> Response:
@@ -362,7 +478,13 @@ class Console:
         if outcome is None:
             return PlainTextResponse("unknown action", status_code=400)
         return self.render(
-            request, "outcome.html", 200 if outcome.ok else 409, outcome=outcome, ns=ns, wid=wid
+            request,
+            "outcome.html",
+            200 if outcome.ok else 409,
+            outcome=outcome,
+            ns=ns,
+            wid=wid,
+            cid=cid,
         )
 
     async def _act(self, c: Shown, action: str, form: FormData) -> Outcome | None:
@@ -463,9 +585,7 @@ class Guard(BaseHTTPMiddleware):
                 fresh, request.state.session = auth.sessions.issue(person)
         open_paths = ("/login", "/static/", "/healthz")
         if request.state.session is None and not request.url.path.startswith(open_paths):
-            if request.method == "GET":
-                return RedirectResponse("/login", status_code=303)
-            return PlainTextResponse("log in first", status_code=401)
+            return await self.signed_out(request)
         if request.method == "POST" and request.url.path != "/login":
             problem = await _forged(request)
             if problem is not None:
@@ -478,6 +598,43 @@ class Guard(BaseHTTPMiddleware):
         response.headers["Referrer-Policy"] = "same-origin"
         response.headers["Cache-Control"] = "no-store"
         return response
+
+    async def signed_out(self, request: Request) -> Response:
+        """The answer to a request without a session: on to sign in, and back here after.
+
+        A page goes to the sign-in page; htmx's polling takes the whole tab there (never a
+        sign-in page inside the inbox); a post (a decision sent after the session ended) gets
+        the sign-in page saying nothing was decided, and comes back to the call's page, where
+        the text typed into it is kept by the browser tab (`console.js`).
+        """
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        if request.headers.get("hx-request"):
+            current = urlparse(request.headers.get("hx-current-url") or "")
+            same = current.netloc == request.url.netloc
+            page = current.path + (f"?{current.query}" if current.query else "") if same else "/"
+            response = Response(status_code=200)
+            response.headers["HX-Redirect"] = "/login?" + urlencode({"next": local_path(page)})
+            return response
+        if request.method == "GET":
+            target = "/login" if here == "/" else "/login?" + urlencode({"next": here})
+            return RedirectResponse(target, status_code=303)
+        back = CALL + f"?{request.url.query}" if request.url.path == DECIDE else "/"
+        return self.console.render(
+            request,
+            "login.html",
+            401,
+            mode=self.console.auth.mode,
+            next=local_path(back),
+            error="Your session ended before this was sent: nothing was decided. Sign in, then "
+            "decide again (what you typed on the call's page is kept in this tab).",
+        )
+
+
+def local_path(path: str) -> str:
+    """`path` when it is a path of this console (`/...`), else `/` (never another site)."""
+    if path.startswith("/") and not path.startswith(("//", "/\\")) and "\\" not in path:
+        return path
+    return "/"
 
 
 def _session(console: Console, request: Request) -> Session | None:
@@ -528,6 +685,7 @@ def create_app(
         Route("/login", console.login, methods=["GET", "POST"]),
         Route("/logout", console.logout, methods=["POST"]),
         Route(CALL, console.call_page),
+        Route(LIVE, console.call_live),
         Route(DECIDE, console.decide, methods=["POST"]),
         Route(AUDIT, console.audit),
         Route("/healthz", console.healthz),

@@ -4,7 +4,8 @@ Three ways to know the person, one per deployment:
 
 - `link` (the local default, like Jupyter's): the console prints a login link with a random
   token, good for one login; the person is the one the console was started for (`--user`, else
-  the OS user).
+  the OS user). The sign-in page asks for a new link (after signing out, in a second browser),
+  which the console prints where it runs, at the address it serves (never one a request names).
 - `tokens` (small teams): a users file maps each name to the SHA-256 of a personal token
   (`hitl console-user NAME --users FILE` adds one and prints the token once); people log in
   with their name and token.
@@ -26,6 +27,7 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -34,6 +36,8 @@ from urllib.parse import urlencode
 from hitl.errors import UserError
 
 AuthMode = Literal["link", "tokens", "header"]
+LINK_SECONDS = 5.0
+"""`link` mode: at most one new sign-in link printed per this many seconds."""
 COOKIE = "hitl_console"
 SESSION_SECONDS = 12 * 3600
 NAME = re.compile(r"^[A-Za-z0-9._@+-]{1,100}$")
@@ -152,11 +156,30 @@ class Authenticator:
     sessions: Sessions = field(default_factory=Sessions)
     link_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     _link_used: bool = False
+    base_url: str = ""
+    """`link` mode: the address the console serves (new links point there, nowhere else)."""
+    announce: Callable[[str], None] = field(default=lambda line: print(line, flush=True))
+    """`link` mode: where a new sign-in link is printed (the console's own output)."""
+    _last_link: float = float("-inf")
 
     def login_link(self, base_url: str, next_path: str = "") -> str:
         """`link` mode: the one-time login URL (then on to `next_path` of the console)."""
         link = f"{base_url.rstrip('/')}/login?token={self.link_token}"
         return link + (f"&{urlencode({'next': next_path})}" if next_path else "")
+
+    def new_link(self, next_path: str = "") -> bool:
+        """`link` mode: print a new one-time link, at this console's own address.
+
+        The old link stops working. `False` when one was printed less than `LINK_SECONDS` ago,
+        or this console has no address yet.
+        """
+        now = time.monotonic()
+        if self.mode != "link" or not self.base_url or now - self._last_link < LINK_SECONDS:
+            return False
+        self._last_link = now
+        self.link_token, self._link_used = secrets.token_urlsafe(24), False
+        self.announce(f"sign in (once) as {self.user}: {self.login_link(self.base_url, next_path)}")
+        return True
 
     def redeem_link(self, token: str) -> str | None:
         """`link` mode: the person, the first time the right token comes back."""

@@ -17,6 +17,7 @@ what came through it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -174,6 +175,12 @@ class Row:
     def groups(self) -> list[str]:
         """The approver groups it names (`group:finance` -> `finance`)."""
         return [a[6:] for a in self.approvers if a.startswith("group:")]
+
+    @property
+    def key(self) -> str:
+        """A short id for the row's elements on the page (the same on every reading)."""
+        ids = "\n".join([self.namespace, self.workflow_id, self.call_id])
+        return hashlib.sha256(ids.encode()).hexdigest()[:16]
 
     def haystack(self) -> str:
         """What the search box searches: run, call, tool, agent, title (and arguments)."""

@@ -18,6 +18,7 @@ __all__ = [
     "AUDIT",
     "CALL",
     "DECIDE",
+    "LIVE",
     "audit_url",
     "call_url",
     "decide_url",
@@ -27,6 +28,8 @@ __all__ = [
 
 CALL = "/call"
 """A call's page: `?ns=&run=&call=`."""
+LIVE = "/call/live"
+"""What a call's page polls to learn it was decided or changed elsewhere."""
 DECIDE = "/decide"
 """Where a call's forms post: `?ns=&run=&call=` (the form repeats them in hidden fields)."""
 AUDIT = "/audit"

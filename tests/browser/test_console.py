@@ -293,3 +293,88 @@ async def test_a_search_that_finds_nothing_says_what_waits(browser: Any, console
     assert said.startswith("No call matches these filters;") and "wait" in said
     assert "Nothing waits for a decision" not in await page.content()
     await console.client.get_workflow_handle(wid).terminate("test over")
+
+
+async def test_the_call_page_learns_of_a_decision_made_elsewhere(browser: Any, console: Console):
+    """While ann types a reason, bob approves from the CLI: her page says so within seconds,
+    its buttons stop offering, and neither her focus nor her text moves."""
+    wid, call_id = await park(console, support_agent, "cancel order 38, email them a refund")
+    page = await signed_in(browser, console, "ann")
+    await open_call(page, console, wid, call_id)
+    reason = page.locator("textarea[name=reason]")
+    await reason.click()
+    await reason.type("Checking with the customer first")
+    handle = console.client.get_workflow_handle(wid)
+    await handle.execute_update("approve", DecisionInput(call_id=call_id, approver="bob"))
+    notice = page.locator("[data-testid=live-notice]")
+    await notice.wait_for(timeout=15_000)
+    assert "This call no longer waits as shown" in await notice.inner_text()
+    assert await page.locator("#btn-approve").is_disabled()
+    assert await reason.input_value() == "Checking with the customer first"
+    assert await page.evaluate("document.activeElement.name") == "reason"
+    await handle.terminate("test over")
+
+
+async def test_the_inbox_refresh_never_moves_the_focus(browser: Any, console: Console) -> None:
+    wid, call_id = await park(console, support_agent, "cancel order 39")
+    page = await signed_in(browser, console, "ann")
+    await page.goto(console.url + "/")
+    link = row_of(page, wid, call_id).locator("a")
+    await link.wait_for(timeout=15_000)
+    await link.focus()
+    # Another call arrives: the rows change and are swapped; the focused link stays focused.
+    other, other_call = await park(console, support_agent, "cancel order 40")
+    await row_of(page, other, other_call).wait_for(timeout=15_000)
+    focused = await page.evaluate("document.activeElement.getAttribute('href')")
+    assert focused == await link.get_attribute("href")
+    # Nothing changes: the polls answer "as you have it" and nothing is redrawn while ann
+    # types into the search box.
+    await page.goto(console.url + "/?" + urlencode({"q": wid}))
+    await row_of(page, wid, call_id).wait_for(timeout=15_000)
+    await page.evaluate("document.getElementById('inbox').dataset.mark = 'first'")
+    polls = "performance.getEntriesByType('resource').filter(e => e.name.includes('/inbox/rows'))"
+    before = await page.evaluate(f"{polls}.length")
+    await page.locator("input[name=q]").click()
+    await page.keyboard.press("End")
+    await page.keyboard.type(" and more")
+    await page.wait_for_function(f"() => {polls}.length >= {before + 2}")
+    assert await page.evaluate("document.getElementById('inbox').dataset.mark") == "first"
+    assert await page.locator("input[name=q]").input_value() == wid + " and more"
+    assert await page.evaluate("document.activeElement.name") == "q"
+    for w in (wid, other):
+        await console.client.get_workflow_handle(w).terminate("test over")
+
+
+async def test_what_was_typed_survives_a_session_that_ended(browser: Any, console: Console):
+    """bob types a reason and a message; his session ends before he presses Reject. The post
+    decides nothing and says so; he signs in, is back on the call with his text, and rejects."""
+    wid, call_id = await park(console, support_agent, "cancel order 41")
+    page = await signed_in(browser, console, "bob")
+    await open_call(page, console, wid, call_id)
+    await page.fill("textarea[name=reason]", "Customer asked:\nkeep it")
+    await page.fill("textarea[name=message]", "Keep the order; offer a discount.")
+    await page.context.clear_cookies()  # the session ends (expired, or signed out elsewhere)
+    await page.click("[data-testid=secondary]")
+    said = await page.locator("[data-testid=login-error]").inner_text()
+    assert "nothing was decided" in said
+    assert (await status(console, wid)).pending[0].call_id == call_id
+    await page.fill("input[name=name]", "bob")
+    await page.fill("input[name=token]", console.tokens["bob"])
+    await page.click("button:has-text('Sign in')")
+    await page.wait_for_selector("[data-testid=title]")
+    assert await page.locator("textarea[name=reason]").input_value() == "Customer asked:\nkeep it"
+    assert await page.locator("textarea[name=message]").input_value() == (
+        "Keep the order; offer a discount."
+    )
+    await page.click("[data-testid=secondary]")
+    assert (await page.locator("[data-testid=outcome]").inner_text()).startswith("Rejected by bob")
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    [d] = out.decisions
+    assert (d.kind, d.reason, d.message) == (
+        "reject", "Customer asked:\nkeep it", "Keep the order; offer a discount."
+    )  # fmt: skip
+    # Recorded: the drafts are cleared, so the call's page starts empty next time.
+    kept = await page.evaluate(
+        "Object.keys(sessionStorage).filter(k => k.includes(" + json.dumps(call_id) + "))"
+    )
+    assert kept == []

@@ -15,6 +15,7 @@ account of their own. Every test checks what the runs recorded, not only the pag
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -352,3 +353,65 @@ async def test_a_decision_on_a_call_that_changed_meanwhile_is_refused(
     [d] = out.decisions
     assert [a.approver for a in d.approvals] == ["bob", "ann"]
     assert str(out.final_output).endswith("Released $100")
+
+
+# ----------------------------------------------------------------------------- new doors
+
+
+async def test_the_live_poll_says_no_more_than_the_call_page(browser: Any, guarded: Console):
+    """`/call/live` (what a call's page polls): cy, who may not see finance's call, learns
+    nothing from it, not even that the run or call exists; malformed asks are one-line 400s;
+    ann (finance), whose page shows the call as it is, gets nothing to redraw."""
+    run = await Runner.run(
+        signed_treasury, "pay 778", client=guarded.client, task_queue=guarded.task_queue,
+        serve=False,
+    )  # fmt: skip
+    wid = run.workflow_id
+    [call] = (await status(guarded, wid)).pending
+    shown = {
+        "ns": "default", "run": wid, "call": call.call_id, "seen": call.arguments_sha256 or "",
+        "round": str(call.round), "n": "0",
+    }  # fmt: skip
+    live = guarded.url + "/call/live?"
+    ann = await signed_in(browser, guarded, "ann")
+    same = await ann.request.get(live + urlencode(shown))
+    assert same.status == 204 and await same.text() == ""
+    cy = await signed_in(browser, guarded, "cy")
+    answers = []
+    for ask in (shown, shown | {"call": "t9.9"}, shown | {"run": "no-such-run"}):
+        got = await cy.request.get(live + urlencode(ask))
+        # The "look again" link names what was asked for, nothing more.
+        answers.append((got.status, re.sub(r'href="[^"]*"', "", await got.text())))
+    assert answers[0] == answers[1] == answers[2], "no oracle for which runs and calls exist"
+    assert "no longer waits as shown" in answers[0][1]
+    assert "778" not in answers[0][1] and "pay_supplier" not in answers[0][1]
+    for bad in (
+        urlencode(shown) + "&call=t1.2",  # a repeated id names nothing
+        urlencode(shown | {"ns": "elsewhere"}),  # a namespace this console does not serve
+        urlencode({k: v for k, v in shown.items() if k != "n"}),
+    ):
+        refused = await cy.request.get(live + bad)
+        assert refused.status == 400 and "\n" not in (await refused.text()).strip()
+    assert (await status(guarded, wid)).decisions == []
+    await guarded.client.get_workflow_handle(wid).terminate("test over")
+
+
+async def test_sign_in_never_sends_anyone_to_another_site(browser: Any, console: Console):
+    """The `next` a sign-in comes back to is a path of this console, whatever a link, a form
+    or htmx's headers name."""
+    context = await browser.new_context()
+    page = await context.new_page()
+    for bad in ("//evil.example/x", "https://evil.example/", "/\\evil.example", "javascript:1"):
+        await page.goto(console.url + "/login?" + urlencode({"next": bad}))
+        await page.fill("input[name=name]", "ann")
+        await page.fill("input[name=token]", console.tokens["ann"])
+        await page.click("button:has-text('Sign in')")
+        await page.wait_for_selector("[data-testid=person]")
+        assert page.url.startswith(console.url + "/"), bad
+        await page.click("button:has-text('Sign out')")
+    gone = await page.request.get(
+        console.url + "/inbox/rows",
+        headers={"HX-Request": "true", "HX-Current-URL": "https://evil.example/?q=1"},
+    )
+    assert gone.headers["hx-redirect"] == "/login?next=%2F"
+    await context.close()

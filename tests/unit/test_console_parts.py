@@ -152,12 +152,56 @@ def test_the_login_link_signs_in_once_and_only_redirects_inside_the_console() ->
         assert "hitl_console" in first.cookies
         assert "default-src 'none'" in first.headers["content-security-policy"]
         again = TestClient(app, base_url="http://127.0.0.1:8090").get(link)
-        assert again.status_code == 403 and "This link was used." in again.text
+        assert again.status_code == 403 and "This link was used or replaced" in again.text
         # Signed in: a POST without the session's form token is refused.
         assert client.post("/logout", follow_redirects=False).status_code == 403
         page = client.get("/call?ns=nowhere&run=r&call=c")
         assert page.status_code == 404 and "Nothing to show" in page.text
         assert "nowhere" not in page.text, "the reason is for viewers only"
+
+
+def test_a_signed_out_person_asks_for_a_new_link_and_comes_back_where_they_were() -> None:
+    """Sign-in by link once worked once per console process: after signing out, or in a second
+    browser, the only way back was a restart."""
+    from starlette.testclient import TestClient
+
+    from hitl.console.app import create_app
+    from hitl.console.data import ConsoleData
+
+    printed: list[str] = []
+    base = "http://127.0.0.1:8090"
+    auth = Authenticator(mode="link", user="ann", base_url=base, announce=printed.append)
+    app = create_app(ConsoleData({}), auth)
+    first = auth.login_link(base)
+    with TestClient(app, base_url=base) as client:
+        assert client.get(first, follow_redirects=False).status_code == 303
+        # Elsewhere (a second browser, or after signing out): the page asks for a new link.
+        other = TestClient(app, base_url=base)
+        page = other.get("/audit?ns=default&run=r", follow_redirects=False)
+        assert page.headers["location"] == "/login?next=%2Faudit%3Fns%3Ddefault%26run%3Dr"
+        form = {"action": "new-link", "next": "/audit?ns=default&run=r"}
+        # A request naming another host never gets a link pointing there.
+        asked = other.post("/login", data=form, headers={"host": "evil.example"})
+        assert asked.status_code == 200 and "A new sign-in link was printed" in asked.text
+        [line] = printed
+        link = line.split(": ", 1)[1]
+        assert link.startswith(base + "/login?token=") and "evil" not in link
+        assert "A link was printed a moment ago" in other.post("/login", data=form).text
+        assert len(printed) == 1, "at most one new link per few seconds"
+        assert other.get(first).status_code == 403, "the old link no longer works"
+        back = other.get(link, follow_redirects=False)
+        assert back.headers["location"] == "/audit?ns=default&run=r"
+        # htmx polling without a session takes the whole tab to sign in, never a fragment.
+        gone = TestClient(app, base_url=base).get(
+            "/inbox/rows", headers={"HX-Request": "true", "HX-Current-URL": base + "/?q=ada"}
+        )
+        assert gone.headers["hx-redirect"] == "/login?next=%2F%3Fq%3Dada" and gone.text == ""
+        # A decision posted after the session ended: nothing decided, on to the call after.
+        late = TestClient(app, base_url=base).post(
+            "/decide?ns=default&run=r&call=c", data={"action": "approve", "reason": "ok"}
+        )
+        assert late.status_code == 401 and "nothing was decided" in late.text
+        assert 'value="/call?ns=default&amp;run=r&amp;call=c"' in late.text
 
 
 def test_the_codec_server_admits_the_ui_origin_only() -> None:

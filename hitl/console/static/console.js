@@ -1,0 +1,35 @@
+// What a person types on a call's page stays in this browser tab until the run records their
+// decision: a reload, a session that ended, or a page left open and come back to keep it.
+// Drafts live in sessionStorage (this tab only), under the call page's own address.
+(function () {
+  "use strict";
+  var PREFIX = "hitl-draft ";
+  var store;
+  try { store = window.sessionStorage; } catch (e) { return; }
+  var body = document.body;
+  var done = body.getAttribute("data-drafts-done");
+  if (done) {
+    var ended = [];  // collected first: the storage's key order may change as keys go
+    for (var i = 0; i < store.length; i++) {
+      var k = store.key(i);
+      if (k && k.indexOf(PREFIX + done + " ") === 0) { ended.push(k); }
+    }
+    ended.forEach(function (k) { store.removeItem(k); });
+  }
+  var page = body.getAttribute("data-draft-key");
+  if (!page) { return; }
+  var fields = document.querySelectorAll("form[data-draft] textarea, form[data-draft] input, form[data-draft] select");
+  Array.prototype.forEach.call(fields, function (field) {
+    if (field.type === "hidden" || !field.name) { return; }
+    var key = PREFIX + page + " " + field.form.getAttribute("data-draft") + " " + field.name;
+    var kept = store.getItem(key);
+    if (kept !== null) {
+      if (field.type === "checkbox") { field.checked = kept === "1"; } else { field.value = kept; }
+    }
+    var save = function () {
+      store.setItem(key, field.type === "checkbox" ? (field.checked ? "1" : "0") : field.value);
+    };
+    field.addEventListener("input", save);
+    field.addEventListener("change", save);
+  });
+})();
