@@ -61,6 +61,7 @@ def _env() -> Environment:
     env.filters["pretty"] = pretty_json
     env.filters["shell"] = shlex.quote  # an id in a command a person copies: one word
     env.globals["diff_class"] = diff_class
+    env.globals["due_in"] = due_in
     env.globals["call_url"] = call_url
     env.globals["decide_url"] = decide_url
     env.globals["audit_url"] = audit_url
@@ -76,6 +77,30 @@ def ago(at: datetime | None) -> str:
     if at is None:
         return "unknown"
     return "just now" if (datetime.now(UTC) - at).total_seconds() < 60 else _ago(at)
+
+
+def due_in(deadline: datetime) -> str:
+    """A deadline as time left (`in 2d 3h`, `in 12m`), or `overdue by 5m` once it passed."""
+    seconds = int((deadline - datetime.now(UTC)).total_seconds())
+    left = abs(seconds)
+    d, h, m = left // 86400, left % 86400 // 3600, left % 3600 // 60
+    span = f"{d}d {h}h" if d else f"{h}h {m}m" if h else f"{m}m" if m else "under a minute"
+    return f"in {span}" if seconds >= 0 else f"overdue by {span}"
+
+
+def message_of(call: PendingApproval) -> str:
+    """A call's request message, without the arguments the page shows anyway.
+
+    A tool without its own approval text gets a message that ends with its arguments
+    (`Arguments:` and their JSON): the page shows those once, under Arguments.
+    """
+    message = call.request.message if call.request else ""
+    try:
+        shown = json.dumps(json.loads(call.arguments), indent=2, default=str, ensure_ascii=False)
+    except ValueError:
+        return message
+    tail = f"\n\nArguments:\n{shown}"
+    return message[: -len(tail)] if message.endswith(tail) else message
 
 
 def pretty_json(text: str) -> str:
@@ -357,6 +382,7 @@ class Console:
             if item and item.request
             else False,
             transcript=_transcript(snap) if whole else None,
+            message_text=message_of(item) if item is not None else "",
         )
 
     async def call_live(self, request: Request) -> Response:
@@ -705,10 +731,22 @@ def _transcript(snap: RunSnapshot, last: int = 12) -> list[tuple[str, str]]:
         if item.type == "message_output_item":
             lines.append((item.agent_name, _text(raw.get("content"))))
         elif item.type in ("tool_call_item", "handoff_call_item"):
-            lines.append((item.agent_name, f"calls {raw.get('name')}({raw.get('arguments')})"))
+            args = _readable_json(str(raw.get("arguments") or ""))
+            lines.append((item.agent_name, f"calls {raw.get('name')}({args})"))
         elif item.type in ("tool_call_output_item", "handoff_output_item"):
             lines.append(("tool", _text(raw.get("output"))))
-    return [(who, text[:500]) for who, text in lines]
+    return [(who, text if len(text) <= 500 else text[:500] + "…") for who, text in lines]
+
+
+def _readable_json(text: str) -> str:
+    """JSON text with its escapes as the characters they stand for (as given, when not JSON).
+
+    So that Korean, Chinese and emoji read as themselves, not as escape codes.
+    """
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False)
+    except ValueError:
+        return text
 
 
 def _text(content: Any) -> str:
@@ -718,4 +756,4 @@ def _text(content: Any) -> str:
         return " ".join(
             str(part.get("text", "")) for part in content if isinstance(part, dict)
         ).strip()
-    return json.dumps(content, default=str)
+    return json.dumps(content, default=str, ensure_ascii=False)

@@ -378,3 +378,41 @@ async def test_what_was_typed_survives_a_session_that_ended(browser: Any, consol
         "Object.keys(sessionStorage).filter(k => k.includes(" + json.dumps(call_id) + "))"
     )
     assert kept == []
+
+
+async def test_pages_read_well_on_a_phone_and_in_any_script(browser: Any, console: Console):
+    """At 375 px no word of a request's title breaks across lines and the ids columns step
+    aside; Korean, Chinese and emoji read as themselves in the transcript; the arguments are
+    shown once."""
+    text = "email them a refund: 환불 退款 🙂"
+    wid, call_id = await park(console, support_agent, text)
+    context = await browser.new_context(viewport={"width": 375, "height": 800})
+    page = await context.new_page()
+    await page.goto(console.url + "/")
+    await page.fill("input[name=name]", "ann")
+    await page.fill("input[name=token]", console.tokens["ann"])
+    await page.click("button:has-text('Sign in')")
+    await page.goto(console.url + "/?" + urlencode({"q": wid}))
+    link = row_of(page, wid, call_id).locator("a")
+    await link.wait_for(timeout=15_000)
+    broken = await link.evaluate(
+        """a => a.textContent.split(/\\s+/).filter(Boolean).filter(word => {
+            const at = a.textContent.indexOf(word), r = document.createRange();
+            r.setStart(a.firstChild, at); r.setEnd(a.firstChild, at + word.length);
+            return r.getClientRects().length > 1;
+        })"""
+    )
+    assert broken == []
+    wide = row_of(page, wid, call_id).locator("td.wide")
+    assert await wide.count() == 2 and not await wide.first.is_visible()
+    width = await page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 375, "nothing overflows sideways"
+    await link.click()
+    await page.wait_for_selector("[data-testid=title]")
+    said = await page.locator("[data-testid=transcript]").inner_text()
+    assert "환불 退款 🙂" in said and "\\u" not in said
+    message = await page.locator("[data-testid=message]").inner_text()
+    assert "Arguments:" not in message and "subject" not in message
+    assert "Refund for your order" in await page.locator("[data-testid=arguments]").inner_text()
+    await context.close()
+    await console.client.get_workflow_handle(wid).terminate("test over")

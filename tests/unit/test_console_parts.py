@@ -616,3 +616,44 @@ def test_an_edit_keeps_what_nobody_touched_byte_for_byte() -> None:
     assert "amount" not in edited_arguments(FormData(posted), original)[0]
     posted[5] = ("arg.amount", "99.5")
     assert edited_arguments(FormData(posted), original)[0]["amount"] == 99.5
+
+
+def test_a_call_page_reads_as_a_person_reads() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from hitl.console.app import _env, _transcript, due_in, message_of
+    from hitl.wire import ApprovalRequestData, RunItem, RunSnapshot, RunStatus
+
+    now = datetime.now(UTC)
+    assert due_in(now + timedelta(days=2, hours=3, minutes=5)) == "in 2d 3h"
+    assert due_in(now + timedelta(hours=3, minutes=12, seconds=30)) == "in 3h 12m"
+    assert due_in(now + timedelta(seconds=30)) == "in under a minute"
+    assert due_in(now - timedelta(minutes=5, seconds=30)) == "overdue by 5m"
+    # A tool with no text of its own: its arguments are shown once, under Arguments.
+    args = {"subject": "환불", "n": 1}
+    shown = json.dumps(args, indent=2, ensure_ascii=False)
+    call = PendingApproval(
+        call_id="t1.1", tool_name="send_email", agent_id="a", agent_name="A", turn=1,
+        arguments=json.dumps(args),
+        request=ApprovalRequestData(title="t", message=f"Send an email.\n\nArguments:\n{shown}"),
+    )  # fmt: skip
+    assert message_of(call) == "Send an email."
+    custom = call.model_copy(update={"request": ApprovalRequestData(title="t", message="Mine")})
+    assert message_of(custom) == "Mine"
+    # A diff's lines are one line each (once two: a block span and a newline).
+    page = _env().from_string(
+        '{% for line in text.splitlines() %}<span class="{{ diff_class(line) }}">'
+        '{{ line or " " }}</span>{% endfor %}'
+    )
+    assert "\n" not in page.render(text="--- a\n+++ b\n@@ -1 +1 @@\n-x\n\n+y")
+    # The transcript shows Korean, Chinese and emoji as themselves, and says where it is cut.
+    said = json.dumps({"body": "환불 退款 🙂" + "x" * 600})  # escaped: \uXXXX
+    item = RunItem(
+        type="tool_call_item", agent_name="A", agent_id="a",
+        raw_item={"type": "function_call", "name": "send_email", "arguments": said},
+    )  # fmt: skip
+    status = RunStatus(workflow_id="w", run_id="r", phase="awaiting_approval", agent="A")
+    snap = RunSnapshot(status=status, input_items=[], new_items=[item])
+    [(who, text)] = _transcript(snap)
+    assert "환불 退款 🙂" in text and "\\u" not in text
+    assert len(text) == 501 and text.endswith("…")

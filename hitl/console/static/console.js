@@ -3,6 +3,18 @@
 // Drafts live in sessionStorage (this tab only), under the call page's own address.
 (function () {
   "use strict";
+  // Times in the reader's own time zone (the page says UTC without script).
+  var localTimes = function () {
+    Array.prototype.forEach.call(document.querySelectorAll("time[data-local]"), function (t) {
+      var at = new Date(t.getAttribute("datetime"));
+      if (isNaN(at.getTime())) { return; }
+      t.title = t.textContent;
+      t.textContent = at.toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
+      t.removeAttribute("data-local");
+    });
+  };
+  localTimes();
+  document.body.addEventListener("htmx:afterSettle", localTimes);
   var PREFIX = "hitl-draft ";
   var store;
   try { store = window.sessionStorage; } catch (e) { return; }
