@@ -16,11 +16,21 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
 
-from hitl import RunConfig, Runner
+from hitl import (
+    Agent,
+    EffectUnknown,
+    ModelReply,
+    ModelRequest,
+    RunConfig,
+    Runner,
+    ScriptedModel,
+    ToolContext,
+    function_tool,
+)
 from hitl.client import data_converter
-from hitl.wire import DecisionInput
+from hitl.wire import DecisionInput, ExtendInput, ResolveInput, RunStatus
 from hitl.worker.devserver import DevServer
 from tests.agents import local_support_agent, support_agent, weather_agent
 from tests.helpers import serving
@@ -37,6 +47,49 @@ SCENARIOS = (
     "continued_as_new",
     "continued_while_parked",
     "completed_local_tools",
+    "completed_expired",
+)
+
+# ----------------------------------------------------------------------------- expiry scenario
+
+
+@function_tool(needs_approval=True, approval_timeout=1.0)
+def wire_funds(amount: int) -> str:
+    """Wire funds (its approval waits one second).
+
+    Args:
+        amount: Dollars.
+    """
+    return f"wired ${amount}"
+
+
+_LOST: set[str] = set()
+
+
+@function_tool(needs_approval=True, approval_timeout=3600.0, retry_safe=False)
+def pay_supplier(ctx: ToolContext[object], amount: int) -> str:
+    """Pay a supplier (the first answer gets lost: the call turns uncertain).
+
+    Args:
+        amount: Dollars.
+    """
+    if ctx.idempotency_key not in _LOST:
+        _LOST.add(ctx.idempotency_key)
+        raise EffectUnknown("the bank timed out after the request was sent")
+    return f"paid ${amount}"
+
+
+def _deadline_script(req: ModelRequest) -> ModelReply:
+    results = req.tool_results()
+    if results:
+        return ModelReply.say("; ".join(f"{r.name}: {r.output}" for r in results))
+    return ModelReply.calls(("wire_funds", {"amount": 900}), ("pay_supplier", {"amount": 300}))
+
+
+deadline_desk = Agent(
+    name="Deadline desk",
+    tools=[wire_funds, pay_supplier],
+    model=ScriptedModel(_deadline_script, "tests.replay.deadline_desk"),
 )
 
 
@@ -49,7 +102,14 @@ async def record(address: str, only: str | None = None) -> None:
         (OUT / f"{name}.json").write_text(hist.to_json())
         print(f"saved {name}: {len(hist.events)} events")
 
-    agents = (support_agent, local_support_agent, weather_agent, sequential_agent, desk)
+    agents = (
+        support_agent,
+        local_support_agent,
+        weather_agent,
+        sequential_agent,
+        desk,
+        deadline_desk,
+    )
     async with serving(client, *agents) as tq:
         opts = {"client": client, "task_queue": tq, "serve": False}
         if only == "continued_while_parked":
@@ -57,6 +117,9 @@ async def record(address: str, only: str | None = None) -> None:
             return
         if only == "completed_local_tools":
             await record_local_tools(opts, save)
+            return
+        if only == "completed_expired":
+            await record_expired(client, opts, save)
             return
         r = await Runner.run(
             support_agent, "cancel order 7", workflow_id="replay-completed", **opts
@@ -104,6 +167,7 @@ async def record(address: str, only: str | None = None) -> None:
         print(f"saved continued_as_new: {len(hist.events)} events")
         await record_parked_compaction(client, tq, save)
         await record_local_tools(opts, save)
+        await record_expired(client, opts, save)
 
 
 async def record_local_tools(opts: dict[str, Any], save: Any) -> None:
@@ -118,6 +182,45 @@ async def record_local_tools(opts: dict[str, Any], save: Any) -> None:
     state.approve(r.interruptions[0])
     await Runner.run(local_support_agent, state, **opts)
     await save("completed_local_tools", "replay-local-tools")
+
+
+async def record_expired(client: Client, opts: dict[str, Any], save: Any) -> None:
+    """A call that expired, and every later action on the run: a reject and an approval of the
+    expired call (the approval refused as late), a refused signal, an extended deadline, an
+    approval, an uncertain attempt and its resolution (recorded as `reject` + `expired` by
+    the versions before expiry was its own kind)."""
+    wid = "replay-expired"
+    r = await Runner.run(deadline_desk, "pay them both", workflow_id=wid, **opts)
+    wire, pay = (p.call_id for p in r.interruptions)
+    handle = client.get_workflow_handle(wid)
+    await handle.execute_update(
+        "extend", ExtendInput(call_id=pay, seconds=600, approver="ann", reason="on leave")
+    )
+    await _until(handle, lambda s: any(d.call_id == wire for d in s.decisions))
+    await handle.execute_update("reject", DecisionInput(call_id=wire, approver="bob"))
+    try:
+        await handle.execute_update("approve", DecisionInput(call_id=wire, approver="bob"))
+    except WorkflowUpdateFailedError:
+        pass  # DeadlinePassed, and recorded as refused
+    await handle.signal("approve", {"call_id": wire, "approver": "carol"})
+    await handle.execute_update("approve", DecisionInput(call_id=pay, approver="ann"))
+    await _until(handle, lambda s: any(p.kind == "uncertain" for p in s.pending))
+    await handle.execute_update(
+        "resolve",
+        ResolveInput(call_id=pay, outcome="happened", output="paid $300", approver="ann"),
+    )
+    await handle.result()
+    await save("completed_expired", wid)
+
+
+async def _until(handle: Any, ok: Any) -> RunStatus:
+    """The run's status once `ok` holds (polled; recording only, never in a test)."""
+    for _ in range(600):
+        status: RunStatus = await handle.query("status", result_type=RunStatus)
+        if ok(status):
+            return status
+        await asyncio.sleep(0.05)
+    raise TimeoutError("the run never got there")
 
 
 async def record_parked_compaction(client: Client, tq: str, save: Any) -> None:

@@ -37,6 +37,7 @@ def test_histories_are_present() -> None:
         "continued_while_parked",
         "carried_on_after_parked_compaction",
         "completed_local_tools",
+        "completed_expired",
     } <= names
 
 
@@ -83,6 +84,8 @@ EXECUTED = {
         "OK call_a5cb5d5c799a_0 cancel_order",  # a local activity, after root's approval
     ],
     "completed_rejected": [],  # both calls rejected: nothing ran
+    # wire_funds expired (nothing ran); pay_supplier ran once, turned uncertain, was resolved
+    "completed_expired": ["OK t1.2 pay_supplier"],
     "continued_as_new": ["OK call_0c9fbb563a83_0 cancel_order"],
     "parked_after_handoff": ["OK call_889383c01643_0 get_weather"],  # the predicate said no
     "parked_inbox_patch": ["OK call_889383c01643_0 get_weather"],
