@@ -37,11 +37,27 @@ from hitl.console.forms import (
     posted_text,
 )
 from hitl.console.rules import Rules
-from hitl.console.urls import AUDIT, CALL, DECIDE, LIVE, audit_url, call_url, decide_url
+from hitl.console.urls import (
+    AUDIT,
+    CALL,
+    DECIDE,
+    DECIDE_RUN,
+    LIVE,
+    RUN,
+    audit_url,
+    call_url,
+    decide_run_url,
+    decide_url,
+    run_url,
+)
 from hitl.wire import DecisionRecord, PendingApproval, RunSnapshot
 from hitl.wire.runs import text_digest
 
 HERE = Path(__file__).parent
+PAGE_SIZE = 50
+"""Inbox rows per page."""
+MAX_RUN_CALLS = 50
+"""At most this many calls of one run are approved together (the rest one by one)."""
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -65,6 +81,8 @@ def _env() -> Environment:
     env.globals["call_url"] = call_url
     env.globals["decide_url"] = decide_url
     env.globals["audit_url"] = audit_url
+    env.globals["run_url"] = run_url
+    env.globals["decide_run_url"] = decide_run_url
     return env
 
 
@@ -324,6 +342,11 @@ class Console:
             and (not min_age or (now - r.since).total_seconds() >= min_age)
         ]
         rows.sort(key=lambda r: r.since, reverse=sort == "newest")
+        matched = len(rows)
+        pages = max(1, -(-matched // PAGE_SIZE))
+        page = int(q["page"]) if q.get("page", "").isdigit() else 1
+        page = min(max(page, 1), pages)
+        rows = rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
         shown = {k: q.get(k, "") for k in ("agent", "tool", "group", "q", "age")} | {"sort": sort}
         calls = [r for r in mine if r.confirmed]
         return rows, {
@@ -332,7 +355,14 @@ class Console:
             "tools": sorted({r.tool_name for r in calls}),
             "groups": sorted({g for r in calls for g in r.groups}),
             "filters": shown,
-            "query": urlencode({k: v for k, v in shown.items() if v}),
+            "query": urlencode(
+                {k: v for k, v in shown.items() if v} | ({"page": page} if page > 1 else {})
+            ),
+            "filter_query": urlencode({k: v for k, v in shown.items() if v}),
+            "page": page,
+            "pages": pages,
+            "matched": matched,
+            "first": (page - 1) * PAGE_SIZE + 1,
             "left_out": inbox.left_out,
             "task_queues": self.data.task_queues,
         }
@@ -383,6 +413,11 @@ class Console:
             else False,
             transcript=_transcript(snap) if whole else None,
             message_text=message_of(item) if item is not None else "",
+            others_in_run=len(
+                [p for p in self.approvable(person, snap.status.pending) if p.call_id != cid]
+            )
+            if item is not None and deciding
+            else 0,
         )
 
     async def call_live(self, request: Request) -> Response:
@@ -439,6 +474,84 @@ class Console:
             live_notice=notice,
             live_approvals=approvals,
             live_url=LIVE + "?" + urlencode(live_ids(ns, wid, cid, item)) if item else "",
+        )
+
+    def approvable(self, person: str, calls: list[PendingApproval]) -> list[PendingApproval]:
+        """The calls of a run `person` may approve now (not approved by them already)."""
+        return [
+            p
+            for p in calls
+            if p.kind == "approval"
+            and self.rules.may_decide(person, p.approvers)
+            and not any(a.approver == person for a in p.approvals)
+        ]
+
+    async def run_page(self, request: Request) -> Response:
+        """`/run?ns=&run=`: a run's calls that wait, each shown whole, approved together."""
+        ids = one_text_each(request.query_params, ("ns", "run"))
+        if ids is None:
+            return PlainTextResponse("name one namespace and run", status_code=400)
+        ns, wid = ids
+        person = request.state.session.person
+        snap, problem = await self.read(ns, wid)
+        if snap is None:
+            return self.not_found(request, problem)
+        shown = [p for p in snap.status.pending if self.rules.may_see(person, p.approvers)]
+        if not shown:
+            return self.not_found(request)
+        mine = self.approvable(person, shown)[:MAX_RUN_CALLS]
+        sessions = self.auth.sessions
+        tickets = [
+            sessions.ticket(person, ns, wid, p.call_id, seen_of(p), str(p.round)) for p in mine
+        ]
+        return self.render(
+            request,
+            "run.html",
+            ns=ns,
+            wid=wid,
+            snap=snap,
+            calls=shown,
+            mine=list(zip(mine, tickets, strict=True)),
+            seen_of=seen_of,
+            message_of=message_of,
+        )
+
+    async def decide_run(self, request: Request) -> Response:
+        """`POST /decide-run?ns=&run=`: approve every call the run's page showed, each as seen.
+
+        Each call comes with the digest and round it was shown with and its own ticket; one
+        that does not check out is not sent, and every call's outcome is listed.
+        """
+        ids = one_text_each(request.query_params, ("ns", "run"))
+        form: FormData = request.state.form
+        posted = one_text_each(form, ("ns", "run"))
+        if ids is None or posted != ids or form.get("action") != "approve-all":
+            return PlainTextResponse("this form names another run: nothing was decided", 400)
+        ns, wid = ids
+        calls, seens, rounds, tickets = (
+            [str(v) for v in form.getlist(k)] for k in ("call", "seen", "round", "ticket")
+        )
+        if not 0 < len(calls) <= MAX_RUN_CALLS or not (
+            len(calls) == len(seens) == len(rounds) == len(tickets) == len(set(calls))
+        ):
+            return PlainTextResponse("name each call once, with what was shown of it", 400)
+        person = request.state.session.person
+        check = self.auth.sessions.check
+        if ns not in self.data.clients or not all(
+            check(t, person, ns, wid, c, s, r) and r.isdigit()
+            for c, s, r, t in zip(calls, seens, rounds, tickets, strict=True)
+        ):
+            return self.not_found(request)  # a call never shown to this person to decide
+        reason = posted_text(form, "reason")
+        results = []
+        for cid, seen in zip(calls, seens, strict=True):
+            outcome = await self.data.decide(
+                ns, wid, cid, person, "approve", seen_sha256=seen, reason=reason
+            )
+            results.append((cid, outcome))
+        ok = all(o.ok for _, o in results)
+        return self.render(
+            request, "run_outcome.html", 200 if ok else 409, ns=ns, wid=wid, results=results
         )
 
     async def audit(self, request: Request) -> Response:
@@ -503,6 +616,7 @@ class Console:
         outcome = await self._act(call, str(form.get("action") or ""), form)
         if outcome is None:
             return PlainTextResponse("unknown action", status_code=400)
+        after = await self.next_call(person, (ns, wid, cid)) if outcome.ok else None
         return self.render(
             request,
             "outcome.html",
@@ -511,7 +625,26 @@ class Console:
             ns=ns,
             wid=wid,
             cid=cid,
+            after=after,
         )
+
+    async def next_call(self, person: str, done: tuple[str, str, str]) -> tuple[Row, int] | None:
+        """The oldest other call waiting for `person` to decide, and how many wait for them."""
+        self.data.forget()  # read again: the decision just made changed the inbox
+        inbox = await self.data.inbox()
+        waiting = [
+            r
+            for r in inbox.rows
+            if r.confirmed
+            and (r.namespace, r.workflow_id, r.call_id) != done
+            and r.kind in ("approval", "input")
+            and person not in r.approved_by
+            and not r.viewers_only
+            and self.rules.may_decide(person, r.approvers)
+        ]
+        if not waiting:
+            return None
+        return min(waiting, key=lambda r: r.since), len(waiting)
 
     async def _act(self, c: Shown, action: str, form: FormData) -> Outcome | None:
         """What `action` on call `c` comes to, sent as the person (`None`: no such action)."""
@@ -714,6 +847,8 @@ def create_app(
         Route(LIVE, console.call_live),
         Route(DECIDE, console.decide, methods=["POST"]),
         Route(AUDIT, console.audit),
+        Route(RUN, console.run_page),
+        Route(DECIDE_RUN, console.decide_run, methods=["POST"]),
         Route("/healthz", console.healthz),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]

@@ -18,18 +18,26 @@ __all__ = [
     "AUDIT",
     "CALL",
     "DECIDE",
+    "DECIDE_RUN",
     "LIVE",
+    "RUN",
     "audit_url",
     "call_url",
+    "decide_run_url",
     "decide_url",
     "ids_of",
     "one_each",
+    "run_url",
 ]
 
 CALL = "/call"
 """A call's page: `?ns=&run=&call=`."""
 LIVE = "/call/live"
 """What a call's page polls to learn it was decided or changed elsewhere."""
+RUN = "/run"
+"""A run's calls that wait, to review and approve together: `?ns=&run=`."""
+DECIDE_RUN = "/decide-run"
+"""Where a run's page posts "approve all": `?ns=&run=` (each call with its own ticket)."""
 DECIDE = "/decide"
 """Where a call's forms post: `?ns=&run=&call=` (the form repeats them in hidden fields)."""
 AUDIT = "/audit"
@@ -49,6 +57,16 @@ def call_url(namespace: str, run: str, call: str) -> str:
 def decide_url(namespace: str, run: str, call: str) -> str:
     """Where the forms of that call's page post."""
     return f"{DECIDE}?ns={_q(namespace)}&run={_q(run)}&call={_q(call)}"
+
+
+def run_url(namespace: str, run: str) -> str:
+    """The address of a run's page (its calls that wait, together)."""
+    return f"{RUN}?ns={_q(namespace)}&run={_q(run)}"
+
+
+def decide_run_url(namespace: str, run: str) -> str:
+    """Where a run's page posts."""
+    return f"{DECIDE_RUN}?ns={_q(namespace)}&run={_q(run)}"
 
 
 def audit_url(namespace: str, run: str) -> str:

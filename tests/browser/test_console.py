@@ -416,3 +416,53 @@ async def test_pages_read_well_on_a_phone_and_in_any_script(browser: Any, consol
     assert "Refund for your order" in await page.locator("[data-testid=arguments]").inner_text()
     await context.close()
     await console.client.get_workflow_handle(wid).terminate("test over")
+
+
+async def test_approve_a_whole_run_in_two_clicks(browser: Any, console: Console) -> None:
+    """A run waiting on two calls: from either call, one link to the run's page (each call
+    shown whole) and one button approve both, each for the arguments shown."""
+    result = await Runner.run(
+        support_agent, "cancel order 43, email them a refund", client=console.client,
+        task_queue=console.task_queue, serve=False,
+    )  # fmt: skip
+    wid = result.workflow_id
+    assert len(result.interruptions) == 2
+    page = await signed_in(browser, console, "ann")
+    await open_call(page, console, wid, result.interruptions[0].call_id)
+    await page.click("[data-testid=whole-run] a")  # click 1
+    await page.wait_for_selector("[data-testid=approve-all]")
+    cards = page.locator("[data-testid=run-call]")
+    assert await cards.count() == 2
+    assert "Refund for your order" in await cards.nth(1).inner_text()
+    await page.fill("textarea[name=reason]", "Both checked with the customer")
+    await page.click("[data-testid=approve-all]")  # click 2
+    assert await page.locator("[data-testid=outcome]").inner_text() == "2 of 2 approved"
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    assert sorted((d.call_id, d.kind, d.approver, d.reason) for d in out.decisions) == [
+        (i.call_id, "approve", "ann", "Both checked with the customer")
+        for i in sorted(result.interruptions, key=lambda i: i.call_id)
+    ]
+
+
+async def test_keys_decide_and_lead_to_the_next_call(browser: Any, console: Console) -> None:
+    """`a` then Enter approves (a key alone never decides); the outcome offers the oldest
+    other call waiting for the person, and `n` opens it."""
+    wid, call_id = await park(console, support_agent, "cancel order 44")
+    other, _ = await park(console, support_agent, "cancel order 45")
+    page = await signed_in(browser, console, "ann")
+    await open_call(page, console, wid, call_id)
+    assert "a" in await page.locator("[data-testid=keys]").inner_text()
+    await page.wait_for_load_state("domcontentloaded")
+    await page.keyboard.press("a")
+    assert (await status(console, wid)).pending, "a key alone decides nothing"
+    assert await page.evaluate("document.activeElement.id") == "btn-approve"
+    await page.keyboard.press("Enter")
+    assert (await page.locator("[data-testid=outcome]").inner_text()).startswith("Approved by ann")
+    assert "wait" in await page.locator("[data-testid=next]").inner_text()
+    await page.wait_for_load_state("domcontentloaded")  # its script has run (as for a person)
+    await page.keyboard.press("n")
+    await page.wait_for_selector("[data-testid=title]")
+    assert "/call?" in page.url and await page.locator("[data-testid=primary]").count() == 1
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    assert [(d.kind, d.approver) for d in out.decisions] == [("approve", "ann")]
+    await console.client.get_workflow_handle(other).terminate("test over")

@@ -415,3 +415,64 @@ async def test_sign_in_never_sends_anyone_to_another_site(browser: Any, console:
     )
     assert gone.headers["hx-redirect"] == "/login?next=%2F"
     await context.close()
+
+
+async def test_approving_a_whole_run_approves_only_what_was_shown(
+    browser: Any, console: Console
+) -> None:
+    """`POST /decide-run`: each call with the ticket its run page gave for it, as shown;
+    anything else (a made-up or swapped ticket, a call named twice, lists that do not line up,
+    another run in the form) decides nothing."""
+    run = await Runner.run(
+        support_agent, "cancel order 46, email them a refund", client=console.client,
+        task_queue=console.task_queue, serve=False,
+    )  # fmt: skip
+    wid = run.workflow_id
+    first, second = (i.call_id for i in run.interruptions)
+    ann = await signed_in(browser, console, "ann")
+    await ann.goto(console.url + "/run?" + urlencode({"ns": "default", "run": wid}))
+    await ann.wait_for_selector("[data-testid=approve-all]")
+    form = ann.locator("form[data-draft=run]")
+
+    async def values(name: str) -> list[str]:
+        got = await form.locator(f"input[name={name}]").evaluate_all("es => es.map(e => e.value)")
+        return [str(v) for v in got]
+
+    calls, seens, rounds, tickets = [await values(n) for n in ("call", "seen", "round", "ticket")]
+    assert calls == [first, second]
+    csrf = (await values("csrf"))[0]
+    url = console.url + "/decide-run?" + urlencode({"ns": "default", "run": wid})
+
+    async def post(fields: list[tuple[str, str]]) -> int:
+        body = urlencode([("csrf", csrf), ("action", "approve-all"), *fields])
+        answer = await ann.request.post(
+            url, data=body, headers={"content-type": "application/x-www-form-urlencoded"}
+        )
+        return answer.status
+
+    def one(call: str, seen: str, round_: str, ticket: str) -> list[tuple[str, str]]:
+        return [("call", call), ("seen", seen), ("round", round_), ("ticket", ticket)]
+
+    ids = [("ns", "default"), ("run", wid)]
+    swapped = one(second, seens[0], rounds[0], tickets[0])  # first's ticket, second's id
+    assert await post(ids + swapped) == 404
+    made_up = one(first, seens[0], rounds[0], "9999999999." + "0" * 64)
+    assert await post(ids + made_up) == 404
+    twice = one(first, seens[0], rounds[0], tickets[0]) * 2
+    assert await post(ids + twice) == 400
+    ragged = [*one(first, seens[0], rounds[0], tickets[0]), ("call", second)]
+    assert await post(ids + ragged) == 400
+    elsewhere = [("ns", "default"), ("run", "another-run")]
+    assert await post(elsewhere + one(first, seens[0], rounds[0], tickets[0])) == 400
+    assert await post(ids) == 400  # no call at all
+    assert (await status(console, wid)).decisions == [], "nothing was decided"
+    # The calls as shown, with their own tickets: both approved, by ann.
+    good = one(first, seens[0], rounds[0], tickets[0]) + one(
+        second, seens[1], rounds[1], tickets[1]
+    )
+    assert await post(ids + good) == 200
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    assert sorted((d.call_id, d.approver) for d in out.decisions) == [
+        (first, "ann"),
+        (second, "ann"),
+    ]

@@ -657,3 +657,45 @@ def test_a_call_page_reads_as_a_person_reads() -> None:
     [(who, text)] = _transcript(snap)
     assert "환불 退款 🙂" in text and "\\u" not in text
     assert len(text) == 501 and text.endswith("…")
+
+
+def test_the_inbox_pages_through_many_calls() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from starlette.testclient import TestClient
+
+    from hitl.console.app import PAGE_SIZE, create_app
+    from hitl.console.auth import COOKIE
+    from hitl.console.data import ConsoleData, Inbox, Row
+
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    rows = [
+        Row("default", f"run-{n:03}", "Desk", "q", "t1.1", "refund", f"Refund order {n:03}",
+            requested_at=start + timedelta(minutes=n))
+        for n in range(2 * PAGE_SIZE + 7)
+    ]  # fmt: skip
+
+    class Canned(ConsoleData):
+        async def inbox(self) -> Inbox:
+            return Inbox(rows=rows)
+
+    auth = Authenticator(mode="link", user="ann")
+    app = create_app(Canned({"default": None}), auth)  # type: ignore[dict-item]
+    cookie, _ = auth.sessions.issue("ann")
+    with TestClient(app, base_url="http://127.0.0.1:8090", cookies={COOKIE: cookie}) as c:
+        first = c.get("/").text
+        assert "Refund order 000" in first and f"Refund order {PAGE_SIZE - 1:03}" in first
+        assert f"Refund order {PAGE_SIZE:03}" not in first
+        assert f"1–{PAGE_SIZE} of {2 * PAGE_SIZE + 7} shown" in first and "Page 1 of 3" in first
+        last = c.get("/?page=3").text
+        assert f"Refund order {2 * PAGE_SIZE + 6:03}" in last and "Refund order 000" not in last
+        assert "Previous page" in last and "Next page" not in last
+        # Filters and a page: the page counts within what the filters find.
+        found = c.get("/?q=order+00&page=9").text  # past the end: the last page there is
+        assert "Refund order 009" in found and "10 shown" in found and "Page" not in found
+        assert c.get("/?page=-1").status_code == 200 and c.get("/?page=x").status_code == 200
+        # Polling a page: unchanged rows are not sent again.
+        polled = c.get("/inbox/rows?page=2")
+        version = re.search(r'v=([0-9a-f]{16})"', polled.text)
+        assert polled.status_code == 200 and version is not None
+        assert c.get(f"/inbox/rows?page=2&v={version.group(1)}").status_code == 204

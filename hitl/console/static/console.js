@@ -45,3 +45,44 @@
     field.addEventListener("change", save);
   });
 })();
+
+// Keyboard shortcuts (the legend on each page names them). A key never decides anything by
+// itself: it moves the focus to a button (Enter then presses it) or follows a link.
+(function () {
+  "use strict";
+  var typing = function (el) {
+    return el && (el.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(el.tagName));
+  };
+  var rowLinks = function () {
+    return Array.prototype.slice.call(document.querySelectorAll("#inbox a[id^='go-']"));
+  };
+  document.addEventListener("keydown", function (e) {
+    if (e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) { return; }
+    var key = e.key;
+    if (key === "/") {
+      var search = document.querySelector("input[name=q]");
+      if (search) { e.preventDefault(); search.focus(); }
+      return;
+    }
+    if (key === "j" || key === "k") {
+      var links = rowLinks();
+      if (!links.length) { return; }
+      var at = links.indexOf(document.activeElement);
+      var next = key === "j" ? Math.min(at + 1, links.length - 1) : Math.max(at - 1, 0);
+      e.preventDefault();
+      links[at < 0 ? 0 : next].focus();
+      return;
+    }
+    var target = document.querySelector("[data-shortcut='" + key + "']:not([disabled])");
+    if (!target) { return; }
+    e.preventDefault();
+    if (target.tagName === "A") { target.click(); return; }
+    if (target.tagName === "SUMMARY") {
+      target.parentElement.open = true;
+      var first = target.parentElement.querySelector("textarea, input:not([type=hidden]), select");
+      if (first) { first.focus(); }
+      return;
+    }
+    target.focus();
+  });
+})();
