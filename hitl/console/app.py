@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from hitl.cli.common import _ago, _Gone, _Unreadable
+from hitl.console import md
 from hitl.console.auth import COOKIE, Authenticator, Session
 from hitl.console.data import ConsoleData, Inbox, Outcome, Row, when
 from hitl.console.forms import (
@@ -75,6 +76,7 @@ def _env() -> Environment:
     env.filters["when"] = when
     env.filters["ago"] = ago
     env.filters["pretty"] = pretty_json
+    env.filters["md"] = md.render
     env.filters["shell"] = shlex.quote  # an id in a command a person copies: one word
     env.globals["diff_class"] = diff_class
     env.globals["due_in"] = due_in

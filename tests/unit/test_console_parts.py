@@ -654,7 +654,7 @@ def test_a_call_page_reads_as_a_person_reads() -> None:
     )  # fmt: skip
     status = RunStatus(workflow_id="w", run_id="r", phase="awaiting_approval", agent="A")
     snap = RunSnapshot(status=status, input_items=[], new_items=[item])
-    [(who, text)] = _transcript(snap)
+    [(_who, text)] = _transcript(snap)
     assert "환불 退款 🙂" in text and "\\u" not in text
     assert len(text) == 501 and text.endswith("…")
 
@@ -686,7 +686,8 @@ def test_the_inbox_pages_through_many_calls() -> None:
         first = c.get("/").text
         assert "Refund order 000" in first and f"Refund order {PAGE_SIZE - 1:03}" in first
         assert f"Refund order {PAGE_SIZE:03}" not in first
-        assert f"1–{PAGE_SIZE} of {2 * PAGE_SIZE + 7} shown" in first and "Page 1 of 3" in first
+        shown = f"1\u2013{PAGE_SIZE} of {2 * PAGE_SIZE + 7} shown"  # an en dash
+        assert shown in first and "Page 1 of 3" in first
         last = c.get("/?page=3").text
         assert f"Refund order {2 * PAGE_SIZE + 6:03}" in last and "Refund order 000" not in last
         assert "Previous page" in last and "Next page" not in last
@@ -699,3 +700,55 @@ def test_the_inbox_pages_through_many_calls() -> None:
         version = re.search(r'v=([0-9a-f]{16})"', polled.text)
         assert polled.status_code == 200 and version is not None
         assert c.get(f"/inbox/rows?page=2&v={version.group(1)}").status_code == 204
+
+
+@pytest.mark.parametrize(
+    ("text", "html"),
+    [
+        ("Refund **$250.00** to *Ada*", "<p>Refund <strong>$250.00</strong> to <em>Ada</em></p>"),
+        ("- one\n- two", "<ul><li>one</li><li>two</li></ul>"),
+        ("1. a\n2. b", "<ol><li>a</li><li>b</li></ol>"),
+        ("# Heading", "<p><strong>Heading</strong></p>"),
+        ("a\nb\n\nc", "<p>a<br>b</p><p>c</p>"),
+        ("2 * 3 * 4 and snake_case and $5 ~x~", "<p>2 * 3 * 4 and snake_case and $5 ~x~</p>"),
+        ("```\n<b>x</b> **no**\n```", "<pre><code>&lt;b&gt;x&lt;/b&gt; **no**</code></pre>"),
+        ("`<i>` **b**", "<p><code>&lt;i&gt;</code> <strong>b</strong></p>"),
+    ],
+)
+def test_approval_messages_render_as_a_small_safe_markdown(text: str, html: str) -> None:
+    from hitl.console.md import render
+
+    assert str(render(text)) == html
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "<script>window.__xss=1</script>",
+        '<img src=x onerror="window.__xss=1">',
+        "[click](javascript:alert(1))",
+        "[click](data:text/html,<script>alert(1)</script>)",
+        '[x](https://ok.example/" onmouseover="alert(1))',
+        "**<b onclick=alert(1)>x</b>**",
+        "[*a*](https://a.example) [b](//evil.example)",
+    ],
+)
+def test_no_markdown_makes_markup_of_its_own(hostile: str) -> None:
+    from hitl.console.md import render
+
+    html = str(render(hostile))
+    tags = re.findall(r"<\s*([a-zA-Z]+)", html)
+    assert set(tags) <= {"p", "strong", "em", "code", "pre", "ul", "ol", "li", "br", "a", "span"}
+    assert "javascript:" not in re.sub(r">[^<]*<", "><", html), "never in an attribute"
+    for href in re.findall(r'href="([^"]*)"', html):
+        assert href.startswith(("https://", "http://")) and '"' not in href
+    assert not re.search(r"<[^>]+\son\w+=", html), "no event handler attribute"
+    assert "evil.example" not in re.findall(r'href="([^"]*)"', html).__str__()
+
+
+def test_a_link_in_a_message_shows_where_it_goes() -> None:
+    from hitl.console.md import render
+
+    html = str(render("[Approve here](https://evil.example/approve)"))
+    assert 'rel="noopener noreferrer nofollow"' in html and 'target="_blank"' in html
+    assert '<span class="host">(evil.example)</span>' in html
