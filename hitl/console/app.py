@@ -55,6 +55,13 @@ from hitl.wire import DecisionRecord, PendingApproval, RunSnapshot
 from hitl.wire.runs import text_digest
 
 HERE = Path(__file__).parent
+VIEWS = {
+    "mine": "Waiting for me",
+    "others": "Waiting for others",
+    "uncertain": "Uncertain",
+    "questions": "Questions",
+}
+"""The inbox's status views (besides all): by what the call waits for, and from whom."""
 PAGE_SIZE = 50
 """Inbox rows per page."""
 MAX_RUN_CALLS = 50
@@ -334,10 +341,13 @@ class Console:
         sort = q.get("sort", "oldest") if q.get("sort") in SORTS else "oldest"
         min_age = AGES.get(age, 0)
         now = datetime.now(UTC)
+        view = q.get("view", "") if q.get("view") in VIEWS else ""
+        counts = {v: sum(1 for r in mine if self.in_view(person, r, v)) for v in VIEWS}
         rows = [
             r
             for r in mine
-            if (not agent or r.agent == agent)
+            if self.in_view(person, r, view)
+            and (not agent or r.agent == agent)
             and (not tool or r.tool_name == tool)
             and (not group or group in r.groups)
             and (not text or text in r.haystack())
@@ -349,7 +359,8 @@ class Console:
         page = int(q["page"]) if q.get("page", "").isdigit() else 1
         page = min(max(page, 1), pages)
         rows = rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
-        shown = {k: q.get(k, "") for k in ("agent", "tool", "group", "q", "age")} | {"sort": sort}
+        shown = {k: q.get(k, "") for k in ("agent", "tool", "group", "q", "age")}
+        shown |= {"sort": sort, "view": view}
         calls = [r for r in mine if r.confirmed]
         return rows, {
             "total": len(mine),
@@ -361,6 +372,9 @@ class Console:
                 {k: v for k, v in shown.items() if v} | ({"page": page} if page > 1 else {})
             ),
             "filter_query": urlencode({k: v for k, v in shown.items() if v}),
+            "views": VIEWS,
+            "view_counts": counts,
+            "view_query": urlencode({k: v for k, v in shown.items() if v and k != "view"}),
             "page": page,
             "pages": pages,
             "matched": matched,
@@ -368,6 +382,17 @@ class Console:
             "left_out": inbox.left_out,
             "task_queues": self.data.task_queues,
         }
+
+    def in_view(self, person: str, r: Row, view: str) -> bool:
+        """Whether row `r` belongs in the inbox's status view `view` for `person` (`""`: all)."""
+        if not view:
+            return True
+        if view == "uncertain" or view == "questions":
+            return r.confirmed and r.kind == ("uncertain" if view == "uncertain" else "input")
+        deciding = r.confirmed and self.rules.may_decide(person, r.approvers) and not r.viewers_only
+        if view == "mine":
+            return deciding and r.kind in ("approval", "input") and person not in r.approved_by
+        return r.confirmed and (person in r.approved_by or not deciding)  # waiting for others
 
     async def call_page(self, request: Request) -> Response:
         """`/call?ns=&run=&call=`: one call, its forms when the person may decide it."""

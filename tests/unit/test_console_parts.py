@@ -7,6 +7,7 @@ import re
 import time
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.datastructures import FormData
@@ -752,3 +753,49 @@ def test_a_link_in_a_message_shows_where_it_goes() -> None:
     html = str(render("[Approve here](https://evil.example/approve)"))
     assert 'rel="noopener noreferrer nofollow"' in html and 'target="_blank"' in html
     assert '<span class="host">(evil.example)</span>' in html
+
+
+def test_the_inbox_status_views() -> None:
+    from datetime import UTC, datetime
+
+    from starlette.testclient import TestClient
+
+    from hitl.console.app import create_app
+    from hitl.console.auth import COOKIE
+    from hitl.console.data import ConsoleData, Inbox, Row
+    from hitl.console.rules import Rules
+
+    at = datetime(2026, 11, 1, tzinfo=UTC)
+
+    def row(title: str, kind: str = "approval", **kw: Any) -> Row:
+        return Row("default", f"run-{title}", "Desk", "q", "t1.1", "refund", title, kind,
+                   requested_at=at, **kw)  # fmt: skip
+
+    rows = [
+        row("Mine"),
+        row("FourEyesIApproved", required_approvals=2, approved=1, approved_by=["ann"]),
+        row("BobsOnly", approvers=["bob"]),
+        row("Uncertain", "uncertain"),
+        row("Question", "input"),
+    ]
+
+    class Canned(ConsoleData):
+        async def inbox(self) -> Inbox:
+            return Inbox(rows=rows)
+
+    auth = Authenticator(mode="link", user="ann")
+    app = create_app(Canned({"default": None}), auth, rules=Rules.of(None, ["ann"]))  # type: ignore[dict-item]
+    cookie, _ = auth.sessions.issue("ann")
+    titles = [r.title for r in rows]
+    with TestClient(app, base_url="http://127.0.0.1:8090", cookies={COOKIE: cookie}) as c:
+
+        def view(name: str) -> list[str]:
+            page = c.get(f"/?view={name}").text
+            return [t for t in titles if f">{t}</a>" in page]
+
+        assert view("") == titles
+        assert view("mine") == ["Mine", "Question"]
+        assert view("others") == ["FourEyesIApproved", "BobsOnly"]
+        assert view("uncertain") == ["Uncertain"] and view("questions") == ["Question"]
+        assert view("nonsense") == titles
+        assert "Waiting for me (2)" in c.get("/").text
