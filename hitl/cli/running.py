@@ -16,7 +16,6 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.cli.common import EXIT_FAILED, EXIT_OK, Refused, _short, one_line
-from hitl.cli.deciding import _no_worker_message
 from hitl.wire import (
     UPDATE_WAIT,
     RunEvent,
@@ -54,7 +53,7 @@ async def cmd_run(client: Client, args: argparse.Namespace) -> int:
             rpc_timeout=timedelta(seconds=args.timeout),
         )
     except WorkflowUpdateRPCTimeoutOrCancelledError:
-        raise Refused(await _no_worker_message(client, handle)) from None
+        raise Refused(await _not_running_message(client, handle, args.timeout)) from None
     except WorkflowUpdateFailedError as exc:
         raise Refused(f"the run failed: {exc.cause}") from None
     except RPCError:
@@ -62,6 +61,31 @@ async def cmd_run(client: Client, args: argparse.Namespace) -> int:
     if status.phase == "completed" and status.final_output is None:
         status = await _closed_status(handle)  # a large output is left out of `wait`'s answer
     return _report(status)
+
+
+async def _not_running_message(
+    client: Client, handle: WorkflowHandle[Any, Any], seconds: float
+) -> str:
+    """Why a started run did not pause or finish within `--timeout` (never "a decision")."""
+    from hitl.serving import live_pollers
+
+    try:
+        queue = (await handle.describe()).task_queue
+        pollers = await live_pollers(client, queue)
+    except RPCError:
+        queue, pollers = "?", -1
+    if pollers == 0:
+        return (
+            f"run {handle.id} is started and stored, but no worker is polling task queue "
+            f"{queue!r}: nothing has run yet. It begins when a worker serves that queue "
+            f"(`python -m hitl.worker --task-queue {queue}`); follow it with "
+            f"`hitl watch {handle.id}`."
+        )
+    return (
+        f"run {handle.id} did not pause or finish within {seconds:g} s (a worker polls task "
+        f"queue {queue!r}; a slow model or tool, or a busy worker). It goes on; follow it with "
+        f"`hitl watch {handle.id}` or `hitl show {handle.id}`."
+    )
 
 
 async def _closed_status(handle: WorkflowHandle[Any, Any]) -> RunStatus:

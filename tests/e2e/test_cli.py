@@ -218,6 +218,17 @@ async def test_approving_while_no_worker_runs(
     assert len(accepted) == 1, "the queued decision and the retry are one update"
 
 
+def test_run_wait_with_no_worker_says_the_run_waits_for_one(dev_server: DevServer) -> None:
+    """Once `hitl run --wait` with no worker said "the decision is queued" (no decision was
+    made): it says the run is stored and nothing ran, and how to start a worker."""
+    tq, wid = queue_name("nobody"), queue_name("run")
+    out = hitl(dev_server.address, "--task-queue", tq, "run", "Support agent", "cancel order 5",
+               "--id", wid, "--wait", "--timeout", "2")  # fmt: skip
+    assert out.returncode == 1 and f"started {wid}" in out.stdout
+    assert "no worker is polling task queue" in out.stderr and "nothing has run yet" in out.stderr
+    assert f"--task-queue {tq}" in out.stderr and "decision" not in out.stderr
+
+
 def test_usage_errors_exit_2(dev_server: DevServer) -> None:
     both = hitl(dev_server.address, "approve", "some-run", "call_1", "--all")
     assert both.returncode == 2 and "CALL_ID or --all" in both.stderr
