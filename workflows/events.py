@@ -10,6 +10,7 @@ outside).
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -33,6 +34,9 @@ MAX_DELTA_ENTRIES = 200
 MAX_DELTA_CHARS = 4000
 MAX_PUBLISHERS = 256
 """Distinct publishers a run remembers (for de-duplication); more are refused."""
+MAX_EVENT_ITEM_BYTES = 4096
+"""A transcript item rides on its event (`data["raw_item"]`, for the SDK's stream events) up
+to this size; a larger one is left to the previews (subscribers' poll answers are history)."""
 
 _POLL_INPUT = TypeAdapter(PollInput)
 _PUBLISH_INPUT = TypeAdapter(PublishInput)
@@ -123,8 +127,15 @@ class Events:
                 type=kind, agent_id=agent.id, agent_name=agent.name, raw_item=raw, call_id=call_id
             )
         )
+        # The item's kind and (when small) the item itself let a client yield the SDK's
+        # `RunItemStreamEvent`s (`hitl.sdk_events`); older clients ignore the extra data.
+        item: dict[str, Any] = {"item_type": kind}
+        if len(json.dumps(raw, default=str)) <= MAX_EVENT_ITEM_BYTES:
+            item["raw_item"] = raw
         if kind == "message_output_item":
-            self.emit("message", text=message_text(raw))
+            self.emit("message", text=message_text(raw), data=item)
+        elif kind == "reasoning_item":
+            self.emit("reasoning", data=item)
         elif kind in ("tool_call_item", "handoff_call_item"):
             self.emit(
                 "tool_called",
@@ -133,6 +144,7 @@ class Events:
                 data={
                     "arguments": preview(str(raw.get("arguments", ""))),
                     "model_call_id": raw.get("call_id"),
+                    **item,
                 },
             )
         elif kind in ("tool_call_output_item", "handoff_output_item"):
@@ -140,6 +152,7 @@ class Events:
                 "tool_finished",
                 call_id=call_id or raw.get("call_id"),
                 text=preview(str(raw.get("output", ""))),
+                data={"model_call_id": raw.get("call_id"), **item},
             )
 
     def note_pause(self) -> None:

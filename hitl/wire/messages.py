@@ -324,6 +324,7 @@ class ReadRunOutput(WireModel):
 RunEventType = Literal[
     "agent_updated",
     "message",
+    "reasoning",
     "model_text_delta",
     "tool_called",
     "approval_requested",
