@@ -58,6 +58,7 @@ from hitl.guardrails import (
     output_guardrail,
     tool_input_guardrail,
 )
+from hitl.memory import Session, SessionSettings, SQLiteSession
 from hitl.model import Model, ModelReply, ModelRequest, OpenAIModel, ScriptedModel
 from hitl.notify import CallbackNotifier, Notifier, WebhookNotifier, verify_webhook
 from hitl.refs import allow
@@ -70,6 +71,19 @@ from hitl.run_config import (
     RunErrorHandlerInput,
     RunErrorHandlerResult,
     ToolErrorFormatterArgs,
+)
+from hitl.sdk_events import (
+    AgentUpdatedStreamEvent,
+    HandoffCallItem,
+    HandoffOutputItem,
+    ItemHelpers,
+    MessageOutputItem,
+    RawResponsesStreamEvent,
+    ReasoningItem,
+    RunItemStreamEvent,
+    StreamEvent,
+    ToolCallItem,
+    ToolCallOutputItem,
 )
 from hitl.serving import serve_agents
 from hitl.session import TemporalSession
@@ -131,10 +145,25 @@ __all__ = [
     "RunState",
     "serve_agents",
     "stream_events",
+    "Session",
+    "SessionSettings",
+    "SQLiteSession",
     "TemporalSession",
     "ToolApprovalItem",
     "ToolContext",
     "ToolErrorFormatterArgs",
+    # The SDK's stream events (`RunResultStreaming.stream_events()`)
+    "AgentUpdatedStreamEvent",
+    "HandoffCallItem",
+    "HandoffOutputItem",
+    "ItemHelpers",
+    "MessageOutputItem",
+    "RawResponsesStreamEvent",
+    "ReasoningItem",
+    "RunItemStreamEvent",
+    "StreamEvent",
+    "ToolCallItem",
+    "ToolCallOutputItem",
     # Guardrails
     "GuardrailFunctionOutput",
     "input_guardrail",

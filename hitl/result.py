@@ -49,6 +49,10 @@ class RunResult:
     """The run context this client gave the run (at start, or when resuming it with a new
     one); the run's own copy has what tools changed in it."""
     context_serializer: Callable[[Any], Any] | None = field(default=None, repr=False)
+    session_history: int | None = field(default=None, repr=False)
+    """A run started with a client-managed session (`SQLiteSession`, any `Session`): how many
+    leading items of `input` came from it. What follows them is the run's turn, written back
+    to the session once the run completes."""
 
     @property
     def is_paused(self) -> bool:
@@ -69,6 +73,7 @@ class RunResult:
             interruptions=list(self.interruptions),
             context=self.context,
             context_serializer=self.context_serializer,
+            session_history=self.session_history,
         )
 
     def final_output_as(self, cls: type[T]) -> T:

@@ -32,10 +32,12 @@ from hitl.errors import (
     UserError,
     from_failure,
 )
+from hitl.memory import Session
 from hitl.result import RunResult, resolve_agent, typed_final_output
 from hitl.run_config import RunConfig, RunErrorHandler
+from hitl.sdk_events import SdkEvents, StreamEvent
 from hitl.serving import in_process_allow
-from hitl.session import TemporalSession
+from hitl.session import SessionArg, TemporalSession, client_session, read_history, write_turn
 from hitl.starting import (
     StartRequest,
     decision_update_id,
@@ -90,7 +92,7 @@ class Runner:
         workflow_id: str | None = None,
         serve: ServeMode = "auto",
         approver: str | None = None,
-        session: str | TemporalSession | None = None,
+        session: SessionArg | None = None,
     ) -> RunResult:
         """Start a run (or resume one from a `RunState`) and return once it finishes or pauses.
 
@@ -115,8 +117,12 @@ class Runner:
                 fail with `NoWorkerError` when no worker polls.
             approver: Recorded as the approver of decisions sent from a `RunState` that do not
                 name one (default: the OS user).
-            session: A conversation that spans runs (an id or a `TemporalSession`): the run
-                starts from its transcript and appends its own turn when it completes.
+            session: A conversation that spans runs: an id or a `TemporalSession` (kept in
+                Temporal), or a client-managed session such as `SQLiteSession` (any object
+                with the SDK's session methods). The run starts from its items and its turn is
+                appended when it completes; a client-managed session is read here before the
+                run starts and written by the client that reads the completed result (this
+                call, or the `Runner.run(agent, state, session=...)` that resumes it).
 
         Raises:
             MaxTurnsExceeded, ModelBehaviorError, UserError, ...: the run failed (typed).
@@ -152,7 +158,7 @@ class Runner:
         workflow_id: str | None = None,
         serve: ServeMode = "auto",
         approver: str | None = None,
-        session: str | TemporalSession | None = None,
+        session: SessionArg | None = None,
     ) -> RunResultStreaming:
         """Like `run`, but `await`/`async for` over `result.stream_events()` to follow the run.
 
@@ -197,10 +203,35 @@ class Runner:
 async def _run(agent: Agent[Any], input: _Input, call: _Call) -> RunResult:
     """`Runner.run`: start a run, or send a state's decisions, and wait until it settles."""
     _check_agent(agent)
+    session = client_session(call.session)
+    history = await read_history(session) if session and not isinstance(input, RunState) else None
     async with await _connection(agent, input, call) as conn:
         if isinstance(input, RunState):
-            return _known_context(await _resume(conn, input, call.approver), input, call)
-        return _known_context(await _start(conn, _start_request(agent, input, call)), input, call)
+            result = await _resume(conn, input, call.approver)
+        else:
+            result = await _start(conn, _start_request(agent, input, call, history))
+    return await _known_session(_known_context(result, input, call), input, history, session)
+
+
+async def _known_session(
+    result: RunResult,
+    input: _Input,
+    history: list[dict[str, Any]] | None,
+    session: Session | None,
+) -> RunResult:
+    """`result`, knowing which of its input items came from a client-managed session.
+
+    The count goes on with `to_state()`; a completed run's turn is written to `session` here.
+    """
+    if isinstance(input, RunState):
+        result.session_history = input.session_history
+        if session is not None and result.session_history is None:
+            result.session_history = 0  # a run started without it: its whole transcript
+    elif history is not None:
+        result.session_history = len(history)
+    if session is not None:
+        await write_turn(session, result)
+    return result
 
 
 def _known_context(result: RunResult, input: _Input, call: _Call) -> RunResult:
@@ -231,9 +262,16 @@ async def _connection(agent: Agent[Any], input: _Input, call: _Call) -> RunnerCo
 
 
 def _start_request(
-    agent: Agent[Any], input: str | list[dict[str, Any]], call: _Call
+    agent: Agent[Any],
+    input: str | list[dict[str, Any]],
+    call: _Call,
+    history: list[dict[str, Any]] | None = None,
 ) -> StartRequest:
-    """What starting a run of `agent` on `input` sends (the same for `run` and `run_streamed`)."""
+    """What starting a run of `agent` on `input` sends (the same for `run` and `run_streamed`).
+
+    `history`: a client-managed session's items, read before.
+    """
+    session = call.session
     return StartRequest.build(
         agent,
         input,
@@ -242,7 +280,8 @@ def _start_request(
         run_config=call.run_config,
         error_handlers=call.error_handlers,
         workflow_id=call.workflow_id,
-        conversation=call.session,
+        conversation=session if isinstance(session, str | TemporalSession) else None,
+        history=history,
     )
 
 
@@ -512,13 +551,16 @@ class _Call:
     workflow_id: str | None = None
     serve: ServeMode = "auto"
     approver: str | None = None
-    session: str | TemporalSession | None = None
+    session: SessionArg | None = None
 
 
 class RunResultStreaming:
     """A run being followed: iterate `stream_events()`, then read the result like `RunResult`.
 
-    The events are the run's `RunEvent`s (see `hitl.stream`), each with its stream offset.
+    `stream_events()` yields the OpenAI Agents SDK's stream events (`hitl.sdk_events`), so
+    SDK streaming code runs unchanged; `run_events()` yields instead every `RunEvent` the run
+    publishes (`hitl.stream`: approvals requested and decided, pauses, deadlines), each with
+    its stream offset. Iterate one of them, once.
     """
 
     def __init__(self, starting_agent: Agent[Any], input: _Input, call: _Call) -> None:
@@ -529,9 +571,24 @@ class RunResultStreaming:
         self.workflow_id: str | None = None
         self.last_offset: int | None = None
 
-    async def stream_events(self) -> AsyncIterator[RunEvent]:
-        """Start (or resume) the run and yield its events until it pauses or finishes."""
+    async def stream_events(self) -> AsyncIterator[StreamEvent]:
+        """Start (or resume) the run and yield the SDK's stream events until it settles.
+
+        `RawResponsesStreamEvent` (text deltas), `RunItemStreamEvent` (items, with the SDK's
+        names) and `AgentUpdatedStreamEvent`, until the run pauses or finishes.
+        """
+        sdk = SdkEvents(self._agent)
+        async for event in self.run_events():
+            for out in sdk.translate(event):
+                yield out
+
+    async def run_events(self) -> AsyncIterator[RunEvent]:
+        """Start (or resume) the run and yield its `RunEvent`s until it pauses or finishes."""
         call, input = self._call, self._input
+        session = client_session(call.session)
+        history = (
+            await read_history(session) if session and not isinstance(input, RunState) else None
+        )
         async with await _connection(self._agent, input, call) as sess:
             client = sess.client
             if isinstance(input, RunState):
@@ -544,7 +601,7 @@ class RunResultStreaming:
                     )
                 )
             else:
-                request = _start_request(self._agent, input, call)
+                request = _start_request(self._agent, input, call, history)
                 request.run_input.run_config.stream_text_deltas = True
                 wid, offset = request.workflow_id, 0
                 try:
@@ -552,7 +609,8 @@ class RunResultStreaming:
                 except WorkflowAlreadyStartedError:
                     log.info("run %s already exists and is closed; returning its outcome", wid)
                     self.workflow_id = wid
-                    self._result = _known_context(await _settle(sess, wid, None), input, call)
+                    result = _known_context(await _settle(sess, wid, None), input, call)
+                    self._result = await _known_session(result, input, history, session)
                     return
                 settled = asyncio.create_task(sess.update(wid, UPDATE_WAIT, WaitInput()))
             self.workflow_id = wid
@@ -566,11 +624,14 @@ class RunResultStreaming:
             finally:
                 if not settled.done():
                     settled.cancel()
-            self._result = _known_context(await _settle(sess, wid, status), input, call)
+            result = _known_context(await _settle(sess, wid, status), input, call)
+            self._result = await _known_session(result, input, history, session)
 
     def _done(self) -> RunResult:
         if self._result is None:
-            raise UserError("iterate stream_events() until it ends before reading the result")
+            raise UserError(
+                "iterate stream_events() (or run_events()) until it ends before reading the result"
+            )
         return self._result
 
     @property

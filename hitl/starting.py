@@ -24,6 +24,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from hitl.agent import Agent
 from hitl.errors import UserError
+from hitl.items import BadInput, normalize_input
 from hitl.markdown import md_text
 from hitl.refs import callable_ref
 from hitl.run_config import RunConfig, RunErrorHandler
@@ -131,10 +132,23 @@ class StartRequest:
         error_handlers: Mapping[str, RunErrorHandler] | None = None,
         workflow_id: str | None = None,
         conversation: str | TemporalSession | None = None,
+        history: list[dict[str, Any]] | None = None,
     ) -> StartRequest:
-        """Check and normalize what a caller gave (`UserError` says what is wrong)."""
+        """Check and normalize what a caller gave (`UserError` says what is wrong).
+
+        `history`: the items of a client-managed session, read by the caller; the run starts
+        from them followed by `user_input` (the summary names `user_input` alone).
+        """
         if not isinstance(user_input, str | list):
             raise UserError("input must be a string, a list of input items, or a RunState")
+        run_input: str | list[dict[str, Any]] = user_input
+        if history is not None:
+            if conversation is not None:
+                raise UserError("a run takes one session")
+            try:
+                run_input = [*history, *normalize_input(user_input)]
+            except BadInput as exc:
+                raise UserError(str(exc)) from None
         cfg = dataclasses.replace(run_config) if run_config else RunConfig()
         if error_handlers:
             cfg.error_handlers = {**cfg.error_handlers, **dict(error_handlers)}
@@ -153,7 +167,7 @@ class StartRequest:
             business_id=workflow_id is not None,
             run_input=RunInput(
                 agent=name,
-                input=user_input,
+                input=run_input,
                 context=value,
                 max_turns=max_turns,
                 run_config=spec,

@@ -28,12 +28,14 @@ from hitl.wire import (
     text_digest,
 )
 
-CURRENT_SCHEMA_VERSION = 3
+CURRENT_SCHEMA_VERSION = 4
 SCHEMA_VERSIONS = {
     1: "Workflow handle, pending approvals (call id, agent, tool, arguments) and local decisions.",
     2: "Pending approvals carry their path in the agent graph and the run that owns them.",
     3: "The run context as the client knew it (JSON value, how it was serialized, whether "
     "resuming sends it to the run).",
+    4: "A run started with a client-managed session says how many of its input items came "
+    "from it (`session_history`), so whichever process reads its result writes its turn back.",
 }
 
 _UNSET: Any = object()
@@ -225,6 +227,9 @@ class RunState:
     """Resuming sends `context` to the run, replacing its own (`context_override`,
     `from_string_with_context`)."""
     context_serializer: Any = None
+    session_history: int | None = None
+    """A run started with a client-managed session: how many leading items of its input came
+    from it (see `RunResult.session_history`)."""
     _loaded: Any = field(default=None, repr=False, compare=False)
     """The context object rebuilt from `_saved` (while `context` is still it, `_saved` is
     what it serializes to)."""
@@ -367,6 +372,8 @@ class RunState:
             "decisions": [d.model_dump(mode="json") for d in self.decisions.values()],
             "answers": [a.model_dump(mode="json") for a in self.answers.values()],
         }
+        if self.session_history is not None:
+            data["session_history"] = self.session_history
         entry = self._context_entry(context_serializer or self.context_serializer, strict_context)
         if entry is not None:
             data["context"] = entry
@@ -466,6 +473,9 @@ class RunState:
             decisions = [DecisionRequest.model_validate(d) for d in data.get("decisions", [])]
             answers = [AnswerInput.model_validate(a) for a in data.get("answers", [])]
             entry = _context_saved(data.get("context"))
+            history = data.get("session_history")
+            if history is not None and (type(history) is not int or history < 0):
+                raise ValueError(f"session_history must be a count of items, got {history!r}")
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"malformed RunState: {exc}") from exc
         _check_graph(captured, interruptions, data.get("graph_fingerprint"), workflow_id)
@@ -477,6 +487,7 @@ class RunState:
             interruptions=interruptions,
             decisions={d.call_id: d for d in decisions},
             answers={a.call_id: a for a in answers},
+            session_history=history,
         )
         if override is not _UNSET:
             state.context, state.context_given = override, True

@@ -50,7 +50,7 @@ def test_seed_script_runs_unchanged_apart_from_imports(
     assert 'Approve get_temperature with {"city": "Oakland"}? [y/N]:' in approved.stdout
     assert approved.stdout.strip().endswith("The temperature in Oakland is 20° Celsius")
     saved = (tmp_path / ".cache/hitl_state.json").read_text()
-    assert '"$schemaVersion": 3' in saved
+    assert '"$schemaVersion": 4' in saved
 
     rejected = run_seed(dev_server, tmp_path, "n\n")
     assert rejected.returncode == 0, rejected.stderr

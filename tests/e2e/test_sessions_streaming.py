@@ -95,7 +95,7 @@ async def test_subscriber_sees_the_approval_request_before_deciding(dev_client: 
         streamed = Runner.run_streamed(
             support_agent, "cancel order 4", client=dev_client, task_queue=tq, serve=False
         )
-        events = [e async for e in streamed.stream_events()]
+        events = [e async for e in streamed.run_events()]
         kinds = [e.type for e in events]
         assert kinds == ["tool_called", "approval_requested", "paused"]
         requested = events[1]
@@ -110,7 +110,7 @@ async def test_subscriber_sees_the_approval_request_before_deciding(dev_client: 
         resumed = Runner.run_streamed(
             support_agent, state, client=dev_client, task_queue=tq, serve=False
         )
-        after = [e async for e in resumed.stream_events()]
+        after = [e async for e in resumed.run_events()]
     assert [e.type for e in after] == [
         "approval_decided",
         "resumed",
@@ -183,7 +183,7 @@ async def test_model_text_deltas_stream_from_openai_compatible_servers(
                 streamed = Runner.run_streamed(
                     agent, "hi", client=dev_client, task_queue=tq, serve=False
                 )
-                events = [e async for e in streamed.stream_events()]
+                events = [e async for e in streamed.run_events()]
                 deltas = [e.text for e in events if e.type == "model_text_delta"]
                 kinds = [e.type for e in events if e.type != "model_text_delta"]
                 assert kinds == ["message", "final_output"]
