@@ -74,6 +74,9 @@ MAX_REQUIRED_APPROVALS = 10
 """Distinct approvers a tool may require for one call (four eyes is 2)."""
 MAX_REFUSED_KEPT = 50
 """Refused messages a run keeps (the latest), for `status` and `hitl show`."""
+MAX_ACTIONS_KEPT = 200
+"""Resolutions, extensions and answers a run keeps for the audit (the latest; each at most
+about 2 KB, so they never make a result or carried state too large)."""
 MAX_WAITING_UPDATES = 5
 """Long-running updates (`wait`, `decide` with `wait`, event-stream polls) a run holds at once.
 

@@ -27,6 +27,7 @@ from hitl.connection import RunnerConnection, ServeMode
 from hitl.errors import (
     AgentsException,
     AlreadyDecidedError,
+    DeadlinePassedError,
     DecisionError,
     RunFailedError,
     UserError,
@@ -401,6 +402,11 @@ def _check_decisions_applied(result: RunResult, decisions: list[DecisionRequest]
     recorded = {d.call_id: d for d in result.decisions}
     for d in decisions:
         prior = recorded.get(d.call_id)
+        if prior is not None and prior.kind == "expired":
+            raise DeadlinePassedError(
+                f"run {result.workflow_id} finished before this decision arrived; "
+                f"{prior.expiry_text()}"
+            )
         if prior is None or not prior.answers(d.kind, d):
             what = f"{prior.kind} by {prior.approver or prior.source}" if prior else "not decided"
             raise AlreadyDecidedError(

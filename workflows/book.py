@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from hitl.limits import MAX_ACTIONS_KEPT
 from hitl.rules import may_decide
 from hitl.signing import SignatureError, Signed, verify_decision
 from hitl.wire import (
     Approval,
     ApproverDirectory,
+    CallAction,
     CallRecord,
     CarriedState,
     DecisionInput,
@@ -57,16 +59,13 @@ WAITING_STATES = ("awaiting_approval", "uncertain", "awaiting_input")
 def _repeated(prior: DecisionRecord, kind: DecisionKind, d: DecisionInput) -> DecisionRecord:
     """A decision for a call already decided: the record when it repeats it (a retry).
 
-    Else a refusal saying what was decided (or that the call expired).
+    Else a refusal saying what was decided, or that the call expired (no decision repeats an
+    expiry: a rejection after it is as late as an approval).
     """
+    if prior.kind == "expired":
+        raise refusal("DeadlinePassed", prior.expiry_text())
     if prior.answers(kind, d):
         return prior  # a retry: idempotent, answered with what was recorded
-    if prior.source == "deadline":
-        raise refusal(
-            "DeadlinePassed",
-            f"call '{d.call_id}' stopped waiting for a decision at "
-            f"{prior.decided_at.isoformat()} (it expired)",
-        )
     who = prior.approver or prior.source.replace("_", " ")
     what = prior.kind + (" (always)" if prior.always else "")
     raise refusal("AlreadyDecided", f"call '{d.call_id}' already decided: {what} by {who}")
@@ -376,7 +375,7 @@ class ApprovalBook:
         check_deadline(d, call.deadline, now)
         return call
 
-    def extend(self, d: ExtendInput, now: datetime) -> Extension:
+    def extend(self, d: ExtendInput, now: datetime, *, verified: bool = False) -> Extension:
         """Move a pending call's deadline `d.seconds` later (synchronously, after the check)."""
         call = self.check_extend(d, now)
         assert call.deadline is not None
@@ -386,11 +385,22 @@ class ApprovalBook:
             extended_at=now,
             previous=call.deadline,
             deadline=call.deadline + timedelta(seconds=d.seconds),
+            verified=verified,
         )
         call.deadline = ext.deadline
         call.extensions.append(ext)
         call.round += 1
+        self.note(records.extended(call, ext))
         return ext
+
+    def note(self, action: CallAction) -> None:
+        """Keep a resolution, extension or answer for the audit (the latest `MAX_ACTIONS_KEPT`).
+
+        Kept on the run, not only on the call: a turn's calls are let go when it ends.
+        """
+        actions = self.state.actions
+        actions.append(action)
+        del actions[:-MAX_ACTIONS_KEPT]
 
     def _nested_target(self, call_id: str) -> tuple[ChildView, str]:
         head, rest = call_id.split(SEP, 1)
@@ -557,10 +567,10 @@ class ApprovalBook:
         return rec
 
     def expire(self, call: CallRecord, now: datetime, message: str) -> DecisionRecord:
-        """Close a call whose approval deadline passed: its own outcome, `expired`.
+        """Close a call whose approval deadline passed: its own outcome, kind `expired`.
 
-        Recorded as a rejection by the deadline (`source` `deadline`, `expired`), so it runs
-        nothing; the model sees `message`.
+        Like a rejection it runs nothing, and the model sees `message`; unlike one, nobody
+        decided it (`source` `deadline`), and no later decision is taken for it.
         """
         rec = records.expiry(call, now, message)
         self._apply(call, rec)

@@ -44,9 +44,9 @@ async def drive(run: Driver, agent: AgentSpec, rec: CallRecord) -> None:
                 "hitl.decision.approver": decision.approver,
             },
         )
-        if decision.kind == "reject":
+        if decision.kind != "approve":  # rejected, or expired: nothing runs
             rec.output = decision.message or await run.steps.rejection_text(agent, rec, tool)
-            rec.state = "expired" if decision.expired else "rejected"
+            rec.state = "expired" if decision.kind == "expired" else "rejected"
             return
     if rec.state not in ("uncertain", "awaiting_input"):  # (carried over: waits on)
         rec.state = "running"

@@ -22,6 +22,7 @@ from hitl.wire import (
     DecisionRecord,
     ExtendInput,
     ResolveInput,
+    expiry_text,
     text_digest,
 )
 from hitl.workflows.inputs import refusal
@@ -89,10 +90,7 @@ def check_deadline(
     """Refuse (`DeadlinePassed`) a decision that reaches the run after the call's deadline."""
     # Same-task rule: a decision that reaches the run after the deadline loses to it.
     if deadline is not None and now is not None and now > deadline:
-        raise refusal(
-            "DeadlinePassed",
-            f"call '{d.call_id}' stopped waiting for a decision at {deadline.isoformat()}",
-        )
+        raise refusal("DeadlinePassed", expiry_text(d.call_id, deadline))
 
 
 def one_of_several(

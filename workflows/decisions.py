@@ -24,6 +24,8 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from hitl.limits import (
+        MAX_APPROVER_CHARS,
+        MAX_CALL_ID_CHARS,
         MAX_CONTEXT_BYTES,
         MAX_DECIDE_BYTES,
         MAX_DECISION_BYTES,
@@ -282,7 +284,11 @@ class Decisions:
         return made
 
     def by_signal(self, kind: DecisionKind, args: tuple[Any, ...]) -> None:
-        """A decision sent as a signal: it cannot return an error, so a refusal is recorded."""
+        """A decision sent as a signal: it cannot return an error, so a refusal is recorded.
+
+        With the call and approver it named, when it could be read.
+        """
+        d: DecisionInput | None = None
         try:
             d = self.read(args, kind)
             if d.arguments is not None:
@@ -291,7 +297,14 @@ class Decisions:
                 )
             self.decide(kind, d, "signal")
         except ApplicationError as err:
-            self.refuse(kind, preview(args), err.type or "InvalidDecision", err.message)
+            self.refuse(
+                kind,
+                preview(args),
+                err.type or "InvalidDecision",
+                err.message,
+                call_id=d.call_id if d is not None else None,
+                approver=d.approver if d is not None else None,
+            )
 
     # ----------------------------------------------------------------- edits
 
@@ -398,8 +411,7 @@ class Decisions:
         self._open(d.call_id)
         self.run.book.check_extend(d, workflow.now())
         verified = self.verified("extend", d)
-        ext = self.run.book.extend(d, workflow.now())
-        ext.verified = verified
+        ext = self.run.book.extend(d, workflow.now(), verified=verified)
         self.run.events.emit("deadline_extended", call_id=d.call_id, text=ext.deadline.isoformat())
         return ext
 
@@ -458,7 +470,7 @@ class Decisions:
                     run.events.announce_decisions()
         decision = rec.decision
         if decision is not None and decision.still_needed == 0:
-            run.notices.tell("expired" if decision.expired else "decided", rec)
+            run.notices.tell("expired" if decision.kind == "expired" else "decided", rec)
 
     def _remind(self, rec: CallRecord) -> None:
         rec.reminded_at = workflow.now()
@@ -481,7 +493,7 @@ class Decisions:
 
     def _late_recorded(self, call_id: str) -> bool:
         return any(
-            r.call_id == call_id and r.error_type == "DeadlinePassed"
+            r.call_id == call_id and r.error_type == "DeadlinePassed" and r.via == "update"
             for r in self.run.state.refused
         )
 
@@ -494,6 +506,7 @@ class Decisions:
             err.message,
             via="update",
             call_id=d.call_id,
+            approver=d.approver,
         )
 
     def refuse(
@@ -505,8 +518,13 @@ class Decisions:
         *,
         via: Literal["signal", "update"] = "signal",
         call_id: str | None = None,
+        approver: str | None = None,
     ) -> None:
-        """Keep a record of a refused message (the latest `MAX_REFUSED_KEPT`)."""
+        """Keep a record of a refused message (the latest `MAX_REFUSED_KEPT`).
+
+        With the call and approver it named (cut to their limits: a refusal may be for their
+        length).
+        """
         workflow.logger.warning("refused %s %s: %s", name, via, message)
         refused = self.run.state.refused
         refused.append(
@@ -517,7 +535,8 @@ class Decisions:
                 error_type=error_type,
                 message=message[:500],
                 via=via,
-                call_id=call_id,
+                call_id=call_id[:MAX_CALL_ID_CHARS] if call_id is not None else None,
+                approver=approver[:MAX_APPROVER_CHARS] if approver is not None else None,
             )
         )
         del refused[:-MAX_REFUSED_KEPT]

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         InputRequest,
         ToolOutput,
     )
+    from hitl.workflows import records
     from hitl.workflows.approvers import check_approver
     from hitl.workflows.checks import check_round, check_seen
     from hitl.workflows.failures import NeedsInput
@@ -147,4 +148,5 @@ def answer(run: Asker, args: tuple[Any, ...]) -> InputAnswer:
     rec.answers.append(given)
     rec.input_request = None
     rec.round += 1
+    run.book.note(records.answered(rec, given))
     return given

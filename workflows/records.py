@@ -5,18 +5,23 @@ Pure constructors; the approval book applies them (`ApprovalBook._apply`).
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Literal
 
 from hitl.wire import (
+    CallAction,
     CallRecord,
     DecisionInput,
     DecisionKind,
     DecisionRecord,
     DecisionSource,
     DecisionVia,
+    Extension,
+    InputAnswer,
     PendingApproval,
     PolicyDecision,
+    Resolution,
     StandingRule,
     text_digest,
 )
@@ -99,17 +104,76 @@ def auto_approval(call: CallRecord, now: datetime) -> DecisionRecord:
 
 
 def expiry(call: CallRecord, now: datetime, message: str) -> DecisionRecord:
-    """A call whose deadline passed: recorded as a rejection by the deadline, `expired`."""
+    """A call whose deadline passed: its own outcome, kind `expired` (source `deadline`)."""
     return DecisionRecord(
         call_id=call.call_id,
         tool_name=call.tool_name,
-        kind="reject",
+        kind="expired",
         message=message,
         source="deadline",
         via="workflow",
         decided_at=now,
         expired=True,
         approvals=list(call.approvals),
+    )
+
+
+ACTION_TEXT_CHARS = 1000
+ACTION_CONTENT_BYTES = 1024
+
+
+def _cut(text: str | None) -> str | None:
+    if text is None or len(text) <= ACTION_TEXT_CHARS:
+        return text
+    return text[:ACTION_TEXT_CHARS] + f"... [{len(text) - ACTION_TEXT_CHARS} more]"
+
+
+def resolved(call: CallRecord, res: Resolution) -> CallAction:
+    """The audit's record of a resolution of an uncertain call."""
+    return CallAction(
+        kind="resolve",
+        call_id=call.call_id,
+        tool_name=call.tool_name,
+        at=res.resolved_at,
+        approver=res.approver,
+        reason=res.reason,
+        verified=res.verified,
+        outcome=res.outcome,
+        text=_cut(res.output if res.outcome == "happened" else res.message),
+    )
+
+
+def extended(call: CallRecord, ext: Extension) -> CallAction:
+    """The audit's record of a deadline moved later."""
+    return CallAction(
+        kind="extend",
+        call_id=call.call_id,
+        tool_name=call.tool_name,
+        at=ext.extended_at,
+        approver=ext.approver,
+        reason=ext.reason,
+        verified=ext.verified,
+        previous=ext.previous,
+        deadline=ext.deadline,
+    )
+
+
+def answered(call: CallRecord, given: InputAnswer) -> CallAction:
+    """The audit's record of an answer to a tool's question (large content left out)."""
+    content = given.content
+    if content is not None and len(json.dumps(content)) > ACTION_CONTENT_BYTES:
+        content = None
+    return CallAction(
+        kind="answer",
+        call_id=call.call_id,
+        tool_name=call.tool_name,
+        at=given.answered_at,
+        approver=given.approver,
+        reason=given.reason,
+        verified=given.verified,
+        outcome=given.action,
+        text=_cut(given.question),
+        content=content,
     )
 
 

@@ -73,6 +73,7 @@ def status(run: Reads, kind: type[RunStatus] = RunStatus, *, full: bool = True) 
         final_output=output.final_output if output is not None and full else None,
         error=run.error,
         continued_as_new=run.continuing,
+        actions=s.actions if full else [],
     )
 
 
@@ -110,7 +111,7 @@ def settled_status(
     ):
         whole = status(run, SettledStatus)
         assert isinstance(whole, SettledStatus)
-        whole.refused, whole.final_output = [], None
+        whole.refused, whole.actions, whole.final_output = [], [], None
         whole.input_items, whole.new_items = run.state.input_items, run.state.new_items
         if encoded_size(whole) <= TRANSCRIPT_INLINE_BYTES:
             return whole
@@ -155,6 +156,7 @@ def result(run: Reads, final: Any, agent: AgentSpec) -> RunOutput:
         decisions=run.book.all_decisions(),
         turns=s.turn,
         run_id=workflow.info().run_id,
+        actions=s.actions,
     )
     size = encoded_size(out)
     if size > TRANSCRIPT_INLINE_BYTES:

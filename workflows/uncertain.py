@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         UncertainCall,
     )
-    from hitl.workflows import elicitation
+    from hitl.workflows import elicitation, records
     from hitl.workflows.approvers import check_approver
     from hitl.workflows.checks import check_round, check_seen
     from hitl.workflows.failures import NeedsInput, Uncertain
@@ -164,4 +164,5 @@ def resolve(run: Runs, args: tuple[Any, ...]) -> Resolution:
     rec.uncertain.resolution = res
     rec.resolutions.append(res)
     rec.round += 1
+    run.book.note(records.resolved(rec, res))
     return res

@@ -76,7 +76,7 @@ def outcomes(book: ApprovalBook) -> tuple[str, ...]:
     """What the run's calls came to so far (`HitlOutcomes`), sorted."""
     seen = set()
     for d in book.all_decisions():
-        seen.add("expired" if d.expired else "approved" if d.kind == "approve" else "rejected")
+        seen.add({"approve": "approved", "reject": "rejected", "expired": "expired"}[d.kind])
         if d.arguments is not None:
             seen.add("edited")
     if any(c.uncertain is not None for c in book.calls.values()):

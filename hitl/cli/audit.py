@@ -1,8 +1,10 @@
-"""`hitl audit`: every decision and every refused attempt, for one run or across runs.
+"""`hitl audit`: every decision, action and refused attempt, for one run or across runs.
 
-One row per decision (who, when, through what, what changed) and one per refused message the
-run kept (signals, late decisions). Updates refused by a validator leave nothing in history;
-the worker logs one line for each (`refused approve update ...`).
+One row per decision (who, when, through what, what changed; an expiry is a decision row of
+kind `expired`), one per action on a call (`resolve`, `extend`, `answer`) and one per refused
+message the run kept (signals, late decisions), with the approver and call it named. Updates
+refused by a validator leave nothing in history; the worker logs one line for each
+(`refused approve update ...`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from hitl.wire import (
     QUERY_STATUS,
     SA_AGENT,
     WORKFLOW_TYPE,
+    CallAction,
     DecisionRecord,
     RunOutput,
     RunStatus,
@@ -57,6 +60,8 @@ COLUMNS = [
     "expired",
     "arguments",
     "original_arguments",
+    "outcome",
+    "deadline",
 ]
 """The fields of a row, in the CSV's column order."""
 
@@ -70,8 +75,39 @@ def through(d: DecisionRecord) -> str:
     return d.client or "temporal CLI/UI or API"
 
 
+def action_row(status: RunStatus, a: CallAction) -> dict[str, Any]:
+    """A `resolve`, `extend` or `answer` as an audit row.
+
+    `outcome`: the resolution's outcome or the answer's action; `message`: the output or
+    message a resolution gave, or the question an answer answered (`arguments`: its content);
+    `deadline`: where an extension moved the deadline (`message`: from where).
+    """
+    return {
+        **dict.fromkeys(COLUMNS),
+        "run": status.workflow_id,
+        "agent": status.agent,
+        "event": "action",
+        "at": a.at.isoformat(),
+        "call_id": a.call_id,
+        "tool": a.tool_name,
+        "kind": a.kind,
+        "approver": a.approver,
+        "source": "person",
+        "via": "update",
+        "reason": a.reason,
+        "message": (f"moved from {a.previous.isoformat()}" if a.previous is not None else a.text),
+        "approvals": [],
+        "through": "update",
+        "verified": a.verified,
+        "expired": False,
+        "arguments": json.dumps(a.content, ensure_ascii=False) if a.content else None,
+        "outcome": a.outcome,
+        "deadline": a.deadline.isoformat() if a.deadline is not None else None,
+    }
+
+
 def rows_of(status: RunStatus) -> list[dict[str, Any]]:
-    """A run's decisions and kept refusals as audit rows, oldest first."""
+    """A run's decisions, actions and kept refusals as audit rows, oldest first."""
     rows = [
         {
             "run": status.workflow_id,
@@ -90,12 +126,15 @@ def rows_of(status: RunStatus) -> list[dict[str, Any]]:
             "error_type": None,
             "through": through(d),
             "verified": d.verified,
-            "expired": d.expired,
+            "expired": d.kind == "expired",
             "arguments": d.arguments,
             "original_arguments": d.original_arguments,
+            "outcome": None,
+            "deadline": None,
         }
         for d in status.decisions
     ]
+    rows += [action_row(status, a) for a in status.actions]
     rows += [
         {
             "run": status.workflow_id,
@@ -105,7 +144,7 @@ def rows_of(status: RunStatus) -> list[dict[str, Any]]:
             "call_id": r.call_id,
             "tool": None,
             "kind": r.name,
-            "approver": None,
+            "approver": r.approver,
             "source": None,
             "via": r.via,
             "reason": None,
@@ -117,6 +156,8 @@ def rows_of(status: RunStatus) -> list[dict[str, Any]]:
             "expired": False,
             "arguments": None,
             "original_arguments": None,
+            "outcome": None,
+            "deadline": None,
         }
         for r in status.refused
     ]
@@ -142,7 +183,7 @@ def worker_log_rows(path: str, agents: dict[str, str | None]) -> list[dict[str, 
         if run not in agents:
             continue
         sent = str(item.get("sent") or "")
-        call = _call_in(sent)
+        call, approver = _named_in(sent)
         rows.append(
             {
                 **dict.fromkeys(COLUMNS),
@@ -151,6 +192,7 @@ def worker_log_rows(path: str, agents: dict[str, str | None]) -> list[dict[str, 
                 "event": "refused",
                 "at": item.get("at"),
                 "call_id": call,
+                "approver": approver,
                 "kind": item.get("update"),
                 "via": "update",
                 "message": item.get("message"),
@@ -164,14 +206,19 @@ def worker_log_rows(path: str, agents: dict[str, str | None]) -> list[dict[str, 
     return rows
 
 
-def _call_in(sent: str) -> str | None:
-    """The call id a refused payload named, when it was readable JSON."""
+def _named_in(sent: str) -> tuple[str | None, str | None]:
+    """The call id and approver a refused payload named, when it was readable JSON."""
     try:
         value = json.loads(sent)
     except ValueError:
-        return None
-    call = value.get("call_id") if isinstance(value, dict) else None
-    return call if isinstance(call, str) else None
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    call, approver = value.get("call_id"), value.get("approver")
+    return (
+        call if isinstance(call, str) else None,
+        approver if isinstance(approver, str) else None,
+    )
 
 
 async def _runs(client: Client, args: argparse.Namespace) -> list[WorkflowExecution]:
@@ -215,6 +262,7 @@ async def _status(client: Client, run: str, timeout: float) -> tuple[RunStatus |
                 phase="completed",
                 agent=desc.typed_search_attributes.get(_AGENT_KEY) or out.last_agent_name,
                 decisions=out.decisions,
+                actions=out.actions,
             ),
             f"{exc}; its decisions come from its result (refused attempts not included)",
         )

@@ -87,7 +87,12 @@ async def _no_worker_message(client: Client, handle: WorkflowHandle[Any, Any]) -
 
 
 def _decided_text(rec: DecisionRecord) -> str:
-    """What a recorded decision says: `approve by alice (always, for the rest of the run)`."""
+    """What a recorded decision says: `approve by alice (always, for the rest of the run)`.
+
+    An expiry says when: `expired at 2026-...` (nobody decided it).
+    """
+    if rec.kind == "expired":
+        return f"expired at {rec.decided_at.isoformat()} (its deadline passed; nothing ran)"
     who = one_line(rec.approver or rec.source.replace("_", " "))
     text = f"{rec.kind} by {who}"
     if rec.approver and rec.source != "person":
@@ -110,6 +115,8 @@ def _outcome(
         rec = recorded.get(d.call_id)
         if rec is None:
             raise Refused(f"run {run_id} recorded no decision for call '{d.call_id}'")
+        if rec.kind == "expired":
+            raise Refused(f"refused: {one_line(rec.expiry_text())} (DeadlinePassed)")
         if not rec.answers(d.kind, d):
             raise Refused(
                 f"refused: call '{d.call_id}' was already decided: {_decided_text(rec)} "
@@ -356,7 +363,7 @@ _UPDATES: dict[DecisionKind, str] = {"approve": UPDATE_APPROVE, "reject": UPDATE
 def _print_recorded(rec: DecisionRecord, run: str) -> None:
     """One recorded decision, as the run has it (with four eyes: who approved so far)."""
     verb, _, rest = _decided_text(rec).partition(" ")
-    verb = "approved" if verb == "approve" else "rejected"
+    verb = {"approve": "approved", "reject": "rejected"}.get(verb, verb)
     print(f"{verb} {one_line(rec.call_id)} ({one_line(rec.tool_name)}) on {one_line(run)} {rest}")
     if rec.still_needed:
         so_far = ", ".join(one_line(a.approver) for a in rec.approvals)

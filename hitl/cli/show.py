@@ -24,6 +24,7 @@ from hitl.items import message_text
 from hitl.wire import (
     QUERY_SNAPSHOT,
     ApprovalRequestData,
+    CallAction,
     PendingApproval,
     RunSnapshot,
     RunStatus,
@@ -68,7 +69,8 @@ def _transcript_lines(snap: RunSnapshot) -> list[str]:
             elif state in STATE_WORDS:
                 result = STATE_WORDS[state]
             elif call_id in decided:
-                result = f"({decided[call_id].kind}d; no output yet)"
+                kind = decided[call_id].kind
+                result = f"({kind if kind == 'expired' else kind + 'd'}; no output yet)"
             else:
                 result = "(running)"
             name = one_line(raw.get("name"))
@@ -181,8 +183,24 @@ def _print_request(st: RunStatus, p: PendingApproval, req: ApprovalRequestData) 
     print(f"    [{one_line(req.secondary_label)}] {reject}")
 
 
+def _action_text(a: CallAction) -> str:
+    """One resolve, extend or answer, as `hitl show` lists it (every value escaped)."""
+    who = one_line(a.approver or "someone unnamed")
+    signed = ", signed" if a.verified else ""
+    if a.kind == "extend":
+        moved = a.deadline.isoformat() if a.deadline else "?"
+        what = f"deadline moved to {moved} by {who}{signed}"
+    elif a.kind == "resolve":
+        what = f"resolved: {one_line(a.outcome)} by {who}{signed}"
+    else:
+        what = f"answered: {one_line(a.outcome)} by {who}{signed}"
+    if a.reason:
+        what += f" ({one_line(a.reason)})"
+    return f"  {a.at.isoformat()} {one_line(a.call_id)} {one_line(a.tool_name)}: {what}"
+
+
 def _print_decided(st: RunStatus) -> None:
-    """The run's decisions, and the attempts it refused."""
+    """The run's decisions, its actions on calls, and the attempts it refused."""
     if st.decisions:
         print("\nDecisions:")
         for d in st.decisions:
@@ -192,11 +210,20 @@ def _print_decided(st: RunStatus) -> None:
             if others:
                 extra += f" (approved before by {', '.join(others)})"
             call = f"{one_line(d.call_id)} {one_line(d.tool_name)}"
+            if d.kind == "expired":  # nobody decided it: say when, not by whom
+                print(f"  {call}: expired at {d.decided_at.isoformat()} (deadline){extra}")
+                continue
             print(f"  {call}: {d.kind} by {who} ({d.source}){extra}")
+    if st.actions:
+        print("\nActions (resolve, extend, answer):")
+        for a in st.actions:
+            print(_action_text(a))
     if st.refused:
         print("\nRefused:")
         for r in st.refused:
             call = f" (call {one_line(r.call_id)})" if r.call_id else ""
+            if r.approver:
+                call += f" from {one_line(r.approver)}"
             print(
                 f"  {r.received_at} {r.via} {one_line(r.name)}{call}: "
                 f"{one_line(r.error_type)}: {one_line(r.message)}"

@@ -12,6 +12,7 @@ from hitl.wire.names import DecisionKind, Phase
 from hitl.wire.runs import (
     Approval,
     ApprovalRequestData,
+    CallAction,
     DecisionRecord,
     Extension,
     InputRequest,
@@ -384,6 +385,8 @@ class RunStatus(WireModel):
     final_output: Any = None
     error: RunErrorInfo | None = None
     continued_as_new: bool = False
+    actions: list[CallAction] = Field(default_factory=list)
+    """Every `resolve`, `extend` and `answer` of the run, also of calls whose turn is over."""
 
 
 class TranscriptQuery(WireModel):
@@ -397,8 +400,9 @@ class SettledStatus(RunStatus):
     """What the `wait` and `decide` updates return: a `RunStatus`, stored sparse in history.
 
     It is recorded in history with every such update, so it stays small whatever the run holds:
-    at most 50 pending calls, their long texts cut to 1,000 characters; no refused messages; the
-    final output only when it is under 16 KB; and only the decisions the `decide` itself made.
+    at most 50 pending calls, their long texts cut to 1,000 characters; no refused messages and
+    no actions; the final output only when it is under 16 KB; and only the decisions the
+    `decide` itself made.
     The `status` and `snapshot` queries and the run's result have everything.
     """
 

@@ -26,6 +26,7 @@ __all__ = [
     "CORE_SEARCH_ATTRIBUTES",
     "DEFAULT_TASK_QUEUE",
     "DecisionKind",
+    "DecisionOutcome",
     "DecisionSource",
     "DecisionVia",
     "EVENTS_TOPIC",
@@ -163,6 +164,10 @@ Phase = Literal["starting", "running", "awaiting_approval", "completed", "failed
 """Where a run is. `awaiting_approval` means: nothing can progress until a person decides."""
 
 DecisionKind = Literal["approve", "reject"]
+"""What a person, a standing rule or an approver callback decides about a call."""
+DecisionOutcome = Literal["approve", "reject", "expired"]
+"""What a decision record says a call came to: a decision's kind, or `expired` (its approval
+deadline passed without one; recorded before as `reject` with `expired` set, read as this)."""
 DecisionSource = Literal["person", "always_rule", "policy", "auto_approval", "deadline"]
 DecisionVia = Literal["update", "signal", "workflow", "root"]
 ApprovalMode = Literal["never", "always", "predicate"]

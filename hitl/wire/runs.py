@@ -7,12 +7,12 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from hitl.wire.base import WireModel
 from hitl.wire.graph import AgentGraph, ApproverDirectory, RunConfigSpec
-from hitl.wire.names import DecisionKind, DecisionSource, DecisionVia
+from hitl.wire.names import DecisionKind, DecisionOutcome, DecisionSource, DecisionVia
 
 if TYPE_CHECKING:
     from hitl.wire.messages import DecisionInput
@@ -21,6 +21,7 @@ __all__ = [
     "Approval",
     "ApprovalRequestData",
     "ArgumentEdit",
+    "CallAction",
     "CallRecord",
     "CarriedState",
     "DecisionRecord",
@@ -42,6 +43,7 @@ __all__ = [
     "UncertainCall",
     "Usage",
     "canonical_arguments",
+    "expiry_text",
     "text_digest",
 ]
 
@@ -166,6 +168,9 @@ class RefusedDecision(WireModel):
     message: str
     via: Literal["signal", "update"] = "signal"
     call_id: str | None = None
+    """The call it named (when it could be read)."""
+    approver: str | None = None
+    """The approver it named (when it could be read): who was refused."""
 
 
 class CallRecord(WireModel):
@@ -233,6 +238,14 @@ class CallRecord(WireModel):
     def model_id(self) -> str:
         """The call id the model used (what its output item names)."""
         return self.model_call_id or self.call_id
+
+
+def expiry_text(call_id: str, at: datetime) -> str:
+    """The refusal of a decision that comes after a call's deadline: what happened, when.
+
+    One text for every door (update, signal, CLI, client): the call ran nothing.
+    """
+    return f"call '{call_id}' expired at {at.isoformat()}; nothing ran"
 
 
 def canonical_arguments(arguments: dict[str, Any]) -> str:
@@ -328,6 +341,37 @@ class Extension(WireModel):
     """Signed with a key the worker's approver directory gives `approver`."""
 
 
+class CallAction(WireModel):
+    """What a person did to a call besides deciding it: a `resolve`, `extend` or `answer`.
+
+    The run keeps every one (the latest `MAX_ACTIONS_KEPT`) after the call's turn and the run
+    end, for the audit (`RunStatus.actions`, `RunOutput.actions`): who, when, what.
+    """
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    kind: Literal["resolve", "extend", "answer"]
+    call_id: str
+    tool_name: str
+    at: datetime
+    approver: str | None = None
+    reason: str | None = None
+    verified: bool = False
+    """Signed with a key the worker's approver directory gives `approver`."""
+    outcome: str | None = None
+    """`resolve`: `happened`, `retry` or `give_up`; `answer`: `accept`, `decline` or `cancel`."""
+    text: str | None = None
+    """`resolve`: the output given (`happened`) or the message (`give_up`); `answer`: the
+    question it answered. Cut to 1,000 characters (the transcript has the whole output)."""
+    content: dict[str, Any] | None = None
+    """`answer`: the content given, when its JSON is at most 1 KB (else left out: the run's
+    history holds the update)."""
+    previous: datetime | None = None
+    """`extend`: the deadline before."""
+    deadline: datetime | None = None
+    """`extend`: the deadline after."""
+
+
 class Approval(WireModel):
     """One person's approval of a call that needs several (four eyes)."""
 
@@ -361,7 +405,9 @@ class DecisionRecord(WireModel):
 
     call_id: str
     tool_name: str
-    kind: DecisionKind
+    kind: DecisionOutcome
+    """`approve` or `reject`, or `expired`: the call's deadline passed without a decision (its
+    own outcome, not a rejection; `source` is `deadline`)."""
     always: bool = False
     message: str | None = None
     approver: str | None = None
@@ -380,8 +426,8 @@ class DecisionRecord(WireModel):
     original_arguments: str | None = None
     """An approval with edited arguments: the model's arguments."""
     expired: bool = False
-    """The call's deadline passed without a decision (`source` is `deadline`): its own outcome,
-    not a person's rejection."""
+    """Set with kind `expired`, for readers that know only this flag: versions before `expired`
+    was a kind recorded an expiry as kind `reject` with this flag (read as kind `expired`)."""
     verified: bool = False
     """The decision was signed with a key the worker's approver directory gives `approver`."""
     key_id: str | None = None
@@ -391,6 +437,19 @@ class DecisionRecord(WireModel):
     arguments_sha256: str | None = None
     """SHA-256 (hex) of the call's arguments the decision is about (for an approval: what
     runs; `None`: recorded before decisions named their arguments)."""
+
+    @model_validator(mode="after")
+    def _expiry_is_a_kind(self) -> Self:
+        # An expiry recorded by an older version (`reject` + `expired`) reads as kind `expired`;
+        # the flag stays set on every expiry, for readers that know only the flag.
+        if self.expired and self.kind == "reject":
+            self.kind = "expired"
+        self.expired = self.kind == "expired"
+        return self
+
+    def expiry_text(self) -> str:
+        """What a decision that arrives after this expiry is told (`DeadlinePassed`)."""
+        return expiry_text(self.call_id, self.decided_at)
 
     @classmethod
     def partial(cls, call_id: str, tool: str, approvals: list[Approval], required: int) -> Self:
@@ -481,6 +540,8 @@ class CarriedState(WireModel):
     rules: list[StandingRule] = Field(default_factory=list)
     decisions: list[DecisionRecord] = Field(default_factory=list)
     refused: list[RefusedDecision] = Field(default_factory=list)
+    actions: list[CallAction] = Field(default_factory=list)
+    """Every `resolve`, `extend` and `answer` of the run (the latest `MAX_ACTIONS_KEPT`)."""
     search_attributes: bool = False
     own_input: list[dict[str, Any]] = Field(default_factory=list)
     """This run's own input items (what it appends to its session, with what it produced)."""
@@ -570,6 +631,8 @@ class RunOutput(WireModel):
     decisions: list[DecisionRecord]
     turns: int
     run_id: str = ""
+    actions: list[CallAction] = Field(default_factory=list)
+    """Every `resolve`, `extend` and `answer` of the run, for the audit."""
     transcript_omitted: bool = False
     """The transcript was left out (`input_items` and `new_items` are empty): read it with the
     `snapshot` query. Left out when the result with it would pass `TRANSCRIPT_INLINE_BYTES`

@@ -119,9 +119,10 @@ async def test_audit_lists_decisions_and_refusals_across_runs(
     await wait_for(listed, what="both runs in the audit")
     assert [(r["run"], r["event"], r["kind"], r["approver"] or r["error_type"]) for r in rows] == [
         (paid, "decision", "approve", "bob"),
-        (stopped, "refused", "approve", "UnknownCall"),
+        (stopped, "refused", "approve", "eve"),  # whom the refused signal named
         (stopped, "decision", "reject", "cy"),
     ]
+    assert (rows[1]["call_id"], rows[1]["error_type"]) == ("nope", "UnknownCall")
     assert rows[0]["approvals"] == "ann bob"
     assert any("refused approve update: NotAuthorized" in line for line in worker.output)
     usage = hitl(address, "audit", "--since", "soon")
@@ -257,4 +258,4 @@ async def test_refused_updates_reach_the_audit_through_the_worker_log(
             "NotAuthorized",
             call,
         )
-        assert "mallory" in row["message"]
+        assert "mallory" in row["message"] and row["approver"] == "mallory"

@@ -6,6 +6,7 @@ question, and a parked approval that survives a worker restart and a server rest
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import subprocess
@@ -210,6 +211,20 @@ async def test_elicitation_waits_for_a_person_and_acts_once(
         await handle.execute_update("answer", answer)
         out = await handle.result()
         hist = await history(handle)
+        # The answer stays in the audit after the run ended (its call's turn is long over).
+        audit = await asyncio.to_thread(hitl, address, "audit", result.workflow_id)
+        assert audit.returncode == 0, audit.stderr
+    rows = [json.loads(line) for line in audit.stdout.splitlines()]
+    [row] = [r for r in rows if r["event"] == "action"]
+    assert (row["kind"], row["call_id"], row["approver"], row["outcome"]) == (
+        "answer",
+        pending.call_id,
+        "ops",
+        "accept",
+    )
+    assert json.loads(row["arguments"]) == {"confirm": True, "reason": "customer asked"}
+    [asked] = out.actions
+    assert (asked.kind, asked.text) == ("answer", pending.input_request.message)
     assert "Closed the account of Ada Lovelace" in str(out.final_output)
     assert "customer asked" in str(out.final_output)
     [(key, kind, account, _, _)] = operations(db)

@@ -452,7 +452,7 @@ async def _soak_with_server_kills(
             assert key not in attempted, f"{run.wid}: the rejected call ran"
         elif run.kind == "expire":
             [(call_id, kind, source)] = decisions
-            assert (kind, source) == ("reject", "deadline"), run
+            assert (kind, source) == ("expired", "deadline"), run
             assert not run.call_id or call_id == run.call_id, run
             assert "expired" in str(run.out.final_output), run
             assert f"{run.wid}:{call_id}" not in attempted, f"{run.wid}: the expired call ran"

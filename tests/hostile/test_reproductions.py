@@ -353,12 +353,14 @@ async def test_a_queued_decision_that_misses_its_deadline_is_reported_and_record
     async with serving(client, *AGENTS, task_queue=tq):
         out: RunOutput = await handle.result()
         assert "expired" in str(out.final_output) or out.decisions[0].source == "deadline"
-        assert [(d.source, d.kind) for d in out.decisions] == [("deadline", "reject")]
+        assert [(d.source, d.kind) for d in out.decisions] == [("deadline", "expired")]
         again = await hitl(addr, *cmd)
         assert again.returncode == 1 and "DeadlinePassed" in again.stderr, again.stderr
+        assert "expired at" in again.stderr and "nothing ran" in again.stderr, again.stderr
         status = await handle.query("status", result_type=RunStatus)
     [late] = status.refused
     assert (late.error_type, late.call_id, late.via) == ("DeadlinePassed", call_id, "update")
+    assert late.approver == "ops", "a refused row keeps whom it named"
     assert ledger.count("wire_soon") == 0
 
 

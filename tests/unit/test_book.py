@@ -8,7 +8,15 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from hitl.codec import undecryptable
-from hitl.wire import CallRecord, CarriedState, DecisionInput, StandingRule
+from hitl.limits import MAX_ACTIONS_KEPT
+from hitl.wire import (
+    CallRecord,
+    CarriedState,
+    DecisionInput,
+    DecisionRecord,
+    ExtendInput,
+    StandingRule,
+)
 from hitl.workflows.book import ApprovalBook
 from hitl.workflows.inputs import read_one
 
@@ -93,13 +101,74 @@ def test_always_rule_decides_other_waiting_calls_and_later_ones() -> None:
     assert book.apply_rule(call("c5", tool="cancel"), NOW) is False
 
 
-def test_expire_records_a_deadline_rejection() -> None:
+def test_expire_records_its_own_outcome_not_a_rejection() -> None:
     book = new_book()
     c = call("c1")
     book.begin_turn([c])
     rec = book.expire(c, NOW, "expired")
-    assert (rec.kind, rec.source, rec.expired, c.state) == ("reject", "deadline", True, "expired")
+    assert (rec.kind, rec.source, rec.approver, c.state) == ("expired", "deadline", None, "expired")
+    assert rec.expired, "the flag stays set, for readers that know only the flag"
     assert [p.call_id for p in book.pending()] == []
+    # No decision repeats an expiry: a rejection after it is as late as an approval (before,
+    # a rejection was answered as a retry of "reject by deadline").
+    for kind in ("approve", "reject"):
+        with pytest.raises(ApplicationError) as e:
+            book.check(kind, DecisionInput(call_id="c1", approver="ann"), NOW)  # type: ignore[arg-type]
+        assert refused(e) == (
+            "DeadlinePassed",
+            "call 'c1' expired at 2026-01-01T00:00:00+00:00; nothing ran",
+        )
+
+
+def test_an_expiry_recorded_by_an_older_version_reads_as_expired() -> None:
+    """Older versions recorded an expiry as `reject` with the flag `expired`."""
+    old = {
+        "call_id": "c1",
+        "tool_name": "refund",
+        "kind": "reject",
+        "message": "Approval for refund expired after 60s without a decision.",
+        "source": "deadline",
+        "via": "workflow",
+        "decided_at": NOW.isoformat(),
+        "expired": True,
+    }
+    rec = DecisionRecord.model_validate(old)
+    assert (rec.kind, rec.expired) == ("expired", True)
+    assert DecisionRecord.model_validate({**old, "expired": False}).kind == "reject"
+    # Carried over continue-as-new by an older version, it still refuses later decisions.
+    book = new_book(decisions=[old])
+    with pytest.raises(ApplicationError) as e:
+        book.check("reject", DecisionInput(call_id="c1"), NOW)
+    assert refused(e)[0] == "DeadlinePassed" and "expired at" in refused(e)[1]
+    assert DecisionRecord.model_validate_json(rec.model_dump_json()) == rec
+
+
+def test_extensions_are_kept_for_the_audit_after_their_turn() -> None:
+    from datetime import timedelta
+
+    book = new_book()
+    c = call("c1")
+    c.deadline = NOW + timedelta(hours=1)
+    book.begin_turn([c])
+    book.extend(ExtendInput(call_id="c1", seconds=60, approver="ann", reason="away"), NOW)
+    book.end_turn()
+    [a] = book.state.actions
+    assert (a.kind, a.call_id, a.tool_name, a.approver, a.reason, a.at) == (
+        "extend",
+        "c1",
+        "refund",
+        "ann",
+        "away",
+        NOW,
+    )
+    assert (a.previous, a.deadline) == (
+        NOW + timedelta(hours=1),
+        NOW + timedelta(hours=1, minutes=1),
+    )
+    for n in range(MAX_ACTIONS_KEPT + 5):
+        book.note(a.model_copy(update={"call_id": f"x{n}"}))
+    assert len(book.state.actions) == MAX_ACTIONS_KEPT
+    assert book.state.actions[-1].call_id == f"x{MAX_ACTIONS_KEPT + 4}", "the latest are kept"
 
 
 def test_past_calls_that_needed_no_approval_are_not_pending() -> None:

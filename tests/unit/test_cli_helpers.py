@@ -76,6 +76,90 @@ def test_the_outcome_is_what_was_recorded_not_what_was_asked() -> None:
         _outcome("run", [_req()], {})
 
 
+def test_a_decision_for_an_expired_call_says_it_expired_not_that_it_was_rejected() -> None:
+    """Also for an expiry recorded by an older version (`reject` with `expired` set): the
+    text used to be "already decided: reject by deadline", and a rejection was let through."""
+    at = "2025-01-01T00:00:00+00:00"
+    for expiry in (
+        _rec(kind="expired", approver=None, source="deadline", via="workflow"),
+        _rec(kind="reject", expired=True, approver=None, source="deadline", via="workflow"),
+    ):
+        for kind in ("approve", "reject"):
+            with pytest.raises(Refused) as err:
+                _outcome("run", [_req(kind=kind)], {"c1": expiry})
+            assert str(err.value) == (
+                f"refused: call 'c1' expired at {at}; nothing ran (DeadlinePassed)"
+            )
+
+
+def test_show_lists_an_expiry_the_actions_and_whom_a_refusal_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from hitl.cli.show import _print_decided
+    from hitl.wire import CallAction, RefusedDecision, RunStatus
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    status = RunStatus(
+        workflow_id="run",
+        run_id="r",
+        phase="completed",
+        agent="A",
+        decisions=[_rec(kind="reject", expired=True, approver=None, source="deadline")],
+        actions=[
+            CallAction(
+                kind="extend",
+                call_id="c2",
+                tool_name="pay",
+                at=at,
+                approver=HOSTILE,
+                deadline=at,
+                previous=at,
+            ),
+            CallAction(
+                kind="resolve",
+                call_id="c2",
+                tool_name="pay",
+                at=at,
+                approver="ops",
+                outcome="happened",
+                verified=True,
+            ),
+            CallAction(
+                kind="answer",
+                call_id="c3",
+                tool_name="close",
+                at=at,
+                approver="ann",
+                outcome="decline",
+                reason="not now",
+            ),
+        ],
+        refused=[
+            RefusedDecision(
+                received_at=at,
+                name="approve",
+                payload="",
+                error_type="DeadlinePassed",
+                message="late",
+                call_id="c1",
+                approver="bob",
+            )
+        ],
+    )
+    _print_decided(status)
+    printed = capsys.readouterr().out
+    assert "  c1 refund: expired at 2025-01-01T00:00:00+00:00 (deadline)" in printed
+    assert "reject" not in printed
+    when = at.isoformat()
+    assert f"  {when} c2 pay: resolved: happened by ops, signed" in printed
+    assert f"  {when} c3 close: answered: decline by ann (not now)" in printed
+    [moved] = [line for line in printed.splitlines() if "deadline moved" in line]
+    assert "\\nDecisions:" in moved and _raw_controls(moved) == [], (
+        "a hostile approver stays on its line"
+    )
+    assert "(call c1) from bob: DeadlinePassed: late" in printed
+
+
 def test_paths_read_from_the_root_down() -> None:
     assert _path_text(["Desk", "research", "Researcher"], "fetch") == (
         "Desk > research > Researcher > fetch"

@@ -83,7 +83,7 @@ def test_an_expired_call_is_expired_not_rejected() -> None:
     call = book.calls["t1.1"]
     rec = book.expire(call, NOW + timedelta(hours=2), "expired after 3600s")
     assert call.state == "expired"
-    assert (rec.kind, rec.source, rec.expired) == ("reject", "deadline", True)
+    assert (rec.kind, rec.source, rec.expired) == ("expired", "deadline", True)
     assert book.pending() == []
 
 

@@ -212,6 +212,6 @@ async def test_a_deadline_carried_across_continue_as_new_still_expires(
         status = await client.get_workflow_handle(wid).query("status", result_type=RunStatus)
 
     [expired] = [d for d in status.decisions if d.call_id == wire_call]
-    assert (expired.kind, expired.source) == ("reject", "deadline")
+    assert (expired.kind, expired.source) == ("expired", "deadline")
     assert "wire_money" not in [r[1] for r in ledger.rows()], "an expired call never runs"
     assert out.final_output == "the wire was not made"

@@ -108,7 +108,7 @@ async def test_a_call_is_reminded_escalates_and_expires_on_its_own_outcome(
         out = await handle.result()
         hist = await handle.fetch_history()
     [decision] = out.decisions
-    assert (decision.kind, decision.source, decision.expired) == ("reject", "deadline", True)
+    assert (decision.kind, decision.source, decision.expired) == ("expired", "deadline", True)
     assert "expired" in out.final_output
     assert tool_activity_count(hist) == 0 and ledger.count() == 0
 

@@ -427,7 +427,7 @@ def wire_script(req: ModelRequest) -> ModelReply:
 wirer = Agent(name="Wirer", tools=[wire_money], model=ScriptedModel(wire_script, "tests.wire"))
 
 
-async def test_approval_deadline_rejects_as_expired(
+async def test_an_approval_deadline_expires_the_call(
     ts_env: WorkflowEnvironment, cache_size: int
 ) -> None:
     async with serving(ts_env.client, wirer, cache=cache_size) as tq:
@@ -437,7 +437,7 @@ async def test_approval_deadline_rejects_as_expired(
         await ts_env.sleep(timedelta(days=1, hours=1))
         out = await handle.result()
     assert out.final_output == "Approval for wire_money expired after 86400s without a decision."
-    assert [(d.kind, d.source) for d in out.decisions] == [("reject", "deadline")]
+    assert [(d.kind, d.source) for d in out.decisions] == [("expired", "deadline")]
     hist = await handle.fetch_history()
     assert activity_count(hist, "execute_tool") == 0
 

@@ -141,7 +141,7 @@ async def test_an_expired_call_is_shown_expired(
         out = await handle.result()
         snap: RunSnapshot = await handle.query("snapshot", result_type=RunSnapshot)
     [decision] = out.decisions
-    assert (decision.kind, decision.expired, decision.source) == ("reject", True, "deadline")
+    assert (decision.kind, decision.expired, decision.source) == ("expired", True, "deadline")
     assert out.final_output == "Approval for hold expired after 3600s without a decision."
     assert ledger.count("hold") == 0
     assert snap.status.phase == "completed"
