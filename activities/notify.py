@@ -20,6 +20,7 @@ class NotifyActivities:
     @activity.defn(name=ACT_NOTIFY)
     async def notify(self, inp: NotifyInput) -> NotifyOutput:
         """Run every notifier at once; report each one's outcome (never raises)."""
+        inp = inp.model_copy(update={"namespace": activity.info().workflow_namespace})
         results = await asyncio.gather(*(self._one(n, inp) for n in self.notifiers))
         return NotifyOutput(results=list(results))
 

@@ -25,8 +25,11 @@ from hitl._user_code import call_user
 from hitl.wire import NotifyInput
 
 __all__ = [
+    "CHAT_APPROVE",
+    "CHAT_REJECT",
     "CallbackNotifier",
     "Notifier",
+    "SlackNotifier",
     "WebhookNotifier",
     "notifiers_from_env",
     "signature_header",
@@ -169,11 +172,14 @@ class WebhookNotifier:
         body = json.dumps(
             event.model_dump(mode="json"), sort_keys=True, separators=(",", ":")
         ).encode()
+        await self._send(body, event.event)
+
+    async def _send(self, body: bytes, event: str) -> None:
         delay = self.backoff
         for attempt in range(1, self.attempts + 1):
             self.last_attempts = attempt
             try:
-                await asyncio.to_thread(self._post, body, event.event)
+                await asyncio.to_thread(self._post, body, event)
                 return
             except urllib.error.HTTPError as exc:
                 error = f"HTTP {exc.code}"
@@ -187,14 +193,109 @@ class WebhookNotifier:
         raise WebhookError(f"{error} after {self.attempts} attempts")
 
 
-def notifiers_from_env() -> list[Any]:
-    """A `WebhookNotifier` for `HITL_WEBHOOK_URL`, or none.
+CHAT_APPROVE = "hitl.approve"
+"""The `action_id` of a chat note's approve button (the console's `/chat/slack` reads it)."""
+CHAT_REJECT = "hitl.reject"
+"""The `action_id` of a chat note's reject button."""
 
-    Its secret is in the variable `HITL_WEBHOOK_SECRET_ENV` names (default
-    `HITL_WEBHOOK_SECRET`).
+_ACTIONS_FOR = ("waiting", "reminder", "escalated")
+"""The events whose note offers approve and reject (the call still waits)."""
+
+
+def chat_value(event: NotifyInput) -> str:
+    """What a note's buttons carry: the call as the note shows it (run, call, arguments)."""
+    return json.dumps(
+        {
+            "ns": event.namespace or "",
+            "run": event.workflow_id,
+            "call": event.call_id,
+            "seen": event.arguments_sha256 or "",
+        },
+        separators=(",", ":"),
+    )
+
+
+def slack_message(event: NotifyInput, console_url: str | None = None) -> dict[str, Any]:
+    """A Slack Block Kit message for `event`: what waits, and approve / reject buttons.
+
+    Buttons only while the call waits (and only for a call whose note names the arguments it
+    waits with); text is Slack's `plain_text` wherever it comes from a run, so nothing a model
+    wrote becomes a link or a mention.
     """
+    title = event.title or f"{event.agent_name} wants to run {event.tool_name}"
+    what = {
+        "waiting": "waits for a decision",
+        "reminder": "still waits for a decision",
+        "escalated": "was escalated and waits for a decision",
+        "decided": "was decided",
+        "expired": "expired",
+        "uncertain": "is uncertain: its attempt died midway",
+    }.get(event.event, event.event)
+    lines = [f"{event.tool_name} ({event.agent_name}) {what}", f"run {event.workflow_id}"]
+    if event.approvers:
+        lines.append("who may decide: " + ", ".join(event.approvers))
+    if event.deadline is not None:
+        lines.append("due " + event.deadline.strftime("%Y-%m-%d %H:%M UTC"))
+    if event.decision is not None:
+        who = event.decision.approver or event.decision.source
+        lines.append(f"{event.decision.kind} by {who}")
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": title[:150]}},
+        {"type": "section", "text": {"type": "plain_text", "text": "\n".join(lines)[:2900]}},
+    ]
+    buttons: list[dict[str, Any]] = []
+    if event.event in _ACTIONS_FOR and event.arguments_sha256:
+        value = chat_value(event)
+        buttons += [
+            {"type": "button", "action_id": CHAT_APPROVE, "style": "primary", "value": value,
+             "text": {"type": "plain_text", "text": "Approve"}},
+            {"type": "button", "action_id": CHAT_REJECT, "style": "danger", "value": value,
+             "text": {"type": "plain_text", "text": "Reject"}},
+        ]  # fmt: skip
+    if console_url:
+        ids = {"ns": event.namespace or "default", "run": event.workflow_id, "call": event.call_id}
+        link = console_url.rstrip("/") + "/call?" + urllib.parse.urlencode(ids)
+        buttons.append({"type": "button", "action_id": "hitl.open", "url": link,
+                        "text": {"type": "plain_text", "text": "Open in the console"}})  # fmt: skip
+    if buttons:
+        blocks.append({"type": "actions", "elements": buttons})
+    return {"text": f"{title} {what}"[:300], "blocks": blocks}
+
+
+class SlackNotifier(WebhookNotifier):
+    """Post each event to a Slack incoming webhook as a message with approve / reject buttons.
+
+    The buttons call the console's `/chat/slack` (the Slack app's interactivity URL), which
+    checks Slack's signature, maps the Slack user to an approver, and decides as that person
+    (see docs/console.md, "Approvals from chat").
+
+    Args:
+        url: The incoming webhook's URL (its path is its secret: it is never recorded).
+        console_url: The console's public address, for an "Open in the console" button.
+    """
+
+    def __init__(self, url: str, *, console_url: str | None = None, **kw: Any) -> None:
+        super().__init__(url, name=kw.pop("name", None) or f"slack {webhook_host(url)}", **kw)
+        self.console_url = console_url
+
+    async def notify(self, event: NotifyInput) -> None:
+        """POST the event as a Slack message (retrying as configured)."""
+        await self._send(json.dumps(slack_message(event, self.console_url)).encode(), event.event)
+
+
+def notifiers_from_env() -> list[Any]:
+    """The notifiers the environment names (none, one or both).
+
+    A `WebhookNotifier` for `HITL_WEBHOOK_URL`, a `SlackNotifier` for `HITL_SLACK_WEBHOOK_URL`
+    (with `HITL_CONSOLE_URL` for its console link). The webhook's secret is in the variable
+    `HITL_WEBHOOK_SECRET_ENV` names (default `HITL_WEBHOOK_SECRET`).
+    """
+    found: list[Any] = []
     url = os.environ.get("HITL_WEBHOOK_URL")
-    if not url:
-        return []
-    secret_env = os.environ.get("HITL_WEBHOOK_SECRET_ENV", "HITL_WEBHOOK_SECRET")
-    return [WebhookNotifier(url, secret_env=secret_env)]
+    if url:
+        secret_env = os.environ.get("HITL_WEBHOOK_SECRET_ENV", "HITL_WEBHOOK_SECRET")
+        found.append(WebhookNotifier(url, secret_env=secret_env))
+    slack = os.environ.get("HITL_SLACK_WEBHOOK_URL")
+    if slack:
+        found.append(SlackNotifier(slack, console_url=os.environ.get("HITL_CONSOLE_URL")))
+    return found

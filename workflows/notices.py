@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         NotifyOutput,
         RunInput,
     )
+    from hitl.wire.runs import text_digest
 
 
 class Told(Protocol):
@@ -90,6 +91,7 @@ class Notices:
             deadline=rec.deadline,
             at=workflow.now(),
             decision=without_arguments(rec.decision) if rec.decision is not None else None,
+            arguments_sha256=text_digest(rec.arguments),
         )
         task = asyncio.create_task(self._send(inp))
         self._tasks.add(task)

@@ -54,6 +54,19 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="a person (NAME) or group (group:NAME) who sees every call, and decides only "
         "what each call's approvers allow (repeatable)",
     )
+    c.add_argument(
+        "--chat-users",
+        metavar="FILE",
+        help='approvals from Slack: a JSON file mapping "slack:USER_ID" to an approver name; '
+        "the Slack app's signing secret is read from $HITL_SLACK_SIGNING_SECRET "
+        "(see --slack-secret-env)",
+    )
+    c.add_argument(
+        "--slack-secret-env",
+        default="HITL_SLACK_SIGNING_SECRET",
+        metavar="VAR",
+        help="the environment variable holding the Slack app's signing secret",
+    )
     u = sub.add_parser("console-user", help="add a person to a console users file")
     u.add_argument("name")
     u.add_argument("--users", metavar="FILE", required=True)
@@ -88,6 +101,8 @@ def cmd_console(args: argparse.Namespace) -> int:
         task_queues=allowed_queues(args.task_queues, args.task_queue),
         approvers=args.approvers,
         viewers=args.viewers,
+        chat_users=args.chat_users,
+        slack_secret_env=args.slack_secret_env,
     )
 
     async def main() -> None:

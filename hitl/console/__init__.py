@@ -50,6 +50,11 @@ class ConsoleSettings:
             of approver lists (default `HITL_APPROVERS`; none: only names match).
         viewers: People (`NAME`) and groups (`group:NAME`) who see every call; they decide
             only what the call's approver list allows.
+        chat_users: Approvals from Slack: a JSON file mapping `slack:USER_ID` to an approver
+            name (`hitl.console.chat`); none: `/chat/slack` is off.
+        slack_secret_env: The environment variable holding the Slack app's signing secret.
+        chat_reply_hosts: Where outcomes may be posted back (a Slack request's
+            `response_url` must start with one; default `https://hooks.slack.com/`).
     """
 
     host: str = "127.0.0.1"
@@ -65,6 +70,9 @@ class ConsoleSettings:
     task_queues: list[str] = field(default_factory=list)
     approvers: str | None = None
     viewers: list[str] = field(default_factory=list)
+    chat_users: str | None = None
+    slack_secret_env: str = "HITL_SLACK_SIGNING_SECRET"
+    chat_reply_hosts: list[str] = field(default_factory=lambda: ["https://hooks.slack.com/"])
 
 
 async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
@@ -112,7 +120,20 @@ async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
     rules = Rules.of(directory, settings.viewers)
     queues = allowed_queues(settings.task_queues, os.environ.get("HITL_TASK_QUEUE"))
     data = ConsoleData(clients, signing, task_queues=queues)
-    app = create_app(data, auth, secure_cookie=settings.secure_cookie, rules=rules)
+    chat = None
+    if settings.chat_users:
+        from hitl.console.chat import SlackGateway, load_chat_users
+
+        secret = os.environ.get(settings.slack_secret_env)
+        if not secret:
+            from hitl.errors import UserError
+
+            raise UserError(
+                f"--chat-users needs the Slack app's signing secret in ${settings.slack_secret_env}"
+            )
+        users = load_chat_users(settings.chat_users)
+        chat = SlackGateway(secret, users, tuple(settings.chat_reply_hosts))
+    app = create_app(data, auth, secure_cookie=settings.secure_cookie, rules=rules, chat=chat)
     server = LoopServer(app, settings.host, settings.port)
     auth.base_url = server.url
     return server, auth

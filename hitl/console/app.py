@@ -28,6 +28,7 @@ from starlette.types import ASGIApp
 from hitl.cli.common import _ago, _Gone, _Unreadable
 from hitl.console import md
 from hitl.console.auth import COOKIE, Authenticator, Session
+from hitl.console.chat import Click, SlackGateway
 from hitl.console.data import ConsoleData, Inbox, Outcome, Row, when
 from hitl.console.forms import (
     POSTED,
@@ -62,6 +63,10 @@ VIEWS = {
     "questions": "Questions",
 }
 """The inbox's status views (besides all): by what the call waits for, and from whom."""
+CHAT_SLACK = "/chat/slack"
+"""Where a Slack app's button clicks arrive (its interactivity request URL)."""
+CHAT_CLIENT = "console/slack"
+"""The `client` a decision from chat records."""
 PAGE_SIZE = 50
 """Inbox rows per page."""
 MAX_RUN_CALLS = 50
@@ -193,6 +198,7 @@ class Console:
         self.data, self.auth, self.secure = data, auth, secure_cookie
         self.rules = rules or Rules()
         self.env = _env()
+        self.chat: SlackGateway | None = None
 
     def render(self, request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         """A page (or a fragment) for this request, with the session's person and CSRF token."""
@@ -613,6 +619,60 @@ class Console:
             partial=not viewer,
         )
 
+    async def chat_slack(self, request: Request) -> Response:
+        """`POST /chat/slack`: a Slack button click (`hitl.console.chat`), decided after a 200.
+
+        Not a session's: Slack's signature says who clicked, and the person is who the chat
+        users file maps that Slack user to.
+        """
+        gate = self.chat
+        if gate is None:
+            return PlainTextResponse("approvals from chat are off", status_code=404)
+        body = await request.body()
+        problem = gate.verify(
+            body,
+            request.headers.get("x-slack-request-timestamp", ""),
+            request.headers.get("x-slack-signature", ""),
+        )
+        if problem:
+            return PlainTextResponse(problem, status_code=401)
+        click = gate.click(body)
+        if isinstance(click, str):
+            return PlainTextResponse(click, status_code=200 if "mapped" in click else 400)
+        gate.later(click, self.decide_click)
+        return Response(status_code=200)
+
+    async def decide_click(self, c: Click) -> str:
+        """Decide a verified chat click as its person, after the checks a call page makes."""
+        nothing = "nothing was decided"
+        if c.ns not in self.data.clients:
+            return f"This console does not serve that namespace: {nothing}"
+        try:
+            snap = await self.data.snapshot(c.ns, c.run)
+        except (_Gone, _Unreadable):
+            return f"The run could not be read now: {nothing}"
+        item = next((p for p in snap.status.pending if p.call_id == c.call), None)
+        if item is None:
+            return f"This call no longer waits: {nothing}"
+        if not self.rules.may_decide(c.person, item.approvers):
+            return f"{c.person} may not decide this call: {nothing}"
+        if seen_of(item) != c.seen:
+            return f"This call changed since the note: open it in the console; {nothing}"
+        outcome = await self.data.decide(
+            c.ns,
+            c.run,
+            c.call,
+            c.person,
+            c.kind,
+            seen_sha256=c.seen,
+            message=f"Rejected from Slack by {c.person}" if c.kind == "reject" else None,
+            client=CHAT_CLIENT,
+        )
+        if outcome.ok:
+            self.data.forget()
+            return outcome.headline
+        return f"{outcome.headline} ({outcome.error_type})"
+
     async def healthz(self, request: Request) -> Response:
         """`/healthz`: the process answers."""
         return PlainTextResponse("ok")
@@ -769,10 +829,10 @@ class Guard(BaseHTTPMiddleware):
             person = auth.from_header(request.headers.get(auth.header))
             if person is not None:
                 fresh, request.state.session = auth.sessions.issue(person)
-        open_paths = ("/login", "/static/", "/healthz")
+        open_paths = ("/login", "/static/", "/healthz", CHAT_SLACK)
         if request.state.session is None and not request.url.path.startswith(open_paths):
             return await self.signed_out(request)
-        if request.method == "POST" and request.url.path != "/login":
+        if request.method == "POST" and request.url.path not in ("/login", CHAT_SLACK):
             problem = await _forged(request)
             if problem is not None:
                 return PlainTextResponse(problem, status_code=403)
@@ -858,6 +918,7 @@ def create_app(
     *,
     secure_cookie: bool = False,
     rules: Rules | None = None,
+    chat: SlackGateway | None = None,
 ) -> Starlette:
     """The console as an ASGI app.
 
@@ -865,6 +926,7 @@ def create_app(
     viewers, so a call that names approvers is shown to the people it names).
     """
     console = Console(data, auth, secure_cookie=secure_cookie, rules=rules)
+    console.chat = chat
     routes = [
         Route("/", console.inbox_page),
         Route("/inbox/rows", console.inbox_rows),
@@ -877,6 +939,7 @@ def create_app(
         Route(RUN, console.run_page),
         Route(DECIDE_RUN, console.decide_run, methods=["POST"]),
         Route("/healthz", console.healthz),
+        Route(CHAT_SLACK, console.chat_slack, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes, middleware=[Middleware(Guard, console=console)])

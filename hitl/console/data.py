@@ -323,6 +323,7 @@ class ConsoleData:
         message: str | None = None,
         reason: str | None = None,
         arguments: dict[str, Any] | None = None,
+        client: str = CLIENT,
     ) -> Outcome:
         """Approve (with edited `arguments`, maybe) or reject one call, as `person`.
 
@@ -335,7 +336,7 @@ class ConsoleData:
             message=message if kind == "reject" else None,
             reason=reason,
             arguments=arguments,
-            client=CLIENT,
+            client=client,
             seen_sha256=seen_sha256,
         )
         if self.signing is not None:

@@ -437,6 +437,11 @@ class NotifyInput(WireModel):
     deadline: datetime | None = None
     at: datetime
     decision: DecisionRecord | None = None
+    arguments_sha256: str | None = None
+    """The digest of the call's arguments as they wait (what a decision names as `seen_sha256`):
+    a chat note's buttons decide only those arguments."""
+    namespace: str | None = None
+    """The run's namespace (filled by the `notify` activity, not by the run)."""
 
 
 class NotifierResult(WireModel):

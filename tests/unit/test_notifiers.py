@@ -14,7 +14,7 @@ from temporalio.testing import ActivityEnvironment
 
 from hitl import CallbackNotifier, WebhookNotifier
 from hitl.activities.notify import NotifyActivities
-from hitl.notify import WebhookError, notifiers_from_env
+from hitl.notify import SlackNotifier, WebhookError, notifiers_from_env
 from hitl.wire import NotifyInput
 
 EVENT = NotifyInput(
@@ -100,17 +100,21 @@ async def test_the_activity_reports_each_notifier_and_never_raises(refusing: Ser
         ("log", True),
     ]
     assert "chat is down" in (out.results[1].error or "")
-    assert heard == [EVENT]
+    assert heard == [EVENT.model_copy(update={"namespace": "default"})]  # the activity's
 
 
 def test_notifiers_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HITL_WEBHOOK_URL", raising=False)
+    monkeypatch.delenv("HITL_SLACK_WEBHOOK_URL", raising=False)
     assert notifiers_from_env() == []
     monkeypatch.setenv("HITL_WEBHOOK_URL", "https://hooks.example.com/hitl")
     [notifier] = notifiers_from_env()
     assert isinstance(notifier, WebhookNotifier) and notifier.secret_env == "HITL_WEBHOOK_SECRET"
     with pytest.raises(ValueError):
         WebhookNotifier("file:///etc/passwd")
+    monkeypatch.setenv("HITL_SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T/B/SECRET")
+    [_, slack] = notifiers_from_env()
+    assert isinstance(slack, SlackNotifier) and "SECRET" not in slack.name
 
 
 async def test_a_webhooks_name_never_holds_its_secret_path(refusing: Server) -> None:
