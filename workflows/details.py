@@ -104,11 +104,15 @@ def _call_lines(wid: str, c: PendingApproval) -> list[str]:
             f"Needs {c.required_approvals} different approvers; approved so far by {so_far}.",
             "",
         ]
+    if c.approvers:
+        names = ", ".join(f"`{a}`" for a in c.approvers[:20])
+        more = f" and {len(c.approvers) - 20} more" if len(c.approvers) > 20 else ""
+        lines += [f"Who may decide: {names}{more}.", ""]
     if c.request is not None:
         lines += [md_text(c.request.message), ""]
         if c.request.preview:
             label = c.request.preview_label or "Preview"
-            lines += [f"**{md_text(label)}**", *fence(c.request.preview[:4000]), ""]
+            lines += [f"**{md_text(label)}**", *fence(wrapped(c.request.preview[:4000])), ""]
     approve = json.dumps({"call_id": c.call_id, "approver": "you"}, indent=2)
     reject = json.dumps({"call_id": c.call_id, "message": "why, for the model"}, indent=2)
     return [
@@ -120,6 +124,34 @@ def _call_lines(wid: str, c: PendingApproval) -> list[str]:
         f"Or: `hitl approve {wid} {c.call_id}`",
         "",
     ]
+
+
+WRAP = 96
+"""Preview lines longer than this are folded (the UI's code blocks scroll sideways)."""
+
+
+def wrapped(text: str, width: int = WRAP) -> str:
+    """`text` with each line longer than `width` folded, its continuations marked `↪`.
+
+    A diff's line keeps its `+`/`-`/space mark on every piece, so added and removed text still
+    read as such.
+    """
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        mark = (
+            line[0] if line[:1] in ("+", "-", " ") and not line.startswith(("+++", "---")) else ""
+        )
+        rest = line[len(mark) :]
+        step = width - len(mark) - 2
+        out.append(mark + rest[:step] + " ↪")
+        rest = rest[step:]
+        while rest:
+            piece, rest = rest[:step], rest[step:]
+            out.append(mark + "↪ " + piece)
+    return "\n".join(out)
 
 
 def _refusal_lines(refused: Sequence[RefusedDecision]) -> list[str]:
