@@ -616,6 +616,7 @@ class Console:
             snap=snap,
             decisions=decisions,
             refused=refused,
+            actions=[a for a in status.actions if viewer or a.call_id in mine],
             partial=not viewer,
         )
 

@@ -87,8 +87,8 @@ def test_the_audit_page_shows_an_expiry_as_its_own_outcome_and_every_action() ->
     assert "from bob-the-late" in page, "a refused row names whom it refused"
 
 
-def test_a_person_sees_the_actions_of_the_calls_whose_decisions_they_see() -> None:
+def test_a_person_sees_the_actions_of_the_calls_they_may_see() -> None:
     ann = _page("ann")  # she decided t1.1; t1.2 is cy's
     assert "paid-ref-77" in ann and "cy-extended" not in ann
-    cy = _page("cy")  # her call waits (no decision yet): nothing of ann's
-    assert "paid-ref-77" not in cy
+    cy = _page("cy")  # her call waits (no decision yet): its extension, nothing of ann's
+    assert "paid-ref-77" not in cy and "cy-extended" in cy
