@@ -12,8 +12,19 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Annotated
 
-from hitl import Agent, ModelReply, ModelRequest, ScriptedModel, ToolContext, function_tool
+from pydantic import AfterValidator
+
+from hitl import (
+    Agent,
+    ApprovalRequest,
+    ModelReply,
+    ModelRequest,
+    ScriptedModel,
+    ToolContext,
+    function_tool,
+)
 from tests.helpers import Ledger
 from tests.helpers import record_effect as record
 
@@ -528,4 +539,53 @@ closing_agent: Agent[None] = Agent(
     instructions="Close accounts when asked; a person approves each as it is.",
     tools=[close_account],
     model=ScriptedModel(closing_script, "tests.closings"),
+)
+
+# ----------------------------------------------------------------- edits reviewed before approval
+
+
+def inside_notes(path: str) -> str:
+    """A note's path stays inside the notes folder (checked when a call is planned)."""
+    if path.startswith("/") or ".." in path.split("/"):
+        raise ValueError(f"{path!r} is outside the notes folder")
+    return path
+
+
+def note_request(params: dict[str, object]) -> ApprovalRequest:
+    content = str(params.get("content", ""))
+    diff = "\n".join(["--- /dev/null", f"+++ b/{params.get('path')}", "@@ -0,0 +1 @@"]
+                     + [f"+{line}" for line in content.splitlines()])  # fmt: skip
+    return ApprovalRequest(
+        title=f"Write {params.get('path')}", message="A new note.", preview=diff,
+        preview_label="Diff",
+    )  # fmt: skip
+
+
+@function_tool(needs_approval=True, approval_request=note_request)
+def write_note(
+    ctx: ToolContext[object], path: Annotated[str, AfterValidator(inside_notes)], content: str
+) -> str:
+    """Write a note.
+
+    Args:
+        path: Where, inside the notes folder.
+        content: What the note says.
+    """
+    record(ctx, "write_note")
+    return f"Wrote {len(content)} characters to {path}"
+
+
+def notes_script(req: ModelRequest) -> ModelReply:
+    """Write the message's text to notes/today.txt, then report the tool's output."""
+    results = req.results_for("write_note")
+    if results:
+        return ModelReply.say(results[0].output or "")
+    return ModelReply.call("write_note", {"path": "today.txt", "content": req.last_user_text()})
+
+
+notes_agent: Agent[None] = Agent(
+    name="Notes",
+    instructions="Write notes when asked.",
+    tools=[write_note],
+    model=ScriptedModel(notes_script, "tests.notes"),
 )

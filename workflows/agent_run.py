@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_APPROVE,
         UPDATE_DECIDE,
         UPDATE_EXTEND,
+        UPDATE_PREVIEW_EDIT,
         UPDATE_REJECT,
         UPDATE_RESOLVE,
         UPDATE_WAIT,
@@ -61,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         CallRecord,
         ChildReport,
         DecisionRecord,
+        EditPreview,
         Extension,
         FromRoot,
         InputAnswer,
@@ -81,6 +83,7 @@ with workflow.unsafe.imports_passed_through():
         elicitation,
         hooks,
         nested,
+        previews,
         tracing,
         turn,
         uncertain,
@@ -423,6 +426,15 @@ class AgentRun:
     def _validate_answer(self, *args: Any) -> None:
         with self.decisions.logged("answer", args):
             elicitation.check(self, elicitation.read(args))
+
+    @workflow.update(name=UPDATE_PREVIEW_EDIT, description=HANDLER_HELP[UPDATE_PREVIEW_EDIT])
+    async def preview_edit(self, *args: Any) -> EditPreview:
+        """How a call would read with edited arguments: `{"call_id": "...", "arguments": {}}`."""
+        return await previews.preview(self.decisions, args)
+
+    @preview_edit.validator
+    def _validate_preview_edit(self, *args: Any) -> None:
+        previews.validate(self.decisions, args)
 
     @workflow.update(name=UPDATE_EXTEND, description=HANDLER_HELP[UPDATE_EXTEND])
     def extend(self, *args: Any) -> Extension:

@@ -88,6 +88,8 @@ class Decisions:
 
     def __init__(self, run: Decided) -> None:
         self.run = run
+        self.previews: dict[str, int] = {}
+        """Edit previews taken, by call (`MAX_PREVIEWS_PER_CALL`)."""
 
     # ----------------------------------------------------------------- reading
 

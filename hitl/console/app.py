@@ -4,39 +4,31 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
-import shlex
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlparse
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 from starlette.applications import Starlette
-from starlette.datastructures import FormData
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from hitl.cli.common import _ago, _Gone, _Unreadable
-from hitl.console import md
+from hitl.cli.common import _Gone, _Unreadable
+from hitl.console.acts import CHAT_CLIENT as CHAT_CLIENT
+from hitl.console.acts import CHAT_SLACK, MAX_RUN_CALLS, Acts
+from hitl.console.acts import Shown as Shown
 from hitl.console.auth import COOKIE, Authenticator, Session
-from hitl.console.chat import Click, SlackGateway
-from hitl.console.data import ConsoleData, Inbox, Outcome, Row, when
+from hitl.console.chat import SlackGateway
+from hitl.console.data import ConsoleData, Inbox, Row
 from hitl.console.forms import (
-    POSTED,
-    edited_arguments,
     form_fields,
-    number,
     one_text_each,
-    posted_text,
 )
 from hitl.console.rules import Rules
 from hitl.console.urls import (
@@ -46,16 +38,16 @@ from hitl.console.urls import (
     DECIDE_RUN,
     LIVE,
     RUN,
-    audit_url,
-    call_url,
-    decide_run_url,
-    decide_url,
-    run_url,
 )
-from hitl.wire import DecisionRecord, PendingApproval, RunSnapshot
-from hitl.wire.runs import text_digest
+from hitl.console.view import HERE, live_ids, local_path, message_of, seen_of, words_of
+from hitl.console.view import _env as _env
+from hitl.console.view import _transcript as _transcript
+from hitl.console.view import ago as ago
+from hitl.console.view import diff_class as diff_class
+from hitl.console.view import due_in as due_in
+from hitl.console.view import is_diff as is_diff
+from hitl.console.view import pretty_json as pretty_json
 
-HERE = Path(__file__).parent
 VIEWS = {
     "mine": "Waiting for me",
     "others": "Waiting for others",
@@ -63,14 +55,8 @@ VIEWS = {
     "questions": "Questions",
 }
 """The inbox's status views (besides all): by what the call waits for, and from whom."""
-CHAT_SLACK = "/chat/slack"
-"""Where a Slack app's button clicks arrive (its interactivity request URL)."""
-CHAT_CLIENT = "console/slack"
-"""The `client` a decision from chat records."""
 PAGE_SIZE = 50
 """Inbox rows per page."""
-MAX_RUN_CALLS = 50
-"""At most this many calls of one run are approved together (the rest one by one)."""
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -80,174 +66,11 @@ SORTS = {"oldest", "newest"}
 AGES = {"": 0, "1h": 3600, "1d": 86400, "7d": 7 * 86400}
 
 
-def _env() -> Environment:
-    env = Environment(
-        loader=FileSystemLoader(HERE / "templates"),
-        autoescape=select_autoescape(default=True, default_for_string=True),
-    )
-    env.filters["when"] = when
-    env.filters["ago"] = ago
-    env.filters["pretty"] = pretty_json
-    env.filters["md"] = md.render
-    env.filters["shell"] = shlex.quote  # an id in a command a person copies: one word
-    env.globals["diff_class"] = diff_class
-    env.globals["due_in"] = due_in
-    env.globals["call_url"] = call_url
-    env.globals["decide_url"] = decide_url
-    env.globals["audit_url"] = audit_url
-    env.globals["run_url"] = run_url
-    env.globals["decide_run_url"] = decide_run_url
-    return env
-
-
-def ago(at: datetime | None) -> str:
-    """How long ago, at a glance (`12m ago`).
-
-    Under a minute it is `just now`, so that a page polled every few seconds does not change,
-    and is not redrawn, every time.
-    """
-    if at is None:
-        return "unknown"
-    return "just now" if (datetime.now(UTC) - at).total_seconds() < 60 else _ago(at)
-
-
-def due_in(deadline: datetime) -> str:
-    """A deadline as time left (`in 2d 3h`, `in 12m`), or `overdue by 5m` once it passed."""
-    seconds = int((deadline - datetime.now(UTC)).total_seconds())
-    left = abs(seconds)
-    d, h, m = left // 86400, left % 86400 // 3600, left % 3600 // 60
-    span = f"{d}d {h}h" if d else f"{h}h {m}m" if h else f"{m}m" if m else "under a minute"
-    return f"in {span}" if seconds >= 0 else f"overdue by {span}"
-
-
-def message_of(call: PendingApproval) -> str:
-    """A call's request message, without the arguments the page shows anyway.
-
-    A tool without its own approval text gets a message that ends with its arguments
-    (`Arguments:` and their JSON): the page shows those once, under Arguments.
-    """
-    message = call.request.message if call.request else ""
-    try:
-        shown = json.dumps(json.loads(call.arguments), indent=2, default=str, ensure_ascii=False)
-    except ValueError:
-        return message
-    tail = f"\n\nArguments:\n{shown}"
-    return message[: -len(tail)] if message.endswith(tail) else message
-
-
-def pretty_json(text: str) -> str:
-    """A call's JSON arguments, indented (as given when they are not JSON)."""
-    try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except (ValueError, TypeError):
-        return text
-
-
-def diff_class(line: str) -> str:
-    """The CSS class of one line of a unified diff."""
-    if line.startswith(("+++", "---")):
-        return "file"
-    if line.startswith("@@"):
-        return "hunk"
-    return {"+": "add", "-": "del"}.get(line[:1], "ctx")
-
-
-def is_diff(preview: str | None, label: str | None) -> bool:
-    """Whether a preview is a unified diff (by its label, or by its first lines)."""
-    if not preview:
-        return False
-    if (label or "").lower() == "diff":
-        return True
-    head = preview.lstrip().splitlines()[:3]
-    return any(line.startswith(("--- ", "@@ ")) for line in head)
-
-
-def live_ids(ns: str, wid: str, cid: str, call: PendingApproval) -> dict[str, str]:
-    """What a call's page polls `/call/live` with: the call as the page shows it."""
-    seen, round_, n = seen_of(call), str(call.round), str(len(call.approvals))
-    return {"ns": ns, "run": wid, "call": cid, "seen": seen, "round": round_, "n": n}
-
-
-def words_of(d: DecisionRecord) -> str:
-    """A recorded decision in a few words: `approved by bob`, `rejected by ann`, `expired`."""
-    if d.expired:
-        return "expired (its deadline passed)"
-    verb = "approved" if d.kind == "approve" else "rejected"
-    return f"{verb} by {d.approver or d.source}"
-
-
-def seen_of(call: PendingApproval) -> str:
-    """The digest of a call's arguments as the page shows them (what a decision says it saw)."""
-    return call.arguments_sha256 or text_digest(call.arguments)
-
-
-class Console:
+class Console(Acts):
     """The app: its state (data access, who is logged in, who may see what, the templates).
 
     Each page is one of its methods; `create_app` wires them to their routes.
     """
-
-    def __init__(
-        self,
-        data: ConsoleData,
-        auth: Authenticator,
-        *,
-        secure_cookie: bool = False,
-        rules: Rules | None = None,
-    ):
-        self.data, self.auth, self.secure = data, auth, secure_cookie
-        self.rules = rules or Rules()
-        self.env = _env()
-        self.chat: SlackGateway | None = None
-
-    def render(self, request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
-        """A page (or a fragment) for this request, with the session's person and CSRF token."""
-        session: Session | None = request.state.session
-        html = self.env.get_template(name).render(
-            request=request,
-            session=session,
-            person=session.person if session else None,
-            csrf=session.csrf if session else "",
-            namespaces=list(self.data.clients),
-            **ctx,
-        )
-        return HTMLResponse(html, status_code=status)
-
-    def not_found(self, request: Request, problem: str = "") -> HTMLResponse:
-        """The one answer for a call or run that is missing, not the person's, or unreadable.
-
-        The same page for each (the reason only for viewers), so that nobody learns from it
-        which runs and calls exist.
-        """
-        person = request.state.session.person
-        shown = problem if problem and self.rules.is_viewer(person) else ""
-        return self.render(request, "gone.html", 404, problem=shown)
-
-    def may_see_row(self, person: str, row: Row) -> bool:
-        """Whether `person` sees this inbox row (a call they may decide, or they view all)."""
-        if self.rules.is_viewer(person):
-            return True
-        return not row.viewers_only and self.rules.may_decide(person, row.approvers)
-
-    def set_cookie(self, response: Response, value: str) -> None:
-        """The session cookie `value` on `response` (`HttpOnly`, `SameSite=Strict`)."""
-        response.set_cookie(
-            COOKIE,
-            value,
-            max_age=self.auth.sessions.seconds,
-            httponly=True,
-            samesite="strict",
-            secure=self.secure,
-        )
-
-    async def read(self, ns: str, wid: str) -> tuple[RunSnapshot | None, str]:
-        """Run `wid` of namespace `ns` (`None`, and why, when it cannot be read)."""
-        if ns not in self.data.clients:
-            return None, f"this console does not serve namespace {ns!r}"
-        try:
-            return await self.data.snapshot(ns, wid), ""
-        except (_Gone, _Unreadable) as exc:
-            return None, str(exc)
 
     # ------------------------------------------------------------------------ signing in
 
@@ -509,16 +332,6 @@ class Console:
             live_url=LIVE + "?" + urlencode(live_ids(ns, wid, cid, item)) if item else "",
         )
 
-    def approvable(self, person: str, calls: list[PendingApproval]) -> list[PendingApproval]:
-        """The calls of a run `person` may approve now (not approved by them already)."""
-        return [
-            p
-            for p in calls
-            if p.kind == "approval"
-            and self.rules.may_decide(person, p.approvers)
-            and not any(a.approver == person for a in p.approvals)
-        ]
-
     async def run_page(self, request: Request) -> Response:
         """`/run?ns=&run=`: a run's calls that wait, each shown whole, approved together."""
         ids = one_text_each(request.query_params, ("ns", "run"))
@@ -547,44 +360,6 @@ class Console:
             mine=list(zip(mine, tickets, strict=True)),
             seen_of=seen_of,
             message_of=message_of,
-        )
-
-    async def decide_run(self, request: Request) -> Response:
-        """`POST /decide-run?ns=&run=`: approve every call the run's page showed, each as seen.
-
-        Each call comes with the digest and round it was shown with and its own ticket; one
-        that does not check out is not sent, and every call's outcome is listed.
-        """
-        ids = one_text_each(request.query_params, ("ns", "run"))
-        form: FormData = request.state.form
-        posted = one_text_each(form, ("ns", "run"))
-        if ids is None or posted != ids or form.get("action") != "approve-all":
-            return PlainTextResponse("this form names another run: nothing was decided", 400)
-        ns, wid = ids
-        calls, seens, rounds, tickets = (
-            [str(v) for v in form.getlist(k)] for k in ("call", "seen", "round", "ticket")
-        )
-        if not 0 < len(calls) <= MAX_RUN_CALLS or not (
-            len(calls) == len(seens) == len(rounds) == len(tickets) == len(set(calls))
-        ):
-            return PlainTextResponse("name each call once, with what was shown of it", 400)
-        person = request.state.session.person
-        check = self.auth.sessions.check
-        if ns not in self.data.clients or not all(
-            check(t, person, ns, wid, c, s, r) and r.isdigit()
-            for c, s, r, t in zip(calls, seens, rounds, tickets, strict=True)
-        ):
-            return self.not_found(request)  # a call never shown to this person to decide
-        reason = posted_text(form, "reason")
-        results = []
-        for cid, seen in zip(calls, seens, strict=True):
-            outcome = await self.data.decide(
-                ns, wid, cid, person, "approve", seen_sha256=seen, reason=reason
-            )
-            results.append((cid, outcome))
-        ok = all(o.ok for _, o in results)
-        return self.render(
-            request, "run_outcome.html", 200 if ok else 409, ns=ns, wid=wid, results=results
         )
 
     async def audit(self, request: Request) -> Response:
@@ -620,194 +395,11 @@ class Console:
             partial=not viewer,
         )
 
-    async def chat_slack(self, request: Request) -> Response:
-        """`POST /chat/slack`: a Slack button click (`hitl.console.chat`), decided after a 200.
-
-        Not a session's: Slack's signature says who clicked, and the person is who the chat
-        users file maps that Slack user to.
-        """
-        gate = self.chat
-        if gate is None:
-            return PlainTextResponse("approvals from chat are off", status_code=404)
-        body = await request.body()
-        problem = gate.verify(
-            body,
-            request.headers.get("x-slack-request-timestamp", ""),
-            request.headers.get("x-slack-signature", ""),
-        )
-        if problem:
-            return PlainTextResponse(problem, status_code=401)
-        click = gate.click(body)
-        if isinstance(click, str):
-            return PlainTextResponse(click, status_code=200 if "mapped" in click else 400)
-        gate.later(click, self.decide_click)
-        return Response(status_code=200)
-
-    async def decide_click(self, c: Click) -> str:
-        """Decide a verified chat click as its person, after the checks a call page makes."""
-        nothing = "nothing was decided"
-        if c.ns not in self.data.clients:
-            return f"This console does not serve that namespace: {nothing}"
-        try:
-            snap = await self.data.snapshot(c.ns, c.run)
-        except (_Gone, _Unreadable):
-            return f"The run could not be read now: {nothing}"
-        item = next((p for p in snap.status.pending if p.call_id == c.call), None)
-        if item is None:
-            return f"This call no longer waits: {nothing}"
-        if not self.rules.may_decide(c.person, item.approvers):
-            return f"{c.person} may not decide this call: {nothing}"
-        if seen_of(item) != c.seen:
-            return f"This call changed since the note: open it in the console; {nothing}"
-        outcome = await self.data.decide(
-            c.ns,
-            c.run,
-            c.call,
-            c.person,
-            c.kind,
-            seen_sha256=c.seen,
-            message=f"Rejected from Slack by {c.person}" if c.kind == "reject" else None,
-            client=CHAT_CLIENT,
-        )
-        if outcome.ok:
-            self.data.forget()
-            return outcome.headline
-        return f"{outcome.headline} ({outcome.error_type})"
-
     async def healthz(self, request: Request) -> Response:
         """`/healthz`: the process answers."""
         return PlainTextResponse("ok")
 
     # ------------------------------------------------------------------------ deciding
-
-    async def decide(self, request: Request) -> Response:
-        """`POST /decide?ns=&run=&call=`: one action on the call the form's ticket names.
-
-        The form names the same call as the address, and its ticket says this page showed
-        this person that call as it was (`seen`, `round`) to decide; else nothing is sent.
-        """
-        ids = one_text_each(request.query_params, ("ns", "run", "call"))
-        form: FormData = request.state.form
-        posted = one_text_each(form, POSTED)
-        if ids is None or posted is None or posted[:3] != ids:
-            return PlainTextResponse(
-                "this form names another call than the address it was sent to: nothing was "
-                "decided; reload the call's page",
-                status_code=400,
-            )
-        ns, wid, cid, seen, round_text, ticket = posted
-        person = request.state.session.person
-        shown = self.auth.sessions.check(ticket, person, ns, wid, cid, seen, round_text)
-        if not shown or not round_text.isdigit() or ns not in self.data.clients:
-            return self.not_found(request)  # never shown to this person to decide
-        call = Shown(ns, wid, cid, person, seen, int(round_text))
-        outcome = await self._act(call, str(form.get("action") or ""), form)
-        if outcome is None:
-            return PlainTextResponse("unknown action", status_code=400)
-        after = await self.next_call(person, (ns, wid, cid)) if outcome.ok else None
-        return self.render(
-            request,
-            "outcome.html",
-            200 if outcome.ok else 409,
-            outcome=outcome,
-            ns=ns,
-            wid=wid,
-            cid=cid,
-            after=after,
-        )
-
-    async def next_call(self, person: str, done: tuple[str, str, str]) -> tuple[Row, int] | None:
-        """The oldest other call waiting for `person` to decide, and how many wait for them."""
-        self.data.forget()  # read again: the decision just made changed the inbox
-        inbox = await self.data.inbox()
-        waiting = [
-            r
-            for r in inbox.rows
-            if r.confirmed
-            and (r.namespace, r.workflow_id, r.call_id) != done
-            and r.kind in ("approval", "input")
-            and person not in r.approved_by
-            and not r.viewers_only
-            and self.rules.may_decide(person, r.approvers)
-        ]
-        if not waiting:
-            return None
-        return min(waiting, key=lambda r: r.since), len(waiting)
-
-    async def _act(self, c: Shown, action: str, form: FormData) -> Outcome | None:
-        """What `action` on call `c` comes to, sent as the person (`None`: no such action)."""
-        data = self.data
-        if action in ("approve", "reject"):
-            return await data.decide(
-                c.ns,
-                c.wid,
-                c.cid,
-                c.person,
-                action,
-                seen_sha256=c.seen,
-                message=posted_text(form, "message"),
-                reason=posted_text(form, "reason"),
-            )
-        if action == "edit":
-            arguments, problem = edited_arguments(form, await self._shown_arguments(c))
-            if problem is not None:
-                return Outcome(False, "The edited arguments were refused", problem, "Invalid")
-            return await data.decide(
-                c.ns, c.wid, c.cid, c.person, "approve", seen_sha256=c.seen, arguments=arguments
-            )
-        if action == "extend":
-            hours = number(form.get("hours"))
-            if hours is None or not 0 < hours <= 24 * 365:
-                return Outcome(False, "Say by how many hours", "", "Invalid")
-            return await data.extend(
-                c.ns, c.wid, c.cid, c.person, hours * 3600, seen_sha256=c.seen, round=c.round
-            )
-        if action in ("accept", "decline", "cancel"):
-            content, problem = edited_arguments(form) if action == "accept" else ({}, None)
-            if problem is not None:
-                return Outcome(False, "The answer was refused", problem, "Invalid")
-            return await data.answer(
-                c.ns,
-                c.wid,
-                c.cid,
-                c.person,
-                action,
-                content,
-                seen_sha256=c.seen,
-                round=c.round,
-                reason=posted_text(form, "reason"),
-            )
-        return None
-
-    async def _shown_arguments(self, c: Shown) -> dict[str, Any] | None:
-        """The call's arguments as its page showed them (`None`: it no longer waits as shown).
-
-        An edit starts from them, so that what the person did not touch reaches the tool as
-        the model wrote it. `None` sends the form's fields alone, which the run refuses
-        (`ArgumentsChanged`, `AlreadyDecided`) since the call is not as shown.
-        """
-        snap, _ = await self.read(c.ns, c.wid)
-        item = next((p for p in snap.status.pending if p.call_id == c.cid), None) if snap else None
-        if item is None or seen_of(item) != c.seen:
-            return None
-        try:
-            shown = json.loads(item.arguments)
-        except ValueError:
-            return None
-        return shown if isinstance(shown, dict) else None
-
-
-@dataclass(frozen=True)
-class Shown:
-    """A call as its page showed it to the person deciding (what a post's ticket vouches for)."""
-
-    ns: str
-    wid: str
-    cid: str
-    person: str
-    seen: str
-    """The digest of the arguments shown (`seen_of`)."""
-    round: int
 
 
 class Guard(BaseHTTPMiddleware):
@@ -877,13 +469,6 @@ class Guard(BaseHTTPMiddleware):
         )
 
 
-def local_path(path: str) -> str:
-    """`path` when it is a path of this console (`/...`), else `/` (never another site)."""
-    if path.startswith("/") and not path.startswith(("//", "/\\")) and "\\" not in path:
-        return path
-    return "/"
-
-
 def _session(console: Console, request: Request) -> Session | None:
     """The request's session; in `header` mode only while the proxy names the same person."""
     session = console.auth.sessions.read(request.cookies.get(COOKIE))
@@ -944,42 +529,3 @@ def create_app(
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes, middleware=[Middleware(Guard, console=console)])
-
-
-def _transcript(snap: RunSnapshot, last: int = 12) -> list[tuple[str, str]]:
-    """The run's recent items as (who, text) lines."""
-    lines: list[tuple[str, str]] = []
-    for given in snap.input_items[-3:]:
-        content = given.get("content")
-        lines.append((str(given.get("role", "input")), _text(content)))
-    for item in snap.new_items[-last:]:
-        raw = item.raw_item
-        if item.type == "message_output_item":
-            lines.append((item.agent_name, _text(raw.get("content"))))
-        elif item.type in ("tool_call_item", "handoff_call_item"):
-            args = _readable_json(str(raw.get("arguments") or ""))
-            lines.append((item.agent_name, f"calls {raw.get('name')}({args})"))
-        elif item.type in ("tool_call_output_item", "handoff_output_item"):
-            lines.append(("tool", _text(raw.get("output"))))
-    return [(who, text if len(text) <= 500 else text[:500] + "…") for who, text in lines]
-
-
-def _readable_json(text: str) -> str:
-    """JSON text with its escapes as the characters they stand for (as given, when not JSON).
-
-    So that Korean, Chinese and emoji read as themselves, not as escape codes.
-    """
-    try:
-        return json.dumps(json.loads(text), ensure_ascii=False)
-    except ValueError:
-        return text
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(
-            str(part.get("text", "")) for part in content if isinstance(part, dict)
-        ).strip()
-    return json.dumps(content, default=str, ensure_ascii=False)

@@ -51,12 +51,15 @@ from hitl.wire import (
     UPDATE_ANSWER,
     UPDATE_APPROVE,
     UPDATE_EXTEND,
+    UPDATE_PREVIEW_EDIT,
     UPDATE_REJECT,
     WORKFLOW_TYPE,
     AnswerInput,
     DecisionInput,
     DecisionRecord,
     DecisionRequest,
+    EditPreview,
+    EditPreviewInput,
     ExtendInput,
     Extension,
     InboxEntry,
@@ -348,6 +351,25 @@ class ConsoleData:
         outcome = await self._send(namespace, workflow_id, update, d, DecisionRecord, uid)
         if outcome.ok and isinstance(outcome.record, DecisionRecord):
             outcome.headline, outcome.detail = recorded_words(outcome.record)
+        return outcome
+
+    async def preview_edit(
+        self,
+        namespace: str,
+        workflow_id: str,
+        call_id: str,
+        person: str,
+        arguments: dict[str, Any],
+        *,
+        seen_sha256: str,
+    ) -> Outcome:
+        """How the call would read with `arguments` (`record` is the run's `EditPreview`)."""
+        payload = EditPreviewInput(
+            call_id=call_id, arguments=arguments, approver=person, seen_sha256=seen_sha256
+        )
+        outcome = await self._send(
+            namespace, workflow_id, UPDATE_PREVIEW_EDIT, payload, EditPreview
+        )
         return outcome
 
     async def extend(

@@ -31,6 +31,8 @@ __all__ = [
     "DecideInput",
     "DecisionInput",
     "DecisionRequest",
+    "EditPreview",
+    "EditPreviewInput",
     "ExtendInput",
     "FromRoot",
     "InboxEntry",
@@ -92,6 +94,44 @@ class DecisionInput(SignedFields):
     arguments: dict[str, Any] | None = None
     """Approve with these arguments instead of the model's (edit, then approve): checked
     against the tool's schema, and the call's approval requirement is evaluated on them."""
+
+
+class EditPreviewInput(WireModel):
+    """Payload of the `preview_edit` update: how a call would read with these arguments.
+
+    Changes nothing and decides nothing, so it carries no signature (one could never be taken
+    for an approval): the person then approves the edit with `approve` and `arguments`.
+
+    `temporal workflow update execute --workflow-id W --name preview_edit
+    --input '{"call_id": "t1.1", "arguments": {"path": "notes.txt"}, "approver": "you"}'`
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str
+    arguments: dict[str, Any]
+    approver: str | None = None
+    seen_sha256: str | None = None
+    """The call's arguments as the person saw them before editing (`arguments_sha256`)."""
+
+
+class EditPreview(WireModel):
+    """Answer of `preview_edit`: the edited call as its tool plans it, before anyone approves.
+
+    `refusal` says why the tool would refuse these arguments (then approving them is refused
+    too); otherwise `request` is the approval request the tool writes for them (title, message,
+    preview such as a diff), and `arguments_sha256` names the edited arguments.
+    """
+
+    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
+
+    call_id: str
+    arguments: str
+    arguments_sha256: str
+    request: ApprovalRequestData | None = None
+    refusal: str | None = None
+    needs_approval: bool = True
+    required_approvals: int = 1
 
 
 class ResolveInput(SignedFields):

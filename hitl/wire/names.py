@@ -64,6 +64,7 @@ __all__ = [
     "UPDATE_APPROVE",
     "UPDATE_DECIDE",
     "UPDATE_EXTEND",
+    "UPDATE_PREVIEW_EDIT",
     "UPDATE_REJECT",
     "UPDATE_RESOLVE",
     "UPDATE_WAIT",
@@ -103,6 +104,8 @@ UPDATE_RESOLVE = "resolve"
 UPDATE_ANSWER = "answer"
 """Answers the question a tool asks in the middle of a call (MCP elicitation; `AnswerInput`)."""
 UPDATE_EXTEND = "extend"
+UPDATE_PREVIEW_EDIT = "preview_edit"
+"""How a pending call would read with edited arguments (`EditPreview`); changes nothing."""
 """Moves a pending call's approval deadline later (`ExtendInput`)."""
 SIGNAL_APPROVE = "approve"
 SIGNAL_REJECT = "reject"
@@ -219,6 +222,8 @@ HANDLER_HELP: dict[str, str] = {
     '{"field": "value"}, "approver": "you"} or {"call_id": "t1.1", "action": "decline"}',
     UPDATE_EXTEND: 'Move a pending call\'s deadline later. {"call_id": "t1.1", '
     '"seconds": 86400, "approver": "you"}',
+    UPDATE_PREVIEW_EDIT: "How a call would read with edited arguments, before approving them "
+    '(changes nothing). {"call_id": "t1.1", "arguments": {"field": "value"}, "approver": "you"}',
     QUERY_STATUS: "The run: phase, pending calls with their requests, decisions, refusals.",
     QUERY_SNAPSHOT: "The status and the transcript so far.",
     QUERY_TRANSCRIPT: 'A slice of the model input items. {"start": 0, "end": 100}',

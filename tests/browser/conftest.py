@@ -27,7 +27,13 @@ from hitl.console.auth import add_user
 from hitl.signing import key_id_for, new_key_pair, private_key_pem
 from hitl.wire import ApproverDirectory, ApproverEntry
 from hitl.worker.devserver import DevServer
-from tests.agents import closing_agent, signed_treasury, support_agent, treasury_agent
+from tests.agents import (
+    closing_agent,
+    notes_agent,
+    signed_treasury,
+    support_agent,
+    treasury_agent,
+)
 from tests.helpers import queue_name, serving
 
 CHROMIUM_ARGS = [
@@ -87,7 +93,7 @@ async def console(
 ) -> AsyncIterator[Console]:
     users = tmp_path_factory.mktemp("console") / "users.json"
     tokens = {name: add_user(users, name) for name in ("ann", "bob", "cy")}
-    async with serving(dev_client, support_agent, treasury_agent, closing_agent) as tq:
+    async with serving(dev_client, support_agent, treasury_agent, closing_agent, notes_agent) as tq:
         server, _ = await start_console(
             ConsoleSettings(
                 port=0,

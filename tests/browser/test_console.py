@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 from hitl import Runner
 from hitl.console.urls import decide_url
 from hitl.wire import DecisionInput, RunOutput, RunStatus
-from tests.agents import closing_agent, support_agent, treasury_agent
+from tests.agents import closing_agent, notes_agent, support_agent, treasury_agent
 from tests.browser.conftest import Console, row_of, shot, signed_in
 from tests.helpers import wait_for
 
@@ -83,6 +83,8 @@ async def test_edit_the_arguments_then_approve(browser: Any, console: Console) -
     await open_call(page, console, wid, call_id)
     await page.click("summary:has-text('Edit the arguments')")
     await page.fill("input[name='arg.order_id']", "34")
+    await page.click("[data-testid=edit-preview]")
+    await page.wait_for_selector("[data-testid=edit-approve]")
     await page.click("[data-testid=edit-approve]")
     headline = await page.locator("[data-testid=outcome]").inner_text()
     assert headline == "Approved with edited arguments by ann via console"
@@ -224,6 +226,8 @@ async def test_an_edit_leaves_what_nobody_touched_as_it_was(browser: Any, consol
     await page.click("summary:has-text('Edit the arguments')")
     subject = page.locator("textarea[name='arg.subject']")
     await subject.fill("Your refund\nis on its way")  # typed over two lines
+    await page.click("[data-testid=edit-preview]")
+    await page.wait_for_selector("[data-testid=edit-approve]")
     await page.click("[data-testid=edit-approve]")
     headline = await page.locator("[data-testid=outcome]").inner_text()
     assert headline == "Approved with edited arguments by ann via console"
@@ -466,3 +470,46 @@ async def test_keys_decide_and_lead_to_the_next_call(browser: Any, console: Cons
     out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
     assert [(d.kind, d.approver) for d in out.decisions] == [("approve", "ann")]
     await console.client.get_workflow_handle(other).terminate("test over")
+
+
+async def test_an_edit_is_approved_only_after_the_edited_call_was_seen(
+    browser: Any, console: Console
+) -> None:
+    """Once an edited path `../../escape.txt` was recorded as approved blind. Now the edit
+    opens the edited call as its tool reads it: a refused edit shows why and cannot be
+    approved; an accepted one shows its own preview (the new diff) before approving it."""
+    wid, call_id = await park(console, notes_agent, "Buy milk")
+    page = await signed_in(browser, console, "ann")
+    await open_call(page, console, wid, call_id)
+    assert "+Buy milk" in await page.locator("[data-testid=preview]").inner_text()
+    await page.click("summary:has-text('Edit the arguments')")
+    await page.fill("textarea[name='arg.path']", "../../escape.txt")
+    await page.click("[data-testid=edit-preview]")
+    refused = await page.locator("[data-testid=edit-refused]").inner_text()
+    assert "outside the notes folder" in refused
+    assert await page.locator("[data-testid=edit-approve]").count() == 0
+    pending = (await status(console, wid)).pending
+    assert [json.loads(p.arguments)["path"] for p in pending] == ["today.txt"], "nothing changed"
+    # Back on the call, the edit typed is still there (kept in the tab) to be fixed.
+    await page.click("text=Back to the call")
+    await page.wait_for_selector("[data-testid=title]")
+    await page.wait_for_load_state("domcontentloaded")
+    await page.click("summary:has-text('Edit the arguments')")
+    path = page.locator("textarea[name='arg.path']")
+    assert await path.input_value() == "../../escape.txt"
+    await path.fill("today.txt")
+    await page.fill("textarea[name='arg.content']", "Buy milk\nand bread")
+    await page.click("[data-testid=edit-preview]")
+    shown = await page.locator("[data-testid=preview]").inner_text()
+    assert "+and bread" in shown, "the edited call's own preview"
+    assert (await status(console, wid)).decisions == [], "seeing decides nothing"
+    await page.click("[data-testid=edit-approve]")
+    headline = await page.locator("[data-testid=outcome]").inner_text()
+    assert headline == "Approved with edited arguments by ann via console"
+    out = await console.client.get_workflow_handle(wid, result_type=RunOutput).result()
+    [d] = out.decisions
+    assert json.loads(d.arguments or "{}") == {
+        "path": "today.txt",
+        "content": "Buy milk\nand bread",
+    }
+    assert str(out.final_output).endswith("Wrote 18 characters to today.txt")

@@ -360,3 +360,30 @@ async def test_any_call_id_a_model_sends_can_be_decided(surface: Surface, model_
     # The model is answered under its own id.
     [output] = [i for i in out.new_items if i.type == "tool_call_output_item"]
     assert output.raw_item["call_id"] == model_id
+
+
+async def test_an_edit_preview_is_no_decision_and_cannot_become_one(surface: Surface) -> None:
+    """`preview_edit` (what the console shows before an edit is approved): it carries no
+    signature, so nothing in history can be replayed as an approval; a preview of a signed
+    call decides nothing; the run then verifies (`hitl verify`, after every test here)."""
+    handle, call = await surface.park("Signed treasury")
+    wid = handle.id
+    edit = {"amount": 10, "to": "ACME"}
+    ask = {"call_id": call.call_id, "arguments": edit, "approver": "ann",
+           "seen_sha256": call.arguments_sha256}  # fmt: skip
+    shown = await raw.update(surface.client, wid, "preview_edit", [raw.json_payload(ask)])
+    assert shown.ok, shown
+    sig = signed(
+        DecisionInput(call_id=call.call_id, approver="ann", arguments=edit,
+                      seen_sha256=call.arguments_sha256),
+        wid, ANN_KEY, ANN_ID, "approve",
+    )  # fmt: skip
+    with_sig = await raw.update(surface.client, wid, "preview_edit", [payload_of(sig)])
+    assert (with_sig.ok, with_sig.type) == (False, "InvalidDecision"), "no signature fields"
+    # The preview's payload, as history holds it, sent as an approval: unsigned, refused.
+    [previewed] = await accepted_inputs(handle, "preview_edit")
+    sent = await raw.update(surface.client, wid, "approve", [previewed])
+    assert (sent.ok, sent.type) == (False, "Unsigned"), sent
+    [still] = await surface.pending(handle)
+    assert still.arguments == call.arguments and still.approvals == []
+    await surface.unharmed(handle, "transfer")

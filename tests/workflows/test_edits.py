@@ -17,6 +17,7 @@ from hitl.wire import (
     DecisionInput,
     DecisionRecord,
     DecisionRequest,
+    EditPreview,
     RunOutput,
     RunStatus,
 )
@@ -317,3 +318,59 @@ async def test_an_edit_past_a_limit_waits_for_the_higher_approver(
         "lee",
         500,
     )
+
+
+# ----------------------------------------------------------------------------- edit previews
+
+
+async def _preview(handle: Any, payload: dict[str, Any]) -> EditPreview:
+    got: EditPreview = await handle.execute_update("preview_edit", payload, result_type=EditPreview)
+    return got
+
+
+async def test_an_edit_preview_shows_the_edited_call_and_changes_nothing(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    """`preview_edit` plans the edited call as approving it would (its checks, how many people
+    it needs) and answers; the call, its approvals and history of decisions stay as they were.
+    Anything a decision could not do, a preview cannot either."""
+    client = ts_env.client
+    async with serving(client, desk) as tq:
+        handle, call_id = await _park(client, tq, "refund 9:500")
+        before: RunStatus = await handle.query("status", result_type=RunStatus)
+        seen = before.pending[0].arguments_sha256
+        big = {"order": 9, "amount": 1500, "note": None}
+        shown = await _preview(
+            handle, {"call_id": call_id, "arguments": big, "approver": "ann", "seen_sha256": seen}
+        )
+        assert shown.refusal is None and shown.required_approvals == 2
+        assert json.loads(shown.arguments) == big
+        unknown_order = {"order": -1, "amount": 5, "note": None}
+        bad = await _preview(
+            handle, {"call_id": call_id, "approver": "ann", "arguments": unknown_order}
+        )
+        assert bad.refusal is not None and "no such order" in bad.refusal
+        after: RunStatus = await handle.query("status", result_type=RunStatus)
+        assert after.pending == before.pending and after.decisions == []
+        refusals = {
+            "signed": {"call_id": call_id, "arguments": big, "signature": "x"},  # no signature
+            "unknown": {"call_id": "t9.9", "arguments": big, "approver": "ann"},
+            "outsider": {"call_id": call_id, "arguments": big, "approver": "eve"},
+            "stale": {"call_id": call_id, "arguments": big, "approver": "ann",
+                      "seen_sha256": "0" * 64},
+            "misfit": {"call_id": call_id, "arguments": {"order": "x"}, "approver": "ann"},
+        }  # fmt: skip
+        for name, payload in refusals.items():
+            with pytest.raises(WorkflowUpdateFailedError) as err:
+                await _preview(handle, payload)
+            assert refused_type(err) is not None, name
+        for _ in range(18):  # 2 taken: the limit is 20 per call
+            await _preview(handle, {"call_id": call_id, "arguments": big, "approver": "ann"})
+        with pytest.raises(WorkflowUpdateFailedError) as err:
+            await _preview(handle, {"call_id": call_id, "arguments": big, "approver": "ann"})
+        assert refused_type(err) == "TooManyPreviews"
+        # Deciding still works as before, and nothing ran on a preview's behalf.
+        assert ledger.count("refund") == 0
+        await _approve(handle, DecisionInput(call_id=call_id, approver="ann"))
+        out = await handle.result()
+    assert ledger.count("refund") == 1 and out.final_output == "refunded $500 on order 9"
