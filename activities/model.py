@@ -18,7 +18,15 @@ from hitl.activities.tools import ToolActivities
 from hitl.agent import Agent, output_is_wrapped
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
-from hitl.items import OVERSIZED_KEY, PROBLEM_KEY, message_text, nesting_depth
+from hitl.items import (
+    BUILTIN_CALLS,
+    OVERSIZED_KEY,
+    PROBLEM_KEY,
+    TOOL_KEY,
+    message_text,
+    nesting_depth,
+    parse_model_output,
+)
 from hitl.limits import MAX_ARGUMENT_DEPTH, MAX_MODEL_ITEM_DEPTH, MAX_MODEL_OUTPUT_BYTES
 from hitl.model import ModelRequest, ScriptedModel
 from hitl.refs import Allowed
@@ -79,13 +87,13 @@ class ModelActivities:
                 digest=input_digest(transcript, instructions),
             )
         output, usage, response_id = await self._ask(inp, instructions, transcript, context)
-        output = _cap_output(output, inp.max_argument_bytes)
+        output = _cap_output(output, inp.max_argument_bytes, _builtin_names(inp))
         response = ModelResponse(
             output=output, usage=usage, response_id=response_id, input_filter=filtered
         )
         if inp.plan is not None:
             response.plans = await self._plan(inp, inp.plan, output)
-        if not any(item.get("type") == "function_call" for item in output):
+        if not parse_model_output(output).calls:
             messages = [i for i in output if i.get("type") == "message"]
             if messages:
                 response.final_output = _validate_output(agent, message_text(messages[-1]))
@@ -131,13 +139,9 @@ class ModelActivities:
         """
         wanted = set(req.tools)
         calls = [
-            PlanCall(
-                call_id=str(item.get("call_id") or ""),
-                tool_name=str(item.get("name") or ""),
-                arguments=str(item.get("arguments") or ""),
-            )
-            for item in output
-            if item.get("type") == "function_call" and item.get("name") in wanted
+            PlanCall(call_id=c.call_id, tool_name=c.name, arguments=c.arguments)
+            for c in parse_model_output(output).calls
+            if c.name in wanted and c.oversized is None and c.problem is None
         ]
         if not calls or len({c.call_id for c in calls}) != len(calls):
             return None
@@ -267,21 +271,33 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def _cap_output(output: list[dict[str, Any]], max_argument_bytes: int) -> list[dict[str, Any]]:
+def _builtin_names(inp: CallModelInput) -> dict[str, str]:
+    """The agent's built-in tools by call item type (`shell_call` -> the `ShellTool`'s name)."""
+    return {f"{t.builtin}_call": t.name for t in inp.tools if t.builtin is not None}
+
+
+def _cap_output(
+    output: list[dict[str, Any]], max_argument_bytes: int, builtins: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Make the model's output safe to record and to read back in the workflow.
 
     Tool arguments become JSON text; arguments that are too large, nested too deeply or not
     writable as JSON are dropped and marked, so the run answers the model with the problem
-    (and asks no one). Other items nested deeper than `MAX_MODEL_ITEM_DEPTH` are dropped: the
-    workflow's decoder would fail on them (every workflow task, forever). A huge output fails
-    the call as `ModelBehaviorError`.
+    (and asks no one). A built-in tool's call (`shell_call`, `apply_patch_call`) is marked
+    with its tool's name (`builtins`), and its payload bounded the same way. Other items
+    nested deeper than `MAX_MODEL_ITEM_DEPTH` are dropped: the workflow's decoder would fail
+    on them (every workflow task, forever). A huge output fails the call as
+    `ModelBehaviorError`.
     """
     capped = []
     for item in output:
         if not isinstance(item, dict):
             continue
-        if item.get("type") == "function_call":
+        kind = item.get("type")
+        if kind == "function_call":
             item = _checked_call(item, max_argument_bytes)
+        elif isinstance(kind, str) and kind in BUILTIN_CALLS:
+            item = _checked_builtin(item, kind, max_argument_bytes, builtins or {})
         elif _depth(item, MAX_MODEL_ITEM_DEPTH) > MAX_MODEL_ITEM_DEPTH:
             activity.logger.warning("dropped a model output item nested too deeply")
             continue
@@ -332,6 +348,34 @@ def _checked_call(item: dict[str, Any], max_argument_bytes: int) -> dict[str, An
         problem = f"nested {depth} levels deep (the limit is {MAX_ARGUMENT_DEPTH})"
         return {**shape, "arguments": "", PROBLEM_KEY: problem}
     return {**shape, "arguments": args}
+
+
+_PLACEHOLDERS: dict[str, dict[str, Any]] = {
+    "shell_call": {"commands": []},
+    "apply_patch_call": {"type": "update_file", "path": "", "diff": ""},
+}
+"""What a built-in call's dropped payload is replaced with (the item stays well-formed)."""
+
+
+def _checked_builtin(
+    item: dict[str, Any], kind: str, max_argument_bytes: int, builtins: dict[str, str]
+) -> dict[str, Any]:
+    """A `shell_call` / `apply_patch_call` naming its tool, its payload bounded as arguments."""
+    field, default = BUILTIN_CALLS[kind]
+    out = {k: v for k, v in item.items() if k not in (OVERSIZED_KEY, PROBLEM_KEY, TOOL_KEY)}
+    if _depth(out, MAX_MODEL_ITEM_DEPTH) > MAX_MODEL_ITEM_DEPTH:
+        out = {k: v for k, v in out.items() if k == field or not isinstance(v, dict | list)}
+    out[TOOL_KEY] = builtins.get(kind, default)
+    payload = item.get(field)
+    if _depth(payload, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
+        return {**out, field: _PLACEHOLDERS[kind], PROBLEM_KEY: "nested too deeply"}
+    try:
+        size = len(json.dumps(payload, allow_nan=False).encode("utf-8", "surrogatepass"))
+    except (TypeError, ValueError, RecursionError):
+        return {**out, field: _PLACEHOLDERS[kind], PROBLEM_KEY: "not writable as JSON"}
+    if size > max_argument_bytes:
+        return {**out, field: _PLACEHOLDERS[kind], OVERSIZED_KEY: size}
+    return out
 
 
 async def _apply_input_filter(
@@ -392,7 +436,7 @@ async def _fetch_transcript(ref: TranscriptRef) -> list[dict[str, Any]]:
 def _from_model(item: dict[str, Any]) -> bool:
     """Whether a transcript item is the model's own output (the provider has it already)."""
     kind = item.get("type")
-    if kind == "function_call_output":
+    if kind in ("function_call_output", "shell_call_output", "apply_patch_call_output"):
         return False
     if kind in (None, "message"):
         return item.get("role") == "assistant"

@@ -94,7 +94,9 @@ def _responses_request(
         kwargs["instructions"] = instructions
     if inp.tools:
         kwargs["tools"] = [
-            {
+            _BUILTIN_TOOLS[t.builtin]
+            if t.builtin is not None
+            else {
                 "type": "function",
                 "name": t.name,
                 "description": t.description,
@@ -114,6 +116,14 @@ def _responses_request(
         }
     kwargs.update(_settings_responses(inp.settings))
     return kwargs
+
+
+_BUILTIN_TOOLS: dict[str, dict[str, Any]] = {
+    "shell": {"type": "shell", "environment": {"type": "local"}},
+    "apply_patch": {"type": "apply_patch"},
+}
+"""Built-in tools as Responses declares them; the model calls them with `shell_call` /
+`apply_patch_call` items (Chat Completions gets a function tool of the same name instead)."""
 
 
 async def _post_response(client: AsyncOpenAI, kwargs: dict[str, Any]) -> Response:

@@ -21,6 +21,7 @@ from hitl.agent import Agent, AgentTool, Handoff, HandoffInputData, handoff
 from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied, UserAction
 from hitl.client import connect, data_converter
 from hitl.context import RunContextWrapper, ToolContext
+from hitl.editor import ApplyPatchOperation, ApplyPatchResult, apply_diff
 from hitl.errors import (
     AgentsException,
     AlreadyDecidedError,
@@ -85,6 +86,14 @@ from hitl.sdk_events import (
     ToolCallItem,
     ToolCallOutputItem,
 )
+from hitl.sdk_tools import (
+    ApplyPatchTool,
+    ShellCallOutcome,
+    ShellCommandOutput,
+    ShellCommandRequest,
+    ShellResult,
+    ShellTool,
+)
 from hitl.serving import serve_agents
 from hitl.session import TemporalSession
 from hitl.state import RunState, ToolApprovalItem
@@ -113,6 +122,10 @@ __all__ = [
     "Agent",
     "AgentTool",
     "allow",
+    "apply_diff",
+    "ApplyPatchOperation",
+    "ApplyPatchResult",
+    "ApplyPatchTool",
     "function_tool",
     "FunctionTool",
     "Handoff",
@@ -124,6 +137,11 @@ __all__ = [
     "ModelSettings",
     "OpenAIModel",
     "ScriptedModel",
+    "ShellCallOutcome",
+    "ShellCommandOutput",
+    "ShellCommandRequest",
+    "ShellResult",
+    "ShellTool",
     # Approvals
     "ApprovalCall",
     "ApprovalRequest",

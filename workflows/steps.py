@@ -500,6 +500,7 @@ def model_tools(agent: AgentSpec) -> list[ModelTool]:
             description=t.description,
             params_json_schema=t.params_json_schema,
             strict=t.strict_json_schema,
+            builtin=t.builtin,
         )
         for t in agent.tools
     ]

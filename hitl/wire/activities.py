@@ -86,6 +86,8 @@ class ModelTool(WireModel):
     description: str
     params_json_schema: dict[str, Any]
     strict: bool = True
+    builtin: Literal["shell", "apply_patch"] | None = None
+    """A Responses built-in tool (see `ToolSpec.builtin`)."""
 
 
 class CallModelInput(WireModel):
