@@ -18,6 +18,7 @@ import signal
 import sys
 from asyncio.subprocess import DEVNULL, PIPE
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 _SHELL = re.compile(r"[;|&<>`$*?~]")
@@ -205,6 +206,38 @@ async def _stop(proc: asyncio.subprocess.Process, supervised: bool) -> None:
     await proc.wait()
 
 
+@dataclass(frozen=True)
+class CommandRun:
+    """What became of one command: its exit code and output, a timeout, or why it did not start.
+
+    Attributes:
+        exit_code: The command's exit code (`None`: it timed out or never started).
+        stdout: Up to the limit's characters of its standard output (a cut is marked).
+        stderr: The same of its standard error.
+        timed_out: It was killed, with everything it started, after the timeout.
+        failure: Why it could not start (`refused: ... not installed`, `could not start ...`).
+    """
+
+    exit_code: int | None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    failure: str | None = None
+
+    def describe(self, timeout: float) -> str:
+        """The text the model reads about it (`shell_tool`'s answer)."""
+        if self.failure is not None:
+            return self.failure
+        if self.timed_out:
+            parts = [f"timed out after {timeout:g} s (the command and its children were killed)"]
+        else:
+            parts = [f"exit code {self.exit_code}"]
+        for label, text in (("stdout", self.stdout), ("stderr", self.stderr)):
+            if text:
+                parts.append(f"--- {label} ---\n{text.rstrip(chr(10))}")
+        return "\n".join(parts if len(parts) > 1 else [*parts, "(no output)"])
+
+
 async def run_command(
     argv: list[str], cwd: Path, env: dict[str, str], timeout: float, limit: int
 ) -> str:
@@ -213,6 +246,13 @@ async def run_command(
     Its exit code and output (`limit` characters of each stream), or why it could not start. It
     is stopped after `timeout` seconds, with everything it started.
     """
+    return (await execute(argv, cwd, env, timeout, limit)).describe(timeout)
+
+
+async def execute(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float, limit: int
+) -> CommandRun:
+    """Run `argv` in `cwd` with exactly `env` (as `run_command`): what became of it."""
     status_r, status_w = os.pipe() if _SUPERVISED else (-1, -1)
     supervised = status_w >= 0
     try:
@@ -230,8 +270,9 @@ async def run_command(
             )
         except OSError as exc:
             if isinstance(exc, FileNotFoundError) and not supervised:
-                return f"refused: {argv[0]!r} is not installed on the worker (not found on PATH)"
-            return f"could not start {argv[0]!r}: {exc.strerror or exc}"
+                why = f"refused: {argv[0]!r} is not installed on the worker (not found on PATH)"
+                return CommandRun(None, failure=why)
+            return CommandRun(None, failure=f"could not start {argv[0]!r}: {exc.strerror or exc}")
         finally:
             if supervised:
                 os.close(status_w)  # the supervisor's copy is left: EOF once it exits
@@ -243,7 +284,7 @@ async def run_command(
 
 async def _collect(
     proc: asyncio.subprocess.Process, program: str, status_r: int, timeout: float, limit: int
-) -> str:
+) -> CommandRun:
     supervised = status_r >= 0
     out, err = _Capture(limit), _Capture(limit)
     reading = asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr), proc.wait())
@@ -258,12 +299,7 @@ async def _collect(
         if not finished:  # timed out, or the activity was cancelled
             await _stop(proc, supervised)
     if finished and supervised and (failure := _start_failure(status_r, program)):
-        return failure
-    if finished:
-        parts = [f"exit code {proc.returncode}"]
-    else:
-        parts = [f"timed out after {timeout:g} s (the command and its children were killed)"]
-    for label, capture in (("stdout", out), ("stderr", err)):
-        if text := capture.text():
-            parts.append(f"--- {label} ---\n{text.rstrip(chr(10))}")
-    return "\n".join(parts if len(parts) > 1 else [*parts, "(no output)"])
+        return CommandRun(None, failure=failure)
+    if not finished:
+        return CommandRun(None, out.text(), err.text(), timed_out=True)
+    return CommandRun(proc.returncode, out.text(), err.text())

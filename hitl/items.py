@@ -10,7 +10,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from hitl.limits import MAX_ARGUMENT_DEPTH
 from hitl.wire import RunItem
@@ -22,6 +22,16 @@ PROBLEM_KEY = "x_hitl_argument_problem"
 """Set by the model activity on a function call whose arguments it dropped as unusable (nested
 too deeply, not writable as JSON); the run answers the model with the problem."""
 TOOL_ERROR_PREFIX = "An error occurred while running the tool. Please try again. Error: "
+TOOL_KEY = "x_hitl_tool"
+"""Set by the model activity on a `shell_call` / `apply_patch_call`: the name of the agent's
+tool of that type (the items name no tool)."""
+BUILTIN_CALLS: dict[str, tuple[str, str]] = {
+    "shell_call": ("action", "shell"),
+    "apply_patch_call": ("operation", "apply_patch"),
+}
+"""Responses call items of built-in tools: the field holding the call's payload (its one
+argument), and the tool's default name."""
+_MARKERS = (OVERSIZED_KEY, PROBLEM_KEY, TOOL_KEY)
 
 
 class BadInput(ValueError):
@@ -49,6 +59,9 @@ class FunctionCall:
     """Size of arguments the model activity dropped for being too large."""
     problem: str | None = None
     """Why the model activity dropped the arguments as unusable (see `PROBLEM_KEY`)."""
+    call_type: Literal["function_call", "shell_call", "apply_patch_call"] = "function_call"
+    """The item's type: `function_call`, or a built-in tool's `shell_call` / `apply_patch_call`
+    (its payload is the call's one argument: `{"action": ...}` / `{"operation": ...}`)."""
 
 
 @dataclass
@@ -98,9 +111,41 @@ def parse_model_output(output: list[dict[str, Any]]) -> ParsedOutput:
                     str(problem)[:200] if problem else None,
                 )
             )
+        elif isinstance(kind, str) and kind in BUILTIN_CALLS:
+            call = _builtin_call(kind, item)
+            if call is not None and call.call_id not in seen:
+                seen.add(call.call_id)
+                parsed.calls.append(call)
         else:
             parsed.others.append(item)
     return parsed
+
+
+def _builtin_call(kind: str, item: dict[str, Any]) -> FunctionCall | None:
+    """A `shell_call` / `apply_patch_call` item as a call of the agent's tool of that type."""
+    call_id, tool = item.get("call_id"), item.get(TOOL_KEY)
+    if not isinstance(call_id, str) or not call_id:
+        return None
+    field_name, default_name = BUILTIN_CALLS[kind]
+    name = tool if isinstance(tool, str) and tool else default_name
+    problem = item.get(PROBLEM_KEY)
+    try:
+        args = json.dumps({field_name: item.get(field_name)}, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        args, problem = "", "the call's payload cannot be written as JSON"
+    oversized = item.get(OVERSIZED_KEY)
+    if isinstance(oversized, int):
+        args = ""
+    raw = {k: v for k, v in item.items() if k not in _MARKERS}
+    return FunctionCall(
+        call_id,
+        name,
+        args,
+        raw,
+        oversized if isinstance(oversized, int) else None,
+        str(problem)[:200] if problem else None,
+        call_type="shell_call" if kind == "shell_call" else "apply_patch_call",
+    )
 
 
 def message_text(item: dict[str, Any]) -> str:
@@ -131,6 +176,111 @@ def assistant_message(text: str, item_id: str) -> dict[str, Any]:
 def function_output(call_id: str, output: str) -> dict[str, Any]:
     """A `function_call_output` item."""
     return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
+SHELL_OUTPUT_KEY = "shell_output"
+"""A `ShellTool`'s answer is JSON: `{"shell_output": [entry, ...], "max_output_length": n}`."""
+PATCH_STATUS_KEY = "apply_patch_status"
+"""An `ApplyPatchTool`'s answer is JSON: `{"apply_patch_status": "completed", "output": ...}`."""
+
+
+def call_output(call_type: str | None, call_id: str, output: str) -> dict[str, Any]:
+    """The output item answering a call: `function_call_output`, or the built-in tool's own.
+
+    A built-in tool's answer is JSON its tool wrote (`SHELL_OUTPUT_KEY`, `PATCH_STATUS_KEY`);
+    any other text (a rejection, a refusal, an error) is a failed command (stderr, exit code 1)
+    or a failed patch, as the OpenAI Agents SDK answers a rejected call.
+    """
+    if call_type == "shell_call":
+        entries, limit = shell_entries(output)
+        item: dict[str, Any] = {"type": "shell_call_output", "call_id": call_id}
+        item["output"] = entries
+        if limit is not None:
+            item["max_output_length"] = limit
+        return item
+    if call_type == "apply_patch_call":
+        status, text = patch_status(output)
+        return {"type": "apply_patch_call_output", "call_id": call_id, "status": status} | (
+            {"output": text} if text else {}
+        )
+    return function_output(call_id, output)
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    if not text.startswith("{"):
+        return None
+    try:
+        value = strict_json(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def shell_entries(output: str) -> tuple[list[dict[str, Any]], int | None]:
+    """The `output` entries of a `shell_call_output`, and its `max_output_length`."""
+    value = _json_object(output)
+    raw = value.get(SHELL_OUTPUT_KEY) if value is not None else None
+    if value is None or not isinstance(raw, list) or not raw:
+        return [failed_command(output)], None
+    entries = []
+    for entry in raw:
+        entry = entry if isinstance(entry, dict) else {}
+        outcome = entry.get("outcome")
+        outcome = outcome if isinstance(outcome, dict) else {}
+        code = outcome.get("exit_code")
+        clean: dict[str, Any] = {
+            "stdout": str(entry.get("stdout") or ""),
+            "stderr": str(entry.get("stderr") or ""),
+        }
+        if outcome.get("type") == "timeout":
+            clean["outcome"] = {"type": "timeout"}
+        else:
+            exit_code = code if isinstance(code, int) and not isinstance(code, bool) else 1
+            clean["outcome"] = {"type": "exit", "exit_code": exit_code}
+        entries.append(clean)
+    limit = value.get("max_output_length")
+    return entries, limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+
+
+def failed_command(message: str) -> dict[str, Any]:
+    """A shell output entry saying why nothing ran (the SDK's answer to a rejected call)."""
+    return {"stdout": "", "stderr": message, "outcome": {"type": "exit", "exit_code": 1}}
+
+
+def patch_status(output: str) -> tuple[str, str]:
+    """The `status` and `output` of an `apply_patch_call_output` answering `output`."""
+    value = _json_object(output)
+    status = value.get(PATCH_STATUS_KEY) if value is not None else None
+    if value is None or status not in ("completed", "failed"):
+        return "failed", output
+    return str(status), str(value.get("output") or "")
+
+
+def output_text(item: dict[str, Any]) -> str | None:
+    """What a tool's output item says, as text (`None`: not an output item)."""
+    kind = item.get("type")
+    if kind == "function_call_output":
+        out = item.get("output", "")
+        return out if isinstance(out, str) else json.dumps(out)
+    if kind == "apply_patch_call_output":
+        return f"{item.get('status', 'completed')}: {item.get('output') or ''}".rstrip(": ")
+    if kind != "shell_call_output":
+        return None
+    parts = []
+    for entry in item.get("output") or []:
+        if not isinstance(entry, dict):
+            continue
+        found = entry.get("outcome")
+        outcome: dict[str, Any] = found if isinstance(found, dict) else {}
+        lines = [str(entry.get("stdout") or "").rstrip("\n")]
+        if entry.get("stderr"):
+            lines += ["stderr:", str(entry["stderr"]).rstrip("\n")]
+        if outcome.get("type") == "timeout":
+            lines.append("status: timeout")
+        elif outcome.get("exit_code") not in (None, 0):
+            lines.append(f"exit code: {outcome.get('exit_code')}")
+        parts.append("\n".join(line for line in lines if line) or "(no output)")
+    return "\n\n".join(parts)
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -17,7 +17,7 @@ from typing import Any, TypeAlias
 
 from hitl._user_code import call_user
 from hitl.errors import UserError
-from hitl.items import message_text, strict_json
+from hitl.items import BUILTIN_CALLS, message_text, output_text, strict_json
 from hitl.wire import ModelSpec, ModelTool
 
 DEFAULT_MODEL = "gpt-4.1"
@@ -170,13 +170,26 @@ class ModelRequest:
                     items = items[i + 1 :]
                     break
         outputs = {
-            it["call_id"]: str(it.get("output", ""))
+            it["call_id"]: text
             for it in items
-            if it.get("type") == "function_call_output"
+            if isinstance(it.get("call_id"), str) and (text := output_text(it)) is not None
         }
+        builtins = {f"{t.builtin}_call": t.name for t in self.tools if t.builtin is not None}
         views = []
         for it in items:
-            if it.get("type") == "function_call":
+            kind = it.get("type")
+            if isinstance(kind, str) and kind in BUILTIN_CALLS:
+                key, default = BUILTIN_CALLS[kind]
+                payload = it.get(key)
+                views.append(
+                    ToolResultView(
+                        call_id=str(it.get("call_id")),
+                        name=builtins.get(kind, default),
+                        arguments={key: payload},
+                        output=outputs.get(str(it.get("call_id"))),
+                    )
+                )
+            elif kind == "function_call":
                 try:
                     args = strict_json(it.get("arguments") or "{}")
                 except ValueError:  # whatever the model sent (a script reads it as no arguments)

@@ -106,6 +106,7 @@ class ToolApprovalItem:
     kind: str = "approval"
     question: InputRequest | None = None
     model_call_id: str | None = None
+    _raw_item: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def tool_name(self) -> str:
@@ -114,7 +115,20 @@ class ToolApprovalItem:
 
     @property
     def raw_item(self) -> dict[str, Any]:
-        """The `function_call` item as the model produced it."""
+        """The call item as the model produced it.
+
+        A `function_call`; for a `ShellTool` / `ApplyPatchTool`, its `shell_call` (with
+        `action.commands`) / `apply_patch_call` (with the `operation`).
+        """
+        if self._raw_item is not None:
+            return self._raw_item
+        call_id = self.model_call_id or self.call_id
+        if isinstance(self.agent, Agent):
+            tool = next((t for t in self.agent.tools if t.name == self.name), None)
+            call_item = getattr(tool, "call_item", None)
+            if callable(call_item):
+                item: dict[str, Any] = call_item(call_id, self.arguments)
+                return item
         return {
             "type": "function_call",
             "call_id": self.model_call_id or self.call_id,

@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from hitl.items import (
         BadInput,
         FunctionCall,
-        function_output,
+        call_output,
         message_text,
         normalize_input,
         parse_model_output,
@@ -357,7 +357,7 @@ class AgentRun:
         handoff_call = info.handoff_call if info else None
         for rec in records:
             kind = "handoff_output_item" if rec.call_id == handoff_call else "tool_call_output_item"
-            output = function_output(rec.model_id, rec.output or "")
+            output = call_output(rec.call_type, rec.model_id, rec.output or "")
             self.events.add_item(kind, output, agent, call_id=rec.call_id)
         self.book.end_turn()
         if info is not None and info.handoff_target is not None:

@@ -79,6 +79,7 @@ def open_turn(
             agent_name=agent.name,
             arguments=call.arguments,
             turn=turn,
+            call_type=None if call.call_type == "function_call" else call.call_type,
         )
         opened.records.append(rec)
         handoff = agent.handoff(call.name)

@@ -125,6 +125,11 @@ class ToolSpec(WireModel):
     local_activity: bool = False
     """Run calls as local activities, on the run's worker, inside the workflow task that
     decided them (quick, retry-safe function tools only)."""
+    builtin: Literal["shell", "apply_patch"] | None = None
+    """A Responses built-in tool (`ShellTool`, `ApplyPatchTool`): offered to OpenAI models as
+    `{"type": "shell"}` / `{"type": "apply_patch"}`, called with `shell_call` /
+    `apply_patch_call` items and answered with their output items (a function tool with
+    the same name and arguments on Chat Completions)."""
 
 
 class HandoffSpec(WireModel):
