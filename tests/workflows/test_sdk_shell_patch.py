@@ -75,12 +75,8 @@ async def test_a_shell_call_waits_for_a_person_and_is_answered_with_its_output_i
     ts_env: WorkflowEnvironment, cache_size: int, tmp_path: Path
 ) -> None:
     (tmp_path / "a.txt").write_text("hello\n")
-    shell = ShellTool(
-        executor=AllowListShellExecutor(tmp_path, ["cat"]), needs_approval=True
-    )
-    agent = Agent(
-        "Shell desk", tools=[shell], model=script("one", shell_call("c1", "cat a.txt"))
-    )
+    shell = ShellTool(executor=AllowListShellExecutor(tmp_path, ["cat"]), needs_approval=True)
+    agent = Agent("Shell desk", tools=[shell], model=script("one", shell_call("c1", "cat a.txt")))
     async with serving(ts_env.client, agent, cache=cache_size) as tq:
         paused = await Runner.run(agent, "go", **opts(ts_env.client, tq))
         [item] = paused.interruptions
