@@ -90,6 +90,12 @@ class Decisions:
         self.run = run
         self.previews: dict[str, int] = {}
         """Edit previews taken, by call (`MAX_PREVIEWS_PER_CALL`)."""
+        self.previewing = False
+        self.editing = 0
+        """Edits planning now: a preview asked meanwhile is refused (`Busy`), never in between."""
+        """An edit preview is planning: an edit waits for it, so that each edit's plan is the
+        one recorded between its update's acceptance and completion (`hitl verify` reads it so).
+        """
 
     # ----------------------------------------------------------------- reading
 
@@ -350,10 +356,15 @@ class Decisions:
             return self.decide("approve", d, "update")  # a retry: answered as recorded
         call, agent, tool, text = self._edit_target("approve", d)
         probe = call.model_copy(update={"arguments": text})
+        if self.previewing:  # never true in runs recorded before previews existed
+            await workflow.wait_condition(lambda: not self.previewing)
+        self.editing += 1
         try:
             plan = (await run.steps.plan(agent, [probe], [tool.name], busy=False)).plans[0]
         except RunFailure as failed:  # the tool's planning code failed: the edit is not taken
             raise refusal("EditRefused", f"planning the edited call failed: {failed}") from None
+        finally:
+            self.editing -= 1
         self._open(d.call_id)
         if run.book.check("approve", d, workflow.now()) is not None:
             return self.decide("approve", d, "update")

@@ -59,6 +59,8 @@ def check(desk: Decisions, d: DecisionInput) -> tuple[CallRecord, AgentSpec, Too
     desk._open(d.call_id)
     if desk.run.book.check("approve", d, workflow.now()) is not None:
         raise refusal("AlreadyDecided", f"call '{d.call_id}' was decided already")
+    if desk.previewing or desk.editing:
+        raise refusal("Busy", "another edit of this run is being planned; try again in a moment")
     if desk.previews.get(d.call_id, 0) >= MAX_PREVIEWS_PER_CALL:
         raise refusal(
             "TooManyPreviews",
@@ -80,11 +82,14 @@ async def preview(desk: Decisions, args: tuple[Any, ...]) -> EditPreview:
     desk.previews[d.call_id] = desk.previews.get(d.call_id, 0) + 1
     digest = text_digest(text)
     probe = call.model_copy(update={"arguments": text})
+    desk.previewing = True  # one at a time, never while an edit plans (see `Decisions`)
     try:
         plan = (await desk.run.steps.plan(agent, [probe], [tool.name], busy=False)).plans[0]
     except RunFailure as failed:
         why = f"planning the edited call failed: {failed}"
         return EditPreview(call_id=d.call_id, arguments=text, arguments_sha256=digest, refusal=why)
+    finally:
+        desk.previewing = False
     refused = plan.refusal or (plan.tripwire.message if plan.tripwire else None)
     needs = plan.needs_approval or tool.approval == "always"
     asked = plan.required_approvals or 1

@@ -298,9 +298,10 @@ class ChainReplay:
     def plan_tools(self, f: Fact) -> bool:
         """The `plan_tools` marker for the calls waiting for plans; whether it planned them.
 
-        (An edit's own plan, attached to its decision already, plans no call of the turn.)
+        (An edit's own plan, attached to its decision already, and an edit preview's plan no
+        call of the turn.)
         """
-        if f.extra == "edit" or self.awaiting_plans is None:
+        if f.extra in ("edit", "preview") or self.awaiting_plans is None:
             return False
         out = f.data
         assert isinstance(out, PlanToolsOutput)

@@ -36,6 +36,7 @@ from hitl.wire import (
     UPDATE_APPROVE,
     UPDATE_DECIDE,
     UPDATE_EXTEND,
+    UPDATE_PREVIEW_EDIT,
     UPDATE_REJECT,
     UPDATE_RESOLVE,
     AnswerInput,
@@ -63,7 +64,15 @@ class Fact:
     """One thing a run's history says, with where and when."""
 
     kind: Literal[
-        "resolved", "model", "plans", "execute", "child", "decision", "rerun", "nested_decision"
+        "resolved",
+        "model",
+        "plans",
+        "execute",
+        "child",
+        "decision",
+        "rerun",
+        "nested_decision",
+        "preview",
     ]
     event_id: int
     time: datetime
@@ -401,6 +410,13 @@ class _RunReader:
         """The decisions an accepted update carries (refused when it failed: it decided nothing)."""
         request = e.workflow_execution_update_accepted_event_attributes.accepted_request
         success, done = self.outcomes.get(request.meta.update_id, (True, -1))
+        if request.input.name == UPDATE_PREVIEW_EDIT:
+            # It decides nothing; the edit plan it records is not an edit's (`_attach_edit_plans`).
+            end = self.events[done].event_id if done >= 0 else self.events[-1].event_id + 1
+            self.run.facts.append(
+                Fact("preview", end, _time(e), self.clock.at(i), accepted=e.event_id)
+            )
+            return
         payload = _first(request.input.args.payloads)
         if len(request.input.args.payloads) != 1 or payload is None:
             return
@@ -489,7 +505,15 @@ def _attach_edit_plans(run: Run) -> None:
 
     (It lies between the update's acceptance and its completion.)
     """
-    plans = [f for f in run.facts if f.kind == "plans"]
+    previews = [(f.accepted, f.event_id) for f in run.facts if f.kind == "preview"]
+    plans = []
+    for f in run.facts:
+        if f.kind != "plans":
+            continue
+        if any(a < f.event_id < b for a, b in previews):
+            f.extra = "preview"  # an edit preview's plan: neither an edit's nor a turn's
+        else:
+            plans.append(f)
     for edit in run.facts:
         if edit.kind != "decision" or edit.extra != "edit" or edit.refused:
             continue

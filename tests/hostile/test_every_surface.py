@@ -387,3 +387,30 @@ async def test_an_edit_preview_is_no_decision_and_cannot_become_one(surface: Sur
     [still] = await surface.pending(handle)
     assert still.arguments == call.arguments and still.approvals == []
     await surface.unharmed(handle, "transfer")
+
+
+async def test_an_edit_after_previews_runs_and_verifies(surface: Surface) -> None:
+    """Previews, then the edit itself (four eyes, signed): the tool runs the edited arguments
+    once, and `hitl verify` (after every test here) proves it from history, never taking a
+    preview's plan for the edit's."""
+    handle, call = await surface.park("Signed treasury")
+    wid = handle.id
+    edit = {"amount": 10, "to": "ACME"}
+    for to in ("ACME", "ACME-2"):
+        ask = {"call_id": call.call_id, "arguments": {"amount": 10, "to": to}, "approver": "ann"}
+        assert (await raw.update(surface.client, wid, "preview_edit", [raw.json_payload(ask)])).ok
+    ann = signed(
+        DecisionInput(call_id=call.call_id, approver="ann", arguments=edit,
+                      seen_sha256=call.arguments_sha256),
+        wid, ANN_KEY, ANN_ID, "approve",
+    )  # fmt: skip
+    assert (await raw.update(surface.client, wid, "approve", [payload_of(ann)])).ok
+    [now] = await surface.pending(handle)
+    bob = signed(
+        DecisionInput(call_id=call.call_id, approver="bob", seen_sha256=now.arguments_sha256),
+        wid, BOB_KEY, BOB_ID, "approve",
+    )  # fmt: skip
+    assert (await raw.update(surface.client, wid, "approve", [payload_of(bob)])).ok
+    out = await handle.result()
+    assert str(out.final_output).endswith("transferred $10 to ACME")
+    assert surface.ledger.count("transfer") == 1
