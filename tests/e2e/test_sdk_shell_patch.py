@@ -1,4 +1,4 @@
-# ruff: noqa: E501, ASYNC250  (the SDK examples are ported verbatim, indented into the tests)
+# ruff: noqa: ASYNC250  (the SDK examples are ported verbatim: one prompts with input())
 """The SDK's shell examples (the seed 003 points to them), ported by changing their imports
 only, against the local OpenAI-wire server: the model's `shell_call` items come from the real
 `openai` client, and the `shell_call_output` items go back to it. Then the durable variant:
