@@ -2,6 +2,15 @@
 
 Tests queue replies (status, headers, JSON body) per endpoint; every request is recorded so a
 test can assert what the real `openai` client sent.
+
+It also keeps conversation state as OpenAI does: every response it serves is remembered with
+the whole conversation up to it (what the request continued, its input, the reply's output), a
+request may continue one (`previous_response_id`) or read and write a conversation made with
+`POST /v1/conversations` (`conversation`), and each recorded request knows the conversation
+the model saw (`Recorded.context`). A response the test `forget()`s (the provider's retention)
+or never served is answered `400 previous_response_not_found`, an unknown conversation `404`,
+without using a canned reply. With `respond`, replies are computed from that conversation
+when none is queued.
 """
 
 from __future__ import annotations
@@ -10,7 +19,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,6 +48,15 @@ class Recorded:
     at: float = field(default_factory=time.monotonic)
     """When the server received it (monotonic clock of the test process)."""
     query: dict[str, str] = field(default_factory=dict)
+    context: list[dict[str, Any]] = field(default_factory=list)
+    """A Responses request: the whole conversation the model saw (what it continued, then its
+    input)."""
+    status: int = 0
+    """The status it was answered with."""
+
+
+Responder = Callable[[list[dict[str, Any]]], Reply]
+"""Computes a `/v1/responses` reply from the whole conversation the model sees."""
 
 
 class FakeOpenAI:
@@ -49,6 +67,74 @@ class FakeOpenAI:
         self.requests: list[Recorded] = []
         self._server: ThreadingHTTPServer | None = None
         self.lock = threading.Lock()
+        self.stored: dict[str, list[dict[str, Any]]] = {}
+        """Response id -> the whole conversation up to and including that response."""
+        self.conversations: dict[str, list[dict[str, Any]]] = {}
+        """Conversation id -> its items."""
+        self.respond: Responder | None = None
+        self._ids = 0
+
+    def forget(self, *response_ids: str) -> None:
+        """Drop stored responses (the provider's retention): continuing them is refused."""
+        with self.lock:
+            for rid in response_ids or list(self.stored):
+                self.stored.pop(rid, None)
+
+    def _continued(self, path: str, body: dict[str, Any]) -> tuple[list[dict[str, Any]], Reply]:
+        """What a `/v1/responses` request continues, and its reply (canned or refused)."""
+        prev, conv = body.get("previous_response_id"), body.get("conversation")
+        if isinstance(conv, dict):
+            conv = conv.get("id")
+        given = body.get("input", [])
+        items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
+        if prev is not None and conv is not None:
+            msg = "Mutually exclusive parameters: previous_response_id and conversation."
+            return items, Reply(error_body(msg, "mutually_exclusive_parameters"), 400)
+        if prev is not None and prev not in self.stored:
+            msg = f"Previous response with id '{prev}' not found."
+            return items, Reply(error_body(msg, "previous_response_not_found"), 400)
+        if conv is not None and conv not in self.conversations:
+            msg = f"Conversation with id '{conv}' not found."
+            return items, Reply(error_body(msg, None, "invalid_request_error"), 404)
+        before = self.stored[prev] if prev else self.conversations[conv] if conv else []
+        context = [*before, *items]
+        queue = self.replies.get(path)
+        if queue:
+            return context, queue.popleft()
+        if self.respond is not None:
+            return context, self.respond(context)
+        return context, Reply({"error": {"message": f"no canned reply for {path}"}}, 500)
+
+    def _remember(self, body: dict[str, Any], context: list[dict[str, Any]], reply: Reply) -> None:
+        """Store a served response, and add it to its conversation."""
+        served = reply.body
+        if reply.events is not None:
+            done = [e for e in reply.events if e.get("type") == "response.completed"]
+            served = done[-1]["response"] if done else {}
+        if reply.status != 200 or "id" not in served:
+            return
+        output = [{k: v for k, v in o.items() if k != "status"} for o in served.get("output", [])]
+        self.stored[served["id"]] = [*context, *output]
+        conv = body.get("conversation")
+        if isinstance(conv, dict):
+            conv = conv.get("id")
+        if conv is not None:
+            given = body.get("input", [])
+            new = [{"role": "user", "content": given}] if isinstance(given, str) else given
+            self.conversations[conv].extend([*new, *output])
+
+    def _create_conversation(self, body: dict[str, Any]) -> Reply:
+        self._ids += 1
+        cid = f"conv_{self._ids}"
+        self.conversations[cid] = list(body.get("items") or [])
+        return Reply(
+            {
+                "id": cid,
+                "object": "conversation",
+                "created_at": int(time.time()),
+                "metadata": body.get("metadata") or {},
+            }
+        )
 
     @property
     def base_url(self) -> str:
@@ -72,19 +158,27 @@ class FakeOpenAI:
                 raw = self.rfile.read(length) if length else b"{}"
                 url = urlsplit(self.path)
                 path = url.path
+                body = json.loads(raw or b"{}")
                 with fake.lock:
-                    fake.requests.append(
-                        Recorded(
-                            path,
-                            {k.lower(): v for k, v in self.headers.items()},
-                            json.loads(raw or b"{}"),
-                            query=dict(parse_qsl(url.query)),
-                        )
+                    recorded = Recorded(
+                        path,
+                        {k.lower(): v for k, v in self.headers.items()},
+                        body,
+                        query=dict(parse_qsl(url.query)),
                     )
-                    queue = fake.replies.get(path)
-                    reply = queue.popleft() if queue else None
-                if reply is None:
-                    reply = Reply({"error": {"message": f"no canned reply for {path}"}}, 500)
+                    fake.requests.append(recorded)
+                    reply: Reply | None
+                    if path.endswith("/responses"):
+                        recorded.context, reply = fake._continued(path, body)
+                        fake._remember(body, recorded.context, reply)
+                    elif path.endswith("/conversations"):
+                        reply = fake._create_conversation(body)
+                    else:
+                        queue = fake.replies.get(path)
+                        reply = queue.popleft() if queue else None
+                    if reply is None:
+                        reply = Reply({"error": {"message": f"no canned reply for {path}"}}, 500)
+                    recorded.status = reply.status
                 if reply.events is not None:
                     self.send_response(200)
                     self.send_header("content-type", "text/event-stream")
