@@ -17,7 +17,7 @@ from hitl.activities.context import rebuild_context, user_failure
 from hitl.activities.tools import ToolActivities
 from hitl.agent import Agent, output_is_wrapped
 from hitl.context import RunContextWrapper
-from hitl.errors import UserError
+from hitl.errors import PREVIOUS_RESPONSE_NOT_FOUND, ConversationLostError, UserError
 from hitl.items import (
     BUILTIN_CALLS,
     OVERSIZED_KEY,
@@ -86,10 +86,16 @@ class ModelActivities:
                 instructions_changed=instructions != given,
                 digest=input_digest(transcript, instructions),
             )
-        output, usage, response_id = await self._ask(inp, instructions, transcript, context)
+        output, usage, response_id, restarted = await self._ask(
+            inp, instructions, transcript, context
+        )
         output = _cap_output(output, inp.max_argument_bytes, _builtin_names(inp))
         response = ModelResponse(
-            output=output, usage=usage, response_id=response_id, input_filter=filtered
+            output=output,
+            usage=usage,
+            response_id=response_id,
+            input_filter=filtered,
+            chain_restarted=restarted,
         )
         if inp.plan is not None:
             response.plans = await self._plan(inp, inp.plan, output)
@@ -106,8 +112,12 @@ class ModelActivities:
         instructions: str | None,
         transcript: list[dict[str, Any]],
         context: Any,
-    ) -> tuple[list[dict[str, Any]], Usage, str | None]:
-        """The model's answer: a scripted model's reply, or a provider's (OpenAI) response."""
+    ) -> tuple[list[dict[str, Any]], Usage, str | None, bool]:
+        """The model's answer: a scripted model's reply, or a provider's (OpenAI) response.
+
+        The last element says whether the provider had lost the previous response, so the
+        whole transcript was sent instead (a new chain).
+        """
         if inp.model.provider != "scripted":
             if self.openai is None:
                 from hitl.activities.openai_model import OpenAIProvider
@@ -127,7 +137,7 @@ class ModelActivities:
             turn=inp.turn,
             context=context,
         )
-        return await scripted.respond(request), Usage(requests=1), None
+        return await scripted.respond(request), Usage(requests=1), None, False
 
     async def _plan(
         self, inp: CallModelInput, req: PlanRequest, output: list[dict[str, Any]]
@@ -165,29 +175,45 @@ class ModelActivities:
 
     async def _openai(
         self, inp: CallModelInput, instructions: str | None, transcript: list[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], Usage, str | None]:
-        """One call of an OpenAI model; with `previous_response_id`, only what is new.
+    ) -> tuple[list[dict[str, Any]], Usage, str | None, bool]:
+        """One call of an OpenAI model; continuing the provider's state, only what is new.
 
-        The provider holds the previous response's input and output, so the items the model
-        produced are not sent again (only tool outputs and new messages are). When it no longer
-        has that response, the call is made again with the whole transcript.
+        With `previous_response_id` or `conversation_id`, the provider holds the previous
+        response's (or the conversation's) input and output, so the items the model produced
+        are not sent again (only tool outputs and new messages are). When it no longer has the
+        previous response, the call is made again with the whole transcript if that is the
+        whole conversation (`resend_when_lost`); else it fails as `ConversationLost`.
         """
-        if not inp.previous_response_id:
-            return await self._respond(inp, instructions, transcript)
+        if not inp.previous_response_id and not inp.conversation_id:
+            return (*await self._respond(inp, instructions, transcript), False)
         try:
             new = [item for item in transcript if not _from_model(item)]
-            return await self._respond(inp, instructions, new)
+            return (*await self._respond(inp, instructions, new), False)
         except ApplicationError as exc:
-            if "previous response" not in exc.message.lower() and (
-                "previous_response" not in exc.message
-            ):
+            if exc.type != PREVIOUS_RESPONSE_NOT_FOUND:
                 raise
+            if not inp.resend_when_lost:
+                raise ApplicationError(
+                    f"{exc.message.rstrip('.')}; the run continues a conversation that "
+                    "began before it (previous_response_id), so it cannot send the "
+                    "conversation again: the provider keeps responses for a limited time "
+                    "(30 days at OpenAI). Start a new run with the earlier turns as input "
+                    "(result.to_input_list() of each), or with a session",
+                    type=ConversationLostError.type_name,
+                    non_retryable=True,
+                ) from None
         whole = inp.transcript
         if whole is None:
             assert inp.transcript_ref is not None
             whole = await _fetch_transcript(inp.transcript_ref.model_copy(update={"start": 0}))
         alone = inp.model_copy(update={"previous_response_id": None, "since": 0})
-        return await self._respond(alone, instructions, whole)
+        activity.logger.warning(
+            "the provider no longer has response %r: sending the whole transcript (%d items), "
+            "a new response chain",
+            inp.previous_response_id,
+            len(whole),
+        )
+        return (*await self._respond(alone, instructions, whole), True)
 
     async def _respond(
         self, inp: CallModelInput, instructions: str | None, transcript: list[dict[str, Any]]
@@ -242,7 +268,8 @@ class ModelActivities:
 async def _model_input(inp: CallModelInput) -> list[dict[str, Any]]:
     """The transcript the model is sent: inline, or read from the run when passed by reference.
 
-    With `previous_response_id`, the provider holds what came before `since`: only the rest.
+    With `previous_response_id` (or `conversation_id`), the provider holds what came before
+    `since`: only the rest.
     """
     if inp.transcript is None:
         if inp.transcript_ref is None:
@@ -252,7 +279,7 @@ async def _model_input(inp: CallModelInput) -> list[dict[str, Any]]:
                 non_retryable=True,
             )
         return await _fetch_transcript(inp.transcript_ref)
-    if inp.previous_response_id:
+    if inp.previous_response_id or inp.conversation_id:
         return inp.transcript[inp.since :]  # (inline: the whole transcript is given)
     return inp.transcript
 

@@ -90,6 +90,8 @@ def _responses_request(
     kwargs: dict[str, Any] = {"model": inp.model.name, "input": transcript, **(request or {})}
     if inp.previous_response_id:
         kwargs["previous_response_id"] = inp.previous_response_id
+    elif inp.conversation_id:
+        kwargs["conversation"] = inp.conversation_id
     if instructions:
         kwargs["instructions"] = instructions
     if inp.tools:

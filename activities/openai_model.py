@@ -23,6 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from hitl.activities.openai_api import OnDelta, chat_turn, responses_turn, to_chat_messages
+from hitl.errors import PREVIOUS_RESPONSE_NOT_FOUND
 from hitl.wire import CallModelInput, ModelSpec, Usage
 
 __all__ = [
@@ -295,6 +296,24 @@ def map_error(exc: openai.APIError, spec: ModelSpec, *secrets: str | None) -> Ap
         return ApplicationError(f"{where}: {detail}", type="ModelUnavailable")
     status = exc.status_code
     code = str(getattr(exc, "code", "") or "")
+    if code == "previous_response_not_found" or (
+        status in (400, 404) and "previous response" in detail.lower()
+    ):
+        # The call decides: send the whole transcript, or fail as `ConversationLost`.
+        return ApplicationError(
+            f"{where}: {detail}", type=PREVIOUS_RESPONSE_NOT_FOUND, non_retryable=True
+        )
+    if status == 404 and "conversation" in detail.lower():
+        return ApplicationError(
+            f"{where}: the provider no longer has the run's conversation ({detail}); the run "
+            "cannot send it again (it holds turns from before the run): start a new run with "
+            "a new conversation_id, or with the earlier turns as input",
+            type="ConversationLost",
+            non_retryable=True,
+        )
+    if code == "conversation_locked":
+        # Another request is writing to the conversation: retried (with the policy's backoff).
+        return ApplicationError(f"{where}: {detail}", type="ModelUnavailable")
     if status == 429 and code != "insufficient_quota":
         wait = _wait(exc)
         after = f", retry after {wait.total_seconds():g}s" if wait else ""

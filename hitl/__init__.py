@@ -25,6 +25,7 @@ from hitl.editor import ApplyPatchOperation, ApplyPatchResult, apply_diff
 from hitl.errors import (
     AgentsException,
     AlreadyDecidedError,
+    ConversationLostError,
     DeadlinePassedError,
     DecisionError,
     EffectUnknown,
@@ -218,6 +219,7 @@ __all__ = [
     "MaxTurnsExceeded",
     "ModelBehaviorError",
     "ModelProviderError",
+    "ConversationLostError",
     "NotAuthorizedError",
     "NotPendingError",
     "NotRootError",

@@ -55,6 +55,21 @@ class ModelProviderError(AgentsException):
     type_name = "ModelProviderError"
 
 
+class ConversationLostError(ModelProviderError):
+    """The provider no longer holds the conversation a run continues (and the run cannot resend it).
+
+    The run started from a `previous_response_id` or in a `conversation_id`, so turns
+    before it live only at the provider (responses are kept for a limited time).
+    """
+
+    type_name = "ConversationLost"
+
+
+PREVIOUS_RESPONSE_NOT_FOUND = "PreviousResponseNotFound"
+"""Failure type of a model call whose `previous_response_id` the provider no longer has (the
+model activity answers it by sending the whole transcript, or fails as `ConversationLost`)."""
+
+
 class ToolTimeoutError(AgentsException):
     """A tool exceeded its timeout and is configured to fail the run."""
 
@@ -197,6 +212,7 @@ _BY_TYPE: dict[str, type[AgentsException]] = {
         MaxTurnsExceeded,
         ModelBehaviorError,
         ModelProviderError,
+        ConversationLostError,
         ToolTimeoutError,
         GuardrailTripwireTriggered,
         InputGuardrailTripwireTriggered,
@@ -226,6 +242,7 @@ _BY_TYPE.update(
         "ModelUnavailable": ModelProviderError,
         "ModelRateLimited": ModelProviderError,
         "ModelTimeout": ModelProviderError,
+        PREVIOUS_RESPONSE_NOT_FOUND: ConversationLostError,
     }
 )
 

@@ -103,6 +103,8 @@ MAX_TOOL_ARG_BYTES = 512 * KB
 MAX_TOOL_OUTPUT_BYTES = 1024 * KB
 """Tool outputs are recorded in history (2 MB per payload at most, with the rest of a result)."""
 MAX_BAD_TURNS = 100
+MAX_PROVIDER_ID_CHARS = 256
+"""A `previous_response_id` or `conversation_id` (OpenAI's are about 50 characters)."""
 MAX_MODEL_TIMEOUT_SECONDS = 3600.0
 
 
@@ -163,4 +165,37 @@ def text_problem(name: str, value: str | None, limit: int) -> str | None:
     """`"<name> is N characters; the limit is L"` when `value` is too long, else `None`."""
     if value is not None and len(value) > limit:
         return f"{name} is {len(value)} characters; the limit is {limit}"
+    return None
+
+
+def conversation_problem(
+    previous_response_id: str | None,
+    conversation_id: str | None,
+    session: object | None = None,
+    auto_previous_response_id: bool = False,
+) -> str | None:
+    """Why a run's server-managed conversation settings cannot go together, or `None`.
+
+    Checked by clients before they start a run and by the run on its first task (a start from
+    the `temporal` CLI gets the same refusal).
+    """
+    for name, value in (
+        ("previous_response_id", previous_response_id),
+        ("conversation_id", conversation_id),
+    ):
+        if value is not None and not 0 < len(value) <= MAX_PROVIDER_ID_CHARS:
+            return f"{name} must be 1 to {MAX_PROVIDER_ID_CHARS} characters (got {len(value)})"
+    if previous_response_id is not None and conversation_id is not None:
+        return (
+            "conversation_id and previous_response_id are mutually exclusive: a conversation "
+            "keeps its own history (pass only conversation_id), a response chain continues "
+            "from one response (pass only previous_response_id)"
+        )
+    if session is not None and (
+        previous_response_id is not None or conversation_id is not None or auto_previous_response_id
+    ):
+        return (
+            "Session persistence cannot be combined with conversation_id, "
+            "previous_response_id, or auto_previous_response_id."
+        )
     return None

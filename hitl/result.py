@@ -49,6 +49,9 @@ class RunResult:
     """The run context this client gave the run (at start, or when resuming it with a new
     one); the run's own copy has what tools changed in it."""
     context_serializer: Callable[[Any], Any] | None = field(default=None, repr=False)
+    last_response_id: str | None = None
+    """The id of the run's latest model response (OpenAI Responses API; `None` for other
+    models): pass it as the next run's `previous_response_id` to continue the conversation."""
     session_history: int | None = field(default=None, repr=False)
     """A run started with a client-managed session (`SQLiteSession`, any `Session`): how many
     leading items of `input` came from it. What follows them is the run's turn, written back

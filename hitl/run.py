@@ -33,6 +33,7 @@ from hitl.errors import (
     UserError,
     from_failure,
 )
+from hitl.limits import conversation_problem
 from hitl.memory import Session
 from hitl.result import RunResult, resolve_agent, typed_final_output
 from hitl.run_config import RunConfig, RunErrorHandler
@@ -94,6 +95,9 @@ class Runner:
         serve: ServeMode = "auto",
         approver: str | None = None,
         session: SessionArg | None = None,
+        previous_response_id: str | None = None,
+        auto_previous_response_id: bool = False,
+        conversation_id: str | None = None,
     ) -> RunResult:
         """Start a run (or resume one from a `RunState`) and return once it finishes or pauses.
 
@@ -124,6 +128,16 @@ class Runner:
                 appended when it completes; a client-managed session is read here before the
                 run starts and written by the client that reads the completed result (this
                 call, or the `Runner.run(agent, state, session=...)` that resumes it).
+            previous_response_id: Continue the provider's conversation from this response
+                (an earlier run's `result.last_response_id`; OpenAI Responses API): `input`
+                is only the new user turn, and each model call sends only what is new.
+            auto_previous_response_id: Chain the run's model calls by response id even
+                without a `previous_response_id` (the first call sends `input` whole).
+            conversation_id: Read and write this OpenAI conversation (Conversations API):
+                `input` is only the new user turn, and each model call sends only what the
+                conversation does not hold yet. Exclusive with `previous_response_id`; none
+                of the three goes with `session`. A resumed run keeps the settings it
+                started with.
 
         Raises:
             MaxTurnsExceeded, ModelBehaviorError, UserError, ...: the run failed (typed).
@@ -141,6 +155,9 @@ class Runner:
             serve=serve,
             approver=approver,
             session=session,
+            previous_response_id=previous_response_id,
+            auto_previous_response_id=auto_previous_response_id,
+            conversation_id=conversation_id,
         )
         return await _run(starting_agent, input, call)
 
@@ -160,6 +177,9 @@ class Runner:
         serve: ServeMode = "auto",
         approver: str | None = None,
         session: SessionArg | None = None,
+        previous_response_id: str | None = None,
+        auto_previous_response_id: bool = False,
+        conversation_id: str | None = None,
     ) -> RunResultStreaming:
         """Like `run`, but `await`/`async for` over `result.stream_events()` to follow the run.
 
@@ -183,6 +203,9 @@ class Runner:
                 serve=serve,
                 approver=approver,
                 session=session,
+                previous_response_id=previous_response_id,
+                auto_previous_response_id=auto_previous_response_id,
+                conversation_id=conversation_id,
             ),
         )
 
@@ -204,6 +227,7 @@ class Runner:
 async def _run(agent: Agent[Any], input: _Input, call: _Call) -> RunResult:
     """`Runner.run`: start a run, or send a state's decisions, and wait until it settles."""
     _check_agent(agent)
+    _check_conversation(input, call)
     session = client_session(call.session)
     history = await read_history(session) if session and not isinstance(input, RunState) else None
     async with await _connection(agent, input, call) as conn:
@@ -250,6 +274,25 @@ def _check_agent(agent: Any) -> None:
         raise UserError(f"starting_agent must be an Agent, got {type(agent).__name__}")
 
 
+def _check_conversation(input: _Input, call: _Call) -> None:
+    """Refuse server-managed conversation settings that cannot go together (`UserError`)."""
+    problem = conversation_problem(
+        call.previous_response_id,
+        call.conversation_id,
+        call.session,
+        call.auto_previous_response_id,
+    )
+    if problem is not None:
+        raise UserError(problem)
+    given = call.previous_response_id or call.conversation_id or call.auto_previous_response_id
+    if isinstance(input, RunState) and given:
+        log.info(
+            "run %s keeps the conversation settings it started with; the ones given to "
+            "resume it are not used",
+            input.workflow_id,
+        )
+
+
 async def _connection(agent: Agent[Any], input: _Input, call: _Call) -> RunnerConnection:
     """The call's line to the cluster, on its task queue (else the state's, else the default)."""
     state = input if isinstance(input, RunState) else None
@@ -283,6 +326,9 @@ def _start_request(
         workflow_id=call.workflow_id,
         conversation=session if isinstance(session, str | TemporalSession) else None,
         history=history,
+        previous_response_id=call.previous_response_id,
+        auto_previous_response_id=call.auto_previous_response_id,
+        conversation_id=call.conversation_id,
     )
 
 
@@ -490,6 +536,7 @@ async def _closed_result(
         status=status,
         root_agent=agent,
         task_queue=task_queue,
+        last_response_id=out.last_response_id,
     )
 
 
@@ -527,6 +574,7 @@ def _paused_result(snap: RunSnapshot, agent: Agent[Any], task_queue: str) -> Run
         status=st,
         root_agent=agent,
         task_queue=task_queue,
+        last_response_id=st.last_response_id,
     )
 
 
@@ -558,6 +606,9 @@ class _Call:
     serve: ServeMode = "auto"
     approver: str | None = None
     session: SessionArg | None = None
+    previous_response_id: str | None = None
+    auto_previous_response_id: bool = False
+    conversation_id: str | None = None
 
 
 class RunResultStreaming:
@@ -591,6 +642,7 @@ class RunResultStreaming:
     async def run_events(self) -> AsyncIterator[RunEvent]:
         """Start (or resume) the run and yield its `RunEvent`s until it pauses or finishes."""
         call, input = self._call, self._input
+        _check_conversation(input, call)
         session = client_session(call.session)
         history = (
             await read_history(session) if session and not isinstance(input, RunState) else None
@@ -662,6 +714,11 @@ class RunResultStreaming:
     def to_input_list(self) -> list[dict[str, Any]]:
         """See `RunResult.to_input_list`."""
         return self._done().to_input_list()
+
+    @property
+    def last_response_id(self) -> str | None:
+        """See `RunResult.last_response_id`."""
+        return self._done().last_response_id
 
     @property
     def result(self) -> RunResult:

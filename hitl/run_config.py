@@ -139,8 +139,8 @@ class RunConfig:
         escalate_after: For tools without their own: seconds before a waiting call escalates.
         escalate_to: For tools without their own: who joins the approvers on escalation.
         auto_previous_response_id: Let the provider keep the conversation (the OpenAI
-            Responses API's `previous_response_id`): each model call sends only what is new
-            since the previous response. The response id is kept in the run (across pauses,
+            Responses API's `previous_response_id`; also a `Runner.run` argument, as in the
+            SDK): each model call sends only what is new since the previous response. The response id is kept in the run (across pauses,
             worker restarts and continue-as-new). Models on Chat Completions, scripted models
             and runs with a `call_model_input_filter` send the whole transcript as before; so
             does the first call after a handoff, and a call whose previous response the

@@ -25,6 +25,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from hitl.agent import Agent
 from hitl.errors import UserError
 from hitl.items import BadInput, normalize_input
+from hitl.limits import conversation_problem
 from hitl.markdown import md_text
 from hitl.refs import callable_ref
 from hitl.run_config import RunConfig, RunErrorHandler
@@ -133,11 +134,16 @@ class StartRequest:
         workflow_id: str | None = None,
         conversation: str | TemporalSession | None = None,
         history: list[dict[str, Any]] | None = None,
+        previous_response_id: str | None = None,
+        auto_previous_response_id: bool = False,
+        conversation_id: str | None = None,
     ) -> StartRequest:
         """Check and normalize what a caller gave (`UserError` says what is wrong).
 
         `history`: the items of a client-managed session, read by the caller; the run starts
         from them followed by `user_input` (the summary names `user_input` alone).
+        `previous_response_id`, `auto_previous_response_id`, `conversation_id`: the provider
+        keeps the conversation (see `Runner.run`).
         """
         if not isinstance(user_input, str | list):
             raise UserError("input must be a string, a list of input items, or a RunState")
@@ -149,7 +155,17 @@ class StartRequest:
                 run_input = [*history, *normalize_input(user_input)]
             except BadInput as exc:
                 raise UserError(str(exc)) from None
+        problem = conversation_problem(
+            previous_response_id,
+            conversation_id,
+            conversation if conversation is not None else history,
+            auto_previous_response_id,
+        )
+        if problem is not None:
+            raise UserError(problem)
         cfg = dataclasses.replace(run_config) if run_config else RunConfig()
+        if auto_previous_response_id:
+            cfg.auto_previous_response_id = True
         if error_handlers:
             cfg.error_handlers = {**cfg.error_handlers, **dict(error_handlers)}
         spec = cfg.spec()
@@ -172,6 +188,8 @@ class StartRequest:
                 max_turns=max_turns,
                 run_config=spec,
                 session=conversation,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
             ),
             summary=summary(name, user_input),
         )

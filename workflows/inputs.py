@@ -24,6 +24,7 @@ from hitl.limits import (
     MAX_AGENT_NAME_CHARS,
     MAX_CONTEXT_BYTES,
     MAX_SIGNAL_BYTES,
+    conversation_problem,
     run_config_problems,
 )
 from hitl.markers import UNDECRYPTABLE, UNRETRIEVABLE
@@ -233,6 +234,10 @@ def start_problem(inp: Any) -> str | None:
     problems = run_config_problems(inp.run_config, inp.max_turns)
     if problems:
         return "; ".join(problems)
+    if inp.carried is None:
+        problem = conversation_problem(inp.previous_response_id, inp.conversation_id, inp.session)
+        if problem is not None:
+            return problem
     if inp.carried is None and inp.context is not None:
         size = len(json.dumps(inp.context))
         if size > MAX_CONTEXT_BYTES:
@@ -289,6 +294,12 @@ def initial_state(inp: RunInput) -> CarriedState:
         if inp.context is not None
         else None
     )
+    if inp.graph is None and (inp.previous_response_id or inp.conversation_id):
+        # The provider holds the conversation before this run's input (a nested run never
+        # inherits it: its agent tool starts a conversation of its own, as in the SDK).
+        state.provider_history = True
+        state.conversation_id = inp.conversation_id
+        state.response_id = inp.previous_response_id
     if inp.graph is not None:
         # A nested run: the root's pinned graph and standing rules, no search attributes (its
         # approvals are listed and decided on the root run).

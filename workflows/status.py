@@ -74,6 +74,7 @@ def status(run: Reads, kind: type[RunStatus] = RunStatus, *, full: bool = True) 
         error=run.error,
         continued_as_new=run.continuing,
         actions=s.actions if full else [],
+        last_response_id=s.last_response_id,
     )
 
 
@@ -157,6 +158,7 @@ def result(run: Reads, final: Any, agent: AgentSpec) -> RunOutput:
         turns=s.turn,
         run_id=workflow.info().run_id,
         actions=s.actions,
+        last_response_id=s.last_response_id,
     )
     size = encoded_size(out)
     if size > TRANSCRIPT_INLINE_BYTES:

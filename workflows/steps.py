@@ -196,7 +196,7 @@ class Steps:
         transcript = model_input(self.state.input_items, self.state.new_items)
         server = self._provider_keeps_conversation(agent)
         since = self._held_by_provider(agent, len(transcript)) if server else 0
-        inp = self._model_input(agent, plan, since)
+        inp = self._model_input(agent, plan, since, server)
         # The activity outlives the client's own timeout (the model's, or the worker default).
         timeout = MODEL_TIMEOUT
         if agent.model.timeout_seconds is not None:
@@ -208,32 +208,58 @@ class Steps:
             raise failure_from_activity(err, "the model call") from None
         finally:
             self.busy -= 1
+        s = self.state
+        if response.response_id and _responses_api(agent):
+            s.last_response_id = response.response_id
         if server and response.response_id:
             # The provider now holds this transcript and the response's output.
-            s = self.state
-            s.response_id, s.response_items = response.response_id, len(transcript)
+            if s.conversation_id is None:
+                s.response_id = response.response_id
+            s.response_items = len(transcript)
             s.response_agent = agent.id
+        if response.chain_restarted:
+            s.chains_restarted += 1
+            workflow.logger.warning(
+                "the provider no longer had the previous response: the whole transcript "
+                "(%d items) was sent and response %s starts a new chain",
+                len(transcript),
+                response.response_id,
+            )
         return response
 
     def _provider_keeps_conversation(self, agent: AgentSpec) -> bool:
         """Whether model calls send only what is new since the previous response."""
+        if not _responses_api(agent):
+            return False
+        if self.state.provider_history:
+            return True  # the run continues a conversation the provider holds
         cfg = self.inp.run_config
-        return (
-            cfg.auto_previous_response_id
-            and agent.model.provider == "openai"
-            and agent.model.api != "chat"
-            and not cfg.call_model_input_filter
-        )
+        return cfg.auto_previous_response_id and not cfg.call_model_input_filter
 
     def _held_by_provider(self, agent: AgentSpec, items: int) -> int:
-        """How many transcript items the provider holds for this agent's conversation (0: none)."""
+        """How many transcript items the provider holds for this agent's conversation (0: none).
+
+        A run that continues the provider's conversation continues it whoever the agent is;
+        a run whose chain began inside it starts a new one at a handoff (`auto_previous_...`).
+        """
         s = self.state
+        if s.provider_history:
+            return min(s.response_items, items)
         if s.response_id and s.response_agent == agent.id and s.response_items <= items:
             return s.response_items
         return 0
 
+    def _previous_response(self, since: int) -> str | None:
+        """The response this call continues (`None`: none, or the run is in a conversation)."""
+        s = self.state
+        if s.conversation_id is not None:
+            return None
+        if since or s.provider_history:
+            return s.response_id
+        return None
+
     def _model_input(
-        self, agent: AgentSpec, plan: PlanRequest | None, since: int
+        self, agent: AgentSpec, plan: PlanRequest | None, since: int, server: bool = False
     ) -> CallModelInput:
         """The model activity's input, without the transcript (see `_model_activity`)."""
         cfg = self.inp.run_config
@@ -253,7 +279,9 @@ class Steps:
             max_argument_bytes=cfg.max_tool_argument_bytes,
             stream=cfg.stream_text_deltas and agent.model.provider != "scripted",
             input_filter=cfg.call_model_input_filter,
-            previous_response_id=self.state.response_id if since else None,
+            previous_response_id=self._previous_response(since),
+            conversation_id=self.state.conversation_id if server else None,
+            resend_when_lost=not self.state.provider_history,
             since=since,
             plan=plan,
         )
@@ -517,3 +545,8 @@ def model_tools(agent: AgentSpec) -> list[ModelTool]:
 def output_text(value: Any) -> str:
     """A final output as text (for events and nested results)."""
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def _responses_api(agent: AgentSpec) -> bool:
+    """Whether the agent's model answers through the OpenAI Responses API (continuable ids)."""
+    return agent.model.provider == "openai" and agent.model.api != "chat"

@@ -119,8 +119,15 @@ class CallModelInput(WireModel):
     previous_response_id: str | None = None
     """The provider holds the conversation up to this response: send only what is new."""
     since: int = 0
-    """With `previous_response_id`: the transcript items the provider holds (the transcript
-    given, inline or by reference, starts there)."""
+    """With `previous_response_id` or `conversation_id`: the transcript items the provider
+    holds (the transcript given, inline or by reference, starts there)."""
+    conversation_id: str | None = None
+    """The provider's conversation this call reads and writes (OpenAI Conversations API)."""
+    resend_when_lost: bool = True
+    """When the provider no longer has `previous_response_id`: send the whole transcript
+    instead, starting a new chain (`ModelResponse.chain_restarted`). `False`: the transcript
+    is not the whole conversation (the provider held turns from before the run), so the call
+    fails with `ConversationLost`."""
     plan: PlanRequest | None = None
     """Plan the calls the model makes to these tools in the same activity (`None`: no tool of
     the agent may need a person, or an older workflow: the run plans them itself)."""
@@ -170,6 +177,9 @@ class ModelResponse(WireModel):
     plans: list[CallPlan] | None = None
     """With `CallModelInput.plan`: a plan for each call to those tools (`None`: not planned
     here; the run plans them with `plan_tools`)."""
+    chain_restarted: bool = False
+    """The provider no longer had `CallModelInput.previous_response_id`: this call sent the
+    whole transcript and `response_id` starts a new chain."""
 
 
 class PlanCall(WireModel):

@@ -427,6 +427,8 @@ class RunStatus(WireModel):
     continued_as_new: bool = False
     actions: list[CallAction] = Field(default_factory=list)
     """Every `resolve`, `extend` and `answer` of the run, also of calls whose turn is over."""
+    last_response_id: str | None = None
+    """The id of the run's latest Responses API response (for `previous_response_id`)."""
 
 
 class TranscriptQuery(WireModel):

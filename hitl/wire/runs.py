@@ -567,6 +567,19 @@ class CarriedState(WireModel):
     """Transcript items the provider holds through `response_id`."""
     response_agent: str | None = None
     """The agent whose call made `response_id` (a handoff starts a new conversation)."""
+    conversation_id: str | None = None
+    """The provider's conversation (OpenAI Conversations API) every model call reads and
+    writes (`Runner.run(conversation_id=...)`); `response_items` counts what it holds."""
+    provider_history: bool = False
+    """The provider holds turns from before this run (it started from a `previous_response_id`
+    or in a `conversation_id`): the run's transcript alone is not the conversation, so model
+    calls continue the provider's state across handoffs, and a lost response fails the call
+    (`ConversationLost`) instead of sending the transcript again."""
+    last_response_id: str | None = None
+    """The id of the run's latest Responses API response (`RunResult.last_response_id`)."""
+    chains_restarted: int = 0
+    """Model calls whose previous response the provider had lost, answered by sending the whole
+    transcript (a new response chain)."""
     inbox_memo: bool = False
     """The run keeps its pending calls in its memo (`INBOX_MEMO`; runs started before never)."""
     inbox_shown: list[str] = Field(default_factory=list)
@@ -618,6 +631,12 @@ class RunInput(WireModel):
     """Nested runs: the standing rules of their root when they start."""
     directory: ApproverDirectory | None = None
     """Nested runs: the approver directory their root pinned (groups and keys)."""
+    previous_response_id: str | None = None
+    """Continue the provider's conversation from this response (OpenAI Responses API): model
+    calls send only what is new. Exclusive with `conversation_id` and `session`."""
+    conversation_id: str | None = None
+    """Read and write this provider conversation (OpenAI Conversations API): model calls send
+    only what it does not hold yet. Exclusive with `previous_response_id` and `session`."""
 
 
 class RunOutput(WireModel):
@@ -636,6 +655,8 @@ class RunOutput(WireModel):
     run_id: str = ""
     actions: list[CallAction] = Field(default_factory=list)
     """Every `resolve`, `extend` and `answer` of the run, for the audit."""
+    last_response_id: str | None = None
+    """The id of the run's latest Responses API response (for `previous_response_id`)."""
     transcript_omitted: bool = False
     """The transcript was left out (`input_items` and `new_items` are empty): read it with the
     `snapshot` query. Left out when the result with it would pass `TRANSCRIPT_INLINE_BYTES`
