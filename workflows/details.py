@@ -98,16 +98,7 @@ def _call_lines(wid: str, c: PendingApproval) -> list[str]:
         ]
     if c.deadline is not None:
         lines += [f"Decide before {when(c.deadline)} (then it expires).", ""]
-    if c.required_approvals > 1:
-        so_far = ", ".join(f"`{a.approver}`" for a in c.approvals) or "nobody yet"
-        lines += [
-            f"Needs {c.required_approvals} different approvers; approved so far by {so_far}.",
-            "",
-        ]
-    if c.approvers:
-        names = ", ".join(f"`{a}`" for a in c.approvers[:20])
-        more = f" and {len(c.approvers) - 20} more" if len(c.approvers) > 20 else ""
-        lines += [f"Who may decide: {names}{more}.", ""]
+    lines += _who_lines(c)
     if c.request is not None:
         lines += [md_text(c.request.message), ""]
         if c.request.preview:
@@ -124,6 +115,22 @@ def _call_lines(wid: str, c: PendingApproval) -> list[str]:
         f"Or: `hitl approve {wid} {c.call_id}`",
         "",
     ]
+
+
+def _who_lines(c: PendingApproval) -> list[str]:
+    """Who may decide a call, and, for four eyes, who approved it so far."""
+    lines = []
+    if c.required_approvals > 1:
+        so_far = ", ".join(f"`{a.approver}`" for a in c.approvals) or "nobody yet"
+        lines += [
+            f"Needs {c.required_approvals} different approvers; approved so far by {so_far}.",
+            "",
+        ]
+    if c.approvers:
+        names = ", ".join(f"`{a}`" for a in c.approvers[:20])
+        more = f" and {len(c.approvers) - 20} more" if len(c.approvers) > 20 else ""
+        lines += [f"Who may decide: {names}{more}.", ""]
+    return lines
 
 
 WRAP = 96

@@ -54,6 +54,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="a person (NAME) or group (group:NAME) who sees every call, and decides only "
         "what each call's approvers allow (repeatable)",
     )
+    _chat_options(c)
+    u = sub.add_parser("console-user", help="add a person to a console users file")
+    u.add_argument("name")
+    u.add_argument("--users", metavar="FILE", required=True)
+
+
+def _chat_options(c: argparse.ArgumentParser) -> None:
+    """`hitl console`'s options for approvals from Slack (`hitl.console.chat`)."""
     c.add_argument(
         "--chat-users",
         metavar="FILE",
@@ -67,9 +75,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="VAR",
         help="the environment variable holding the Slack app's signing secret",
     )
-    u = sub.add_parser("console-user", help="add a person to a console users file")
-    u.add_argument("name")
-    u.add_argument("--users", metavar="FILE", required=True)
 
 
 def cmd_console_user(args: argparse.Namespace) -> int:

@@ -120,20 +120,23 @@ async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
     rules = Rules.of(directory, settings.viewers)
     queues = allowed_queues(settings.task_queues, os.environ.get("HITL_TASK_QUEUE"))
     data = ConsoleData(clients, signing, task_queues=queues)
-    chat = None
-    if settings.chat_users:
-        from hitl.console.chat import SlackGateway, load_chat_users
-
-        secret = os.environ.get(settings.slack_secret_env)
-        if not secret:
-            from hitl.errors import UserError
-
-            raise UserError(
-                f"--chat-users needs the Slack app's signing secret in ${settings.slack_secret_env}"
-            )
-        users = load_chat_users(settings.chat_users)
-        chat = SlackGateway(secret, users, tuple(settings.chat_reply_hosts))
+    chat = _chat_gateway(settings) if settings.chat_users else None
     app = create_app(data, auth, secure_cookie=settings.secure_cookie, rules=rules, chat=chat)
     server = LoopServer(app, settings.host, settings.port)
     auth.base_url = server.url
     return server, auth
+
+
+def _chat_gateway(settings: ConsoleSettings) -> Any:
+    """Approvals from Slack (`hitl.console.chat`): the app's signing secret and the users file."""
+    from hitl.console.chat import SlackGateway, load_chat_users
+    from hitl.errors import UserError
+
+    assert settings.chat_users is not None
+    secret = os.environ.get(settings.slack_secret_env)
+    if not secret:
+        raise UserError(
+            f"--chat-users needs the Slack app's signing secret in ${settings.slack_secret_env}"
+        )
+    users = load_chat_users(settings.chat_users)
+    return SlackGateway(secret, users, tuple(settings.chat_reply_hosts))
