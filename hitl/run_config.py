@@ -140,8 +140,9 @@ class RunConfig:
         escalate_to: For tools without their own: who joins the approvers on escalation.
         auto_previous_response_id: Let the provider keep the conversation (the OpenAI
             Responses API's `previous_response_id`; also a `Runner.run` argument, as in the
-            SDK): each model call sends only what is new since the previous response. The response id is kept in the run (across pauses,
-            worker restarts and continue-as-new). Models on Chat Completions, scripted models
+            SDK): each model call sends only what is new since the previous response. The
+            response id is kept in the run (across pauses, worker restarts and
+            continue-as-new). Models on Chat Completions, scripted models
             and runs with a `call_model_input_filter` send the whole transcript as before; so
             does the first call after a handoff, and a call whose previous response the
             provider no longer has.
