@@ -47,6 +47,7 @@ from hitl.console.view import diff_class as diff_class
 from hitl.console.view import due_in as due_in
 from hitl.console.view import is_diff as is_diff
 from hitl.console.view import pretty_json as pretty_json
+from hitl.wire import RunSnapshot
 
 VIEWS = {
     "mine": "Waiting for me",
@@ -332,16 +333,24 @@ class Console(Acts):
             live_url=LIVE + "?" + urlencode(live_ids(ns, wid, cid, item)) if item else "",
         )
 
-    async def run_page(self, request: Request) -> Response:
-        """`/run?ns=&run=`: a run's calls that wait, each shown whole, approved together."""
+    async def run_asked(self, request: Request) -> tuple[str, str, RunSnapshot] | Response:
+        """The run a run's page asks for (`?ns=&run=`), read; or the answer when it cannot be."""
         ids = one_text_each(request.query_params, ("ns", "run"))
         if ids is None:
             return PlainTextResponse("name one namespace and run", status_code=400)
         ns, wid = ids
-        person = request.state.session.person
         snap, problem = await self.read(ns, wid)
         if snap is None:
             return self.not_found(request, problem)
+        return ns, wid, snap
+
+    async def run_page(self, request: Request) -> Response:
+        """`/run?ns=&run=`: a run's calls that wait, each shown whole, approved together."""
+        got = await self.run_asked(request)
+        if isinstance(got, Response):
+            return got
+        ns, wid, snap = got
+        person = request.state.session.person
         shown = [p for p in snap.status.pending if self.rules.may_see(person, p.approvers)]
         if not shown:
             return self.not_found(request)
@@ -364,14 +373,11 @@ class Console(Acts):
 
     async def audit(self, request: Request) -> Response:
         """`/audit?ns=&run=`: a run's decisions and refused attempts (the person's share)."""
-        ids = one_text_each(request.query_params, ("ns", "run"))
-        if ids is None:
-            return PlainTextResponse("name one namespace and run", status_code=400)
-        ns, wid = ids
+        got = await self.run_asked(request)
+        if isinstance(got, Response):
+            return got
+        ns, wid, snap = got
         person = request.state.session.person
-        snap, problem = await self.read(ns, wid)
-        if snap is None:
-            return self.not_found(request, problem)
         rules = self.rules
         viewer = rules.is_viewer(person)
         status = snap.status
