@@ -9,6 +9,7 @@ from pydantic import Field
 
 from hitl.limits import DEFAULT_TOOL_OUTPUT_BYTES
 from hitl.wire.base import WireModel
+from hitl.wire.decisions import DecisionRecord, InputAnswer
 from hitl.wire.graph import (
     AgentGraph,
     ApproverDirectory,
@@ -18,8 +19,6 @@ from hitl.wire.graph import (
 )
 from hitl.wire.runs import (
     ApprovalRequestData,
-    DecisionRecord,
-    InputAnswer,
     PolicyDecision,
     RunContextData,
     RunErrorInfo,

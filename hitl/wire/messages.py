@@ -8,20 +8,22 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field
 
 from hitl.wire.base import WireModel
-from hitl.wire.names import DecisionKind, Phase
-from hitl.wire.runs import (
+from hitl.wire.decisions import (
     Approval,
-    ApprovalRequestData,
     CallAction,
     DecisionRecord,
     Extension,
     InputRequest,
+    UncertainCall,
+)
+from hitl.wire.names import DecisionKind, Phase
+from hitl.wire.runs import (
+    ApprovalRequestData,
     RefusedDecision,
     RunContextData,
     RunErrorInfo,
     RunItem,
     StandingRule,
-    UncertainCall,
     Usage,
 )
 
