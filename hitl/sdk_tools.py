@@ -14,6 +14,9 @@ The `executor` and `editor` are the user's code, as in the SDK; `AllowListShellE
 `hitl.editor.WorkspaceEditor` are the hardened ones (an allow-list and no shell, a subreaper
 and timeouts; paths kept inside a root, atomic writes). A call they would refuse is refused
 while it is planned, before anyone is asked, and changes nothing.
+
+The SDK's types these tools take and return, and the payloads' schemas, are in
+`hitl.sdk_tool_types` (and importable from here).
 """
 
 from __future__ import annotations
@@ -21,11 +24,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, NotRequired, TypeAlias, TypedDict
-
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 from hitl._shell import CommandRefused, execute, parse_command
 from hitl._user_code import call_user
@@ -34,6 +34,31 @@ from hitl.context import RunContextWrapper
 from hitl.editor import ApplyPatchEditor, ApplyPatchOperation, ApplyPatchResult
 from hitl.errors import UserError
 from hitl.items import PATCH_STATUS_KEY, SHELL_OUTPUT_KEY, strict_json
+from hitl.sdk_tool_types import MAX_COMMAND_CHARS as MAX_COMMAND_CHARS
+from hitl.sdk_tool_types import MAX_COMMANDS as MAX_COMMANDS
+from hitl.sdk_tool_types import (
+    MAX_OUTPUT_CHARS,
+    MAX_PATCH_OUTPUT_CHARS,
+    PATCH_PARAMETERS,
+    SHELL_PARAMETERS,
+    ApplyPatchApprovalFunction,
+    ApplyPatchOnApprovalFunction,
+    ApplyPatchOnApprovalFunctionResult,
+    ShellActionRequest,
+    ShellApprovalFunction,
+    ShellCallData,
+    ShellCallOutcome,
+    ShellCommandOutput,
+    ShellCommandRequest,
+    ShellExecutor,
+    ShellOnApprovalFunction,
+    ShellOnApprovalFunctionResult,
+    ShellResult,
+    _Action,
+    _Operation,
+    _PatchArgs,
+    _ShellArgs,
+)
 from hitl.shell_tools import _Commands
 from hitl.state import AgentRef, ToolApprovalItem
 from hitl.tools import FunctionTool
@@ -58,193 +83,8 @@ __all__ = [
     "ShellTool",
 ]
 
-MAX_COMMANDS = 20
-"""Commands one `shell_call` may carry."""
-MAX_COMMAND_CHARS = 4096
-"""Characters of one command."""
-MAX_OUTPUT_CHARS = 8000
-"""Default characters of output a shell call returns (stdout and stderr of every command)."""
-MAX_PATCH_OUTPUT_CHARS = 8000
-"""Characters of an editor's answer the model reads."""
 
-
-# ----------------------------------------------------------------------------- the SDK's types
-
-
-@dataclass
-class ShellCallOutcome:
-    """How a command ended: it exited (with `exit_code`), or timed out."""
-
-    type: Literal["exit", "timeout"]
-    exit_code: int | None = None
-
-
-@dataclass
-class ShellCommandOutput:
-    """One command's output."""
-
-    stdout: str = ""
-    stderr: str = ""
-    outcome: ShellCallOutcome = field(default_factory=lambda: ShellCallOutcome(type="exit"))
-    command: str | None = None
-    provider_data: dict[str, Any] | None = None
-
-    @property
-    def exit_code(self) -> int | None:
-        """The command's exit code (`None`: it timed out)."""
-        return self.outcome.exit_code
-
-    @property
-    def status(self) -> Literal["completed", "timeout"]:
-        """`timeout` when the command was stopped for taking too long."""
-        return "timeout" if self.outcome.type == "timeout" else "completed"
-
-
-@dataclass
-class ShellResult:
-    """What an executor returns: each command's output."""
-
-    output: list[ShellCommandOutput]
-    max_output_length: int | None = None
-    provider_data: dict[str, Any] | None = None
-
-
-@dataclass
-class ShellActionRequest:
-    """The `action` of a `shell_call`: commands to run in order."""
-
-    commands: list[str]
-    timeout_ms: int | None = None
-    max_output_length: int | None = None
-
-
-@dataclass
-class ShellCallData:
-    """A shell call as an executor receives it."""
-
-    call_id: str
-    action: ShellActionRequest
-    status: Literal["in_progress", "completed"] | None = None
-    raw: Any | None = None
-
-
-@dataclass
-class ShellCommandRequest:
-    """What an executor is called with."""
-
-    ctx_wrapper: RunContextWrapper[Any]
-    data: ShellCallData
-
-
-ShellExecutor: TypeAlias = Callable[
-    [ShellCommandRequest], "str | ShellResult | Awaitable[str | ShellResult]"
-]
-"""Runs a shell call's commands; returns text or a `ShellResult` (sync or async)."""
-
-ShellApprovalFunction: TypeAlias = Callable[
-    [RunContextWrapper[Any], ShellActionRequest, str], "bool | Awaitable[bool]"
-]
-"""`(ctx, action, call_id) -> bool`: whether this call needs approval (run in an activity)."""
-
-
-class ShellOnApprovalFunctionResult(TypedDict):
-    """What `on_approval` returns: approve or not, and why (a rejection's text for the model)."""
-
-    approve: bool
-    reason: NotRequired[str]
-
-
-ShellOnApprovalFunction: TypeAlias = Callable[[RunContextWrapper[Any], ToolApprovalItem], Any]
-"""`(ctx, approval_item) -> {"approve": bool, "reason": str}`, sync or async; anything else
-leaves the call to a person."""
-
-ApplyPatchApprovalFunction: TypeAlias = Callable[
-    [RunContextWrapper[Any], ApplyPatchOperation, str], "bool | Awaitable[bool]"
-]
-"""`(ctx, operation, call_id) -> bool`: whether this call needs approval (run in an activity)."""
-
-ApplyPatchOnApprovalFunctionResult = ShellOnApprovalFunctionResult
-ApplyPatchOnApprovalFunction = ShellOnApprovalFunction
-
-
-# ----------------------------------------------------------------------------- payloads
-
-
-class _Payload(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class _Action(_Payload):
-    commands: Annotated[
-        list[Annotated[str, Field(max_length=MAX_COMMAND_CHARS)]],
-        Field(min_length=1, max_length=MAX_COMMANDS),
-    ]
-    timeout_ms: Annotated[StrictInt, Field(ge=0)] | None = None
-    max_output_length: Annotated[StrictInt, Field(ge=0)] | None = None
-
-
-class _ShellArgs(_Payload):
-    action: _Action
-
-
-class _Operation(_Payload):
-    type: Literal["create_file", "update_file", "delete_file"]
-    path: Annotated[str, Field(min_length=1, max_length=1024)]
-    diff: str | None = None
-    move_to: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
-
-    @model_validator(mode="after")
-    def _has_diff(self) -> _Operation:
-        if self.type != "delete_file" and not self.diff:
-            raise ValueError(f"{self.type} needs a diff")
-        return self
-
-
-class _PatchArgs(_Payload):
-    operation: _Operation
-
-
-def _nullable(kind: str) -> dict[str, Any]:
-    return {"type": [kind, "null"]}
-
-
-SHELL_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "action": {
-            "type": "object",
-            "properties": {
-                "commands": {"type": "array", "items": {"type": "string"}},
-                "timeout_ms": _nullable("integer"),
-                "max_output_length": _nullable("integer"),
-            },
-            "required": ["commands", "timeout_ms", "max_output_length"],
-            "additionalProperties": False,
-        }
-    },
-    "required": ["action"],
-    "additionalProperties": False,
-}
-"""The `shell_call` payload as function arguments (Chat Completions)."""
-
-PATCH_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "operation": {
-            "type": "object",
-            "properties": {
-                "type": {"type": "string", "enum": ["create_file", "update_file", "delete_file"]},
-                "path": {"type": "string"},
-                "diff": _nullable("string"),
-            },
-            "required": ["type", "path", "diff"],
-            "additionalProperties": False,
-        }
-    },
-    "required": ["operation"],
-    "additionalProperties": False,
-}
-"""The `apply_patch_call` payload as function arguments (Chat Completions)."""
+# ----------------------------------------------------------------------------- shared
 
 
 def _payload(arguments: str, key: str) -> Any:
