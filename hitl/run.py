@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -12,61 +11,43 @@ from typing import Any, TypeAlias
 
 from temporalio.client import (
     Client,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from hitl.agent import Agent
 from hitl.client import connect
 from hitl.connection import RunnerConnection, ServeMode
 from hitl.errors import (
-    AgentsException,
-    AlreadyDecidedError,
-    DeadlinePassedError,
-    DecisionError,
-    RunFailedError,
     UserError,
-    from_failure,
 )
 from hitl.limits import conversation_problem
 from hitl.memory import Session
-from hitl.result import RunResult, resolve_agent, typed_final_output
+from hitl.result import RunResult
 from hitl.run_config import RunConfig, RunErrorHandler
 from hitl.sdk_events import SdkEvents, StreamEvent
 from hitl.serving import in_process_allow
 from hitl.session import SessionArg, TemporalSession, client_session, read_history, write_turn
+from hitl.settling import (
+    _answers,
+    _decisions,
+    _resume,
+    _send_decisions,
+    _settle,
+    _start,
+    _state_context,
+    _typed,
+)
 from hitl.starting import (
     StartRequest,
-    decision_update_id,
-    default_approver,
 )
-from hitl.state import RunState, ToolApprovalItem, items_from_pending
+from hitl.state import RunState, ToolApprovalItem
 from hitl.stream import current_offset, events_until_settled
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
-    QUERY_SNAPSHOT,
-    UPDATE_ANSWER,
-    UPDATE_APPROVE,
-    UPDATE_DECIDE,
     UPDATE_WAIT,
-    AnswerInput,
-    DecideInput,
-    DecisionInput,
-    DecisionRecord,
-    DecisionRequest,
-    InputAnswer,
-    RunContextData,
     RunEvent,
     RunItem,
-    RunOutput,
-    RunSnapshot,
-    RunStatus,
-    SettledStatus,
     WaitInput,
 )
 
@@ -105,61 +86,41 @@ class Runner:
             starting_agent: The root agent of the run.
             input: A user message, a list of Responses input items, or a `RunState` whose
                 decisions to send.
-            context: A JSON-serializable object (dict, pydantic model, dataclass) handed to
-                tools, predicates and instructions. It is stored in the run's history: no
-                secrets.
+            context: A JSON-serializable object (dict, pydantic model, dataclass) for tools,
+                predicates and instructions, stored in the run's history (no secrets).
             max_turns: Model turns before `MaxTurnsExceeded` (default 10).
             run_config: Per-run options.
             error_handlers: `{"max_turns": handler}` (module-level function).
             client: A connected Temporal client; default: envconfig (`TEMPORAL_ADDRESS`, ...),
                 falling back to `localhost:7233`.
-            task_queue: Queue of the workers serving the agent (default: `HITL_TASK_QUEUE`, else
-                `hitl`).
+            task_queue: The agent's workers' queue (default: `HITL_TASK_QUEUE`, else `hitl`).
             workflow_id: A business id for the run (e.g. `refund-order-1001`). Starting the same
                 id again returns the existing run instead of starting a second one.
             serve: `"auto"`: if no worker polls the task queue, serve the agent in this process
                 for the duration of the call. `True`: always serve in-process. `False`: never;
                 fail with `NoWorkerError` when no worker polls.
-            approver: Recorded as the approver of decisions sent from a `RunState` that do not
-                name one (default: the OS user).
+            approver: Approver of a `RunState`'s decisions that name none (default: the OS user).
             session: A conversation that spans runs: an id or a `TemporalSession` (kept in
                 Temporal), or a client-managed session such as `SQLiteSession` (any object
-                with the SDK's session methods). The run starts from its items and its turn is
-                appended when it completes; a client-managed session is read here before the
-                run starts and written by the client that reads the completed result (this
-                call, or the `Runner.run(agent, state, session=...)` that resumes it).
+                with the SDK's session methods). The run starts from its items (a client-managed
+                one is read here) and its turn is appended when it completes, by the client that
+                reads the result (this call, or the `Runner.run(agent, state, ...)` resuming it).
             previous_response_id: Continue the provider's conversation from this response
                 (an earlier run's `result.last_response_id`; OpenAI Responses API): `input`
                 is only the new user turn, and each model call sends only what is new.
             auto_previous_response_id: Chain the run's model calls by response id even
                 without a `previous_response_id` (the first call sends `input` whole).
             conversation_id: Read and write this OpenAI conversation (Conversations API):
-                `input` is only the new user turn, and each model call sends only what the
-                conversation does not hold yet. Exclusive with `previous_response_id`; none
-                of the three goes with `session`. A resumed run keeps the settings it
-                started with.
+                `input` is only the new user turn, and each model call sends only what it lacks.
+                Exclusive with `previous_response_id`; none of the three goes with `session`. A
+                resumed run keeps the settings it started with.
 
         Raises:
             MaxTurnsExceeded, ModelBehaviorError, UserError, ...: the run failed (typed).
             DecisionError: a decision in the `RunState` was refused; nothing changed.
             NoWorkerError: no worker serves the task queue and `serve=False`.
         """
-        call = _Call(
-            context=context,
-            max_turns=max_turns,
-            run_config=run_config,
-            error_handlers=error_handlers,
-            client=client,
-            task_queue=task_queue,
-            workflow_id=workflow_id,
-            serve=serve,
-            approver=approver,
-            session=session,
-            previous_response_id=previous_response_id,
-            auto_previous_response_id=auto_previous_response_id,
-            conversation_id=conversation_id,
-        )
-        return await _run(starting_agent, input, call)
+        return await _run(starting_agent, input, _Call.of(locals()))
 
     @classmethod
     def run_streamed(
@@ -192,21 +153,7 @@ class Runner:
         return RunResultStreaming(
             starting_agent,
             input,
-            _Call(
-                context=context,
-                max_turns=max_turns,
-                run_config=run_config,
-                error_handlers=error_handlers,
-                client=client,
-                task_queue=task_queue,
-                workflow_id=workflow_id,
-                serve=serve,
-                approver=approver,
-                session=session,
-                previous_response_id=previous_response_id,
-                auto_previous_response_id=auto_previous_response_id,
-                conversation_id=conversation_id,
-            ),
+            _Call.of(locals()),
         )
 
     @classmethod
@@ -332,266 +279,6 @@ def _start_request(
     )
 
 
-async def _start(conn: RunnerConnection, request: StartRequest) -> RunResult:
-    wid = request.workflow_id
-    try:
-        status = await conn.update(
-            wid,
-            UPDATE_WAIT,
-            WaitInput(items=True),
-            start=lambda: request.operation(conn.task_queue),
-            result_type=SettledStatus,
-        )
-    except WorkflowAlreadyStartedError:
-        log.info("run %s already exists and is closed; returning its outcome", wid)
-        return await _settle(conn, wid, None)
-    except WorkflowUpdateFailedError as exc:
-        raise _typed(exc) from None
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.ALREADY_EXISTS:
-            return await _settle(conn, wid, None)
-        raise
-    return await _settle(conn, wid, status)
-
-
-async def _resume(conn: RunnerConnection, state: RunState, approver: str | None) -> RunResult:
-    client, agent = conn.client, conn.agent
-    if state.root_agent.name != agent.name:
-        raise UserError(
-            f"this RunState belongs to agent {state.root_agent.name!r}, not {agent.name!r}"
-        )
-    handle = client.get_workflow_handle(state.workflow_id)
-    decisions = _decisions(state, approver)
-    try:
-        status = await _send_decisions(
-            conn, state.workflow_id, decisions, _state_context(state), _answers(state, approver)
-        )
-    except WorkflowUpdateFailedError as exc:
-        raise _typed(exc) from None
-    except RPCError as exc:
-        if exc.status != RPCStatusCode.NOT_FOUND:
-            raise
-        desc = await handle.describe()
-        if desc.status == WorkflowExecutionStatus.RUNNING:
-            raise
-        result = await _settle(conn, state.workflow_id, None)
-        _check_decisions_applied(result, decisions)
-        return result
-    return await _settle(conn, state.workflow_id, status)
-
-
-def _decisions(state: RunState, approver: str | None) -> list[DecisionRequest]:
-    return [
-        d.model_copy(
-            update={"approver": d.approver or approver or default_approver(), "client": "runner"}
-        )
-        for d in state.decisions.values()
-    ]
-
-
-def _answers(state: RunState, approver: str | None) -> list[AnswerInput]:
-    return [
-        a.model_copy(update={"approver": a.approver or approver or default_approver()})
-        for a in state.answers.values()
-    ]
-
-
-async def _send_decisions(
-    conn: RunnerConnection,
-    workflow_id: str,
-    decisions: list[DecisionRequest],
-    context: RunContextData | None = None,
-    answers: list[AnswerInput] | None = None,
-) -> RunStatus:
-    """Send the decisions (and a new context, if any); return once the run settles again.
-
-    Answers to tools' questions go first, each as an `answer` update; then edited approvals,
-    each as its own `approve` update (the run plans the edited call before it answers); the
-    rest go together in one `decide`.
-    """
-    for a in answers or []:
-        digest = hashlib.sha256(a.model_dump_json().encode()).hexdigest()[:24]
-        await conn.update(
-            workflow_id,
-            UPDATE_ANSWER,
-            a,
-            update_id=f"{workflow_id}:answer:{digest}",
-            result_type=InputAnswer,
-        )
-    for d in [d for d in decisions if d.arguments is not None]:
-        await conn.update(
-            workflow_id,
-            UPDATE_APPROVE,
-            DecisionInput.model_validate(d.model_dump(exclude={"kind"})),
-            update_id=decision_update_id(workflow_id, UPDATE_APPROVE, [d]),
-            result_type=DecisionRecord,
-        )
-    decisions = [d for d in decisions if d.arguments is None]
-    if not decisions and context is None:
-        waited: RunStatus = await conn.update(workflow_id, UPDATE_WAIT, WaitInput())
-        return waited
-    settled: RunStatus = await conn.update(
-        workflow_id,
-        UPDATE_DECIDE,
-        DecideInput(decisions=decisions, wait=True, context=context),
-        update_id=decision_update_id(workflow_id, UPDATE_DECIDE, decisions, context),
-    )
-    return settled
-
-
-def _state_context(state: RunState) -> RunContextData | None:
-    """The new context a state brings (`context_override`, `from_string_with_context`)."""
-    return state.saved_context()
-
-
-def _check_decisions_applied(result: RunResult, decisions: list[DecisionRequest]) -> None:
-    recorded = {d.call_id: d for d in result.decisions}
-    for d in decisions:
-        prior = recorded.get(d.call_id)
-        if prior is not None and prior.kind == "expired":
-            raise DeadlinePassedError(
-                f"run {result.workflow_id} finished before this decision arrived; "
-                f"{prior.expiry_text()}"
-            )
-        if prior is None or not prior.answers(d.kind, d):
-            what = f"{prior.kind} by {prior.approver or prior.source}" if prior else "not decided"
-            raise AlreadyDecidedError(
-                f"run {result.workflow_id} finished before this decision arrived; "
-                f"call '{d.call_id}' was {what}"
-            )
-
-
-async def _settle(conn: RunnerConnection, workflow_id: str, status: RunStatus | None) -> RunResult:
-    """Turn a settled run into a `RunResult` (or raise its typed failure)."""
-    agent, task_queue = conn.agent, conn.task_queue
-    handle: WorkflowHandle[Any, Any] = conn.client.get_workflow_handle(
-        workflow_id, result_type=RunOutput
-    )
-    for _ in range(1000):
-        if status is None or status.continued_as_new or status.phase in ("starting", "running"):
-            try:
-                status = await conn.update(
-                    workflow_id, UPDATE_WAIT, WaitInput(items=True), result_type=SettledStatus
-                )
-            except RPCError as exc:
-                if exc.status != RPCStatusCode.NOT_FOUND:
-                    raise
-                return await _closed_result(handle, agent, task_queue)
-            continue
-        if status.phase == "completed":
-            return await _closed_result(handle, agent, task_queue)
-        if status.phase == "failed":
-            err = status.error
-            if err is None:
-                raise RunFailedError(f"run {workflow_id} failed")
-            raise from_failure(err.type, err.message, err.details)
-        if isinstance(status, SettledStatus) and status.new_items is not None:
-            # The run sent its whole status and transcript with the answer (they are small).
-            items = status.input_items or []
-            snap = RunSnapshot(status=status, input_items=items, new_items=status.new_items)
-            return _paused_result(snap, agent, task_queue)
-        snap = await handle.query(QUERY_SNAPSHOT, result_type=RunSnapshot)
-        if snap.status.phase != "awaiting_approval":
-            status = snap.status
-            continue
-        return _paused_result(snap, agent, task_queue)
-    raise RunFailedError(f"run {workflow_id} did not settle")
-
-
-async def _closed_result(
-    handle: WorkflowHandle[Any, Any], agent: Agent[Any], task_queue: str
-) -> RunResult:
-    try:
-        out: RunOutput = await handle.result()
-    except WorkflowFailureError as exc:
-        raise _typed(exc) from None
-    last = resolve_agent(agent, out.last_agent, out.last_agent_name)
-    desc_run_id = out.run_id or handle.run_id or ""
-    input_items, new_items = out.input_items, out.new_items
-    if out.transcript_omitted:
-        input_items, new_items = await _closed_transcript(handle)
-    status = RunStatus(
-        workflow_id=handle.id,
-        run_id=desc_run_id,
-        phase="completed",
-        agent=agent.name,
-        current_agent=out.last_agent,
-        current_agent_name=out.last_agent_name,
-        turn=out.turns,
-        decisions=out.decisions,
-        usage=out.usage,
-        items=len(input_items) + len(new_items),
-        final_output=out.final_output,
-    )
-    return RunResult(
-        final_output=typed_final_output(last, out.final_output),
-        interruptions=[],
-        new_items=new_items,
-        input=input_items,
-        last_agent=last,
-        workflow_id=handle.id,
-        run_id=desc_run_id,
-        usage=out.usage,
-        decisions=out.decisions,
-        status=status,
-        root_agent=agent,
-        task_queue=task_queue,
-        last_response_id=out.last_response_id,
-    )
-
-
-async def _closed_transcript(
-    handle: WorkflowHandle[Any, Any],
-) -> tuple[list[dict[str, Any]], list[RunItem]]:
-    """A closed run's transcript, by query (its result leaves it out; a worker answers)."""
-    try:
-        snap: RunSnapshot = await handle.query(QUERY_SNAPSHOT, result_type=RunSnapshot)
-    except (RPCError, WorkflowQueryFailedError) as exc:
-        log.warning(
-            "run %s finished, but its transcript could not be read (%s): the result's "
-            "new_items and input are empty; `hitl show %s` reads it once a worker runs",
-            handle.id,
-            getattr(exc, "message", exc),
-            handle.id,
-        )
-        return [], []
-    return snap.input_items, snap.new_items
-
-
-def _paused_result(snap: RunSnapshot, agent: Agent[Any], task_queue: str) -> RunResult:
-    st = snap.status
-    last = resolve_agent(agent, st.current_agent or agent.name, st.current_agent_name or "")
-    return RunResult(
-        final_output=None,
-        interruptions=items_from_pending(st.pending, agent, st.workflow_id),
-        new_items=snap.new_items,
-        input=snap.input_items,
-        last_agent=last,
-        workflow_id=st.workflow_id,
-        run_id=st.run_id,
-        usage=st.usage,
-        decisions=st.decisions,
-        status=st,
-        root_agent=agent,
-        task_queue=task_queue,
-        last_response_id=st.last_response_id,
-    )
-
-
-def _typed(exc: BaseException) -> AgentsException:
-    """The `hitl` exception for a Temporal failure (update refused, run failed)."""
-    cause: BaseException | None = exc.cause if hasattr(exc, "cause") else exc.__cause__
-    while cause is not None and not isinstance(cause, ApplicationError):
-        cause = getattr(cause, "cause", None)
-    if isinstance(cause, ApplicationError):
-        details = cause.details[0] if cause.details else None
-        typed = from_failure(cause.type, cause.message, details)
-        if isinstance(exc, WorkflowUpdateFailedError) and not isinstance(typed, DecisionError):
-            return DecisionError(cause.message, details={"type": cause.type})
-        return typed
-    return RunFailedError(str(exc))
-
-
 @dataclasses.dataclass
 class _Call:
     """The keyword arguments of `Runner.run` (and `run_streamed`)."""
@@ -609,6 +296,11 @@ class _Call:
     previous_response_id: str | None = None
     auto_previous_response_id: bool = False
     conversation_id: str | None = None
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any]) -> _Call:
+        """The options out of `Runner.run`'s `locals()`: each is named once, in its signature."""
+        return cls(**{f.name: arguments[f.name] for f in dataclasses.fields(cls)})
 
 
 class RunResultStreaming:

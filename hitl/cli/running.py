@@ -89,7 +89,7 @@ async def _not_running_message(
 
 
 async def _closed_status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
-    from hitl.run import _typed
+    from hitl.settling import _typed
 
     try:
         out: RunOutput = await handle.result()
