@@ -112,6 +112,36 @@ def summary(agent_name: str, user_input: str | list[dict[str, Any]]) -> str:
     return md_text(f"{agent_name}: {text[:100]}{'...' if len(text) > 100 else ''}")
 
 
+def _after_history(
+    user_input: str | list[dict[str, Any]],
+    history: list[dict[str, Any]] | None,
+    conversation: str | TemporalSession | None,
+) -> str | list[dict[str, Any]]:
+    """`user_input` after a client-managed session's items (a run takes one session)."""
+    if history is None:
+        return user_input
+    if conversation is not None:
+        raise UserError("a run takes one session")
+    try:
+        return [*history, *normalize_input(user_input)]
+    except BadInput as exc:
+        raise UserError(str(exc)) from None
+
+
+def _config(
+    run_config: RunConfig | None,
+    auto_previous_response_id: bool,
+    error_handlers: Mapping[str, RunErrorHandler] | None,
+) -> RunConfig:
+    """A copy of `run_config` with the call's own options on it (the caller's stays as it was)."""
+    cfg = dataclasses.replace(run_config) if run_config else RunConfig()
+    if auto_previous_response_id:
+        cfg.auto_previous_response_id = True
+    if error_handlers:
+        cfg.error_handlers = {**cfg.error_handlers, **dict(error_handlers)}
+    return cfg
+
+
 @dataclasses.dataclass
 class StartRequest:
     """A new run, normalized: its input for the workflow and how to start it."""
@@ -147,14 +177,7 @@ class StartRequest:
         """
         if not isinstance(user_input, str | list):
             raise UserError("input must be a string, a list of input items, or a RunState")
-        run_input: str | list[dict[str, Any]] = user_input
-        if history is not None:
-            if conversation is not None:
-                raise UserError("a run takes one session")
-            try:
-                run_input = [*history, *normalize_input(user_input)]
-            except BadInput as exc:
-                raise UserError(str(exc)) from None
+        run_input = _after_history(user_input, history, conversation)
         problem = conversation_problem(
             previous_response_id,
             conversation_id,
@@ -163,11 +186,7 @@ class StartRequest:
         )
         if problem is not None:
             raise UserError(problem)
-        cfg = dataclasses.replace(run_config) if run_config else RunConfig()
-        if auto_previous_response_id:
-            cfg.auto_previous_response_id = True
-        if error_handlers:
-            cfg.error_handlers = {**cfg.error_handlers, **dict(error_handlers)}
+        cfg = _config(run_config, auto_previous_response_id, error_handlers)
         spec = cfg.spec()
         value, ctx_type = context_value(context, cfg.context_serializer, cfg.strict_context)
         spec.context_type = ctx_type
