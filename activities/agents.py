@@ -16,6 +16,7 @@ from hitl.agent import Agent
 from hitl.errors import UserError
 from hitl.mcp import MCPServerError
 from hitl.model import model_spec_for
+from hitl.refs import Allowed
 from hitl.registry import AgentRegistry
 from hitl.run_config import RunErrorHandlerInput, RunErrorHandlerResult
 from hitl.wire import (
@@ -94,6 +95,48 @@ async def with_mcp_tools(graph: AgentGraph, agents: Mapping[str, Agent[Any]]) ->
     return graph.model_copy(update={"agents": specs})
 
 
+def check_run_refs(cfg: RunConfigSpec, allowed: Allowed) -> None:
+    """Refuse (`UserError`) a run whose config names code this worker does not allow."""
+    named = [
+        ("tool_error_formatter", cfg.tool_error_formatter),
+        ("approver", cfg.approver),
+        ("handoff_input_filter", cfg.handoff_input_filter),
+        ("handoff_history_mapper", cfg.handoff_history_mapper),
+        ("call_model_input_filter", cfg.call_model_input_filter),
+        ("context_deserializer", cfg.context_deserializer),
+        *((f"error_handlers[{k!r}]", v) for k, v in cfg.error_handlers.items()),
+        *(("input_guardrails", g) for g in cfg.input_guardrails),
+        *(("output_guardrails", g) for g in cfg.output_guardrails),
+    ]
+    for what, ref in named:
+        if ref:
+            allowed.get(ref, what=f"the run's {what}")
+    if cfg.context_type:
+        allowed.get(cfg.context_type, what="the run context's type")
+    unknown = set(cfg.error_handlers) - {"max_turns"}
+    if unknown:
+        raise UserError(f"unsupported error_handlers keys: {sorted(unknown)}")
+
+
+def with_run_model(graph: AgentGraph, cfg: RunConfigSpec, allowed: Allowed) -> AgentGraph:
+    """`graph` with the run's own model (`RunConfig.model`) on every agent, if it names one.
+
+    Raises:
+        UserError: the model names an endpoint or secret variables this worker does not allow.
+    """
+    if not cfg.model:
+        return graph
+    spec = cfg.model if isinstance(cfg.model, ModelSpec) else model_spec_for(cfg.model)
+    if not allowed.allows_model(spec):
+        raise UserError(
+            f"the run's model {spec.name[:100]!r} names an endpoint or secret "
+            "variables this worker does not know; allow the Model on the worker "
+            "(`hitl.allow(OpenAIModel(...))` or `build_worker(..., allow=[...])`)"
+        )
+    agents = {k: a.model_copy(update={"model": spec}) for k, a in graph.agents.items()}
+    return graph.model_copy(update={"agents": agents})
+
+
 class AgentActivities:
     """Graph capture and error handlers for the agents in `registry`.
 
@@ -148,41 +191,8 @@ class AgentActivities:
             captured = self.registry.resolve(inp.agent)
             graph = await with_mcp_tools(captured.graph, captured.agents)
             cfg = inp.run_config
-            allowed = self.registry.allowed
-            named = [
-                ("tool_error_formatter", cfg.tool_error_formatter),
-                ("approver", cfg.approver),
-                ("handoff_input_filter", cfg.handoff_input_filter),
-                ("handoff_history_mapper", cfg.handoff_history_mapper),
-                ("call_model_input_filter", cfg.call_model_input_filter),
-                ("context_deserializer", cfg.context_deserializer),
-                *((f"error_handlers[{k!r}]", v) for k, v in cfg.error_handlers.items()),
-                *(("input_guardrails", g) for g in cfg.input_guardrails),
-                *(("output_guardrails", g) for g in cfg.output_guardrails),
-            ]
-            for what, ref in named:
-                if ref:
-                    allowed.get(ref, what=f"the run's {what}")
-            if cfg.context_type:
-                allowed.get(cfg.context_type, what="the run context's type")
-            unknown = set(cfg.error_handlers) - {"max_turns"}
-            if unknown:
-                raise UserError(f"unsupported error_handlers keys: {sorted(unknown)}")
-            if cfg.model:
-                spec = cfg.model if isinstance(cfg.model, ModelSpec) else model_spec_for(cfg.model)
-                if not allowed.allows_model(spec):
-                    raise UserError(
-                        f"the run's model {spec.name[:100]!r} names an endpoint or secret "
-                        "variables this worker does not know; allow the Model on the worker "
-                        "(`hitl.allow(OpenAIModel(...))` or `build_worker(..., allow=[...])`)"
-                    )
-                graph = graph.model_copy(
-                    update={
-                        "agents": {
-                            k: a.model_copy(update={"model": spec}) for k, a in graph.agents.items()
-                        }
-                    }
-                )
+            check_run_refs(cfg, self.registry.allowed)
+            graph = with_run_model(graph, cfg, self.registry.allowed)
             check_approver_setup(graph, cfg, self.directory)
         except UserError as exc:
             raise user_failure(exc) from None
