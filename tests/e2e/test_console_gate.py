@@ -98,10 +98,10 @@ async def test_in_header_mode_the_proxy_must_name_the_sessions_person(
         url = decide_url("default", wid, call)
         # ann's session and form, but the proxy now says bob: signed out, for either of them.
         as_bob = await web.post(url, data=form, headers={"X-Forwarded-User": "bob"})
-        assert (as_bob.status_code, as_bob.text) == (401, "log in first")
+        assert as_bob.status_code == 401 and "nothing was decided" in as_bob.text
         # ann's session and form, and no proxy header at all (a request around the proxy).
         around = await web.post(url, data=form)
-        assert (around.status_code, around.text) == (401, "log in first")
+        assert around.status_code == 401 and "nothing was decided" in around.text
         assert await recorded(dev_client, wid) == []
         # The proxy says ann, as the session does: taken, as ann.
         as_ann = await web.post(url, data=form, headers={"X-Forwarded-User": "ann"})
