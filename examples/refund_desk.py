@@ -115,7 +115,7 @@ def cancel_order(ctx: ToolContext[Any], order_id: int) -> str:
 
 AMOUNT = re.compile(r"\$\s?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d{1,2})?)(?![\d,])")
 """A dollar amount as people write it: `$40`, `$1250.00`, `$1,250.00`."""
-ORDER = re.compile(r"(?<![\d$,.])(\d{4})(?![\d,]|\.\d)")
+ORDER = re.compile(r"(?<![\d$,.])(\d{4})(?![\d]|\.\d|,\d)")
 """An order number: four digits that are not part of an amount."""
 
 

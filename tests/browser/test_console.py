@@ -366,6 +366,7 @@ async def test_what_was_typed_survives_a_session_that_ended(browser: Any, consol
     await page.fill("input[name=token]", console.tokens["bob"])
     await page.click("button:has-text('Sign in')")
     await page.wait_for_selector("[data-testid=title]")
+    await page.wait_for_load_state("domcontentloaded")  # the page's script has run
     assert await page.locator("textarea[name=reason]").input_value() == "Customer asked:\nkeep it"
     assert await page.locator("textarea[name=message]").input_value() == (
         "Keep the order; offer a discount."

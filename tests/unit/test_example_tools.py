@@ -88,6 +88,14 @@ def test_the_refund_desk_reads_amounts_as_people_write_them(text: str) -> None:
     assert (name, args["order_id"], args["amount"]) == ("refund", 1001, 1250.0)
 
 
+def test_the_refund_desk_reads_the_demos_request() -> None:
+    text = (
+        "Order 1001 arrived broken: please refund $250. Also cancel order 1002, it is a duplicate."
+    )
+    assert refund_desk.read_amounts_and_orders(text) == ([250.0], [1001, 1002])
+    assert refund_desk.read_amounts_and_orders("cancel 1003, 1004 and 1003") == ([], [1003, 1004])
+
+
 def test_the_refund_desk_makes_one_call_per_order_named() -> None:
     text = "Cancel order 1003. Yes, cancel 1003 for sure."
     assert desk_turn(text, []) == [("lookup_order", {"order_id": 1003})]
