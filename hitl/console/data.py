@@ -130,6 +130,8 @@ class Row:
     """Nothing says who may decide its calls: only viewers see the row."""
     approved_by: list[str] = field(default_factory=list)
     """Who has approved it so far (four eyes): they wait for others, not act."""
+    no_worker: bool = False
+    """No worker polls its task queue now: it can be neither shown whole nor decided."""
 
     @classmethod
     def of_pending(cls, ns: str, w: str, agent: str, queue: str, p: PendingApproval) -> Row:
@@ -289,6 +291,7 @@ class ConsoleData:
                 why, memo = answer
                 inbox.unavailable.append((ns, w.id, why))
                 inbox.rows.append(Row.unconfirmed(ns, w.id, agent, w.task_queue, why, memo))
+        await _mark_unserved([r for r in inbox.rows if r.namespace == ns], pollers)
 
     async def snapshot(self, namespace: str, workflow_id: str) -> RunSnapshot:
         """A run's status and transcript (`_Gone` / `_Unreadable` when it cannot say).
@@ -492,6 +495,13 @@ class ConsoleData:
             headline, _ = recorded_words(prior)
             detail = f"It had recorded: {headline}."
         return Outcome(False, "The run has finished", detail, "RunFinished")
+
+
+async def _mark_unserved(rows: list[Row], pollers: _Pollers) -> None:
+    """Mark the rows whose task queue no worker polls (one question per queue and reading)."""
+    for row in rows:
+        if row.confirmed and not row.no_worker:
+            row.no_worker = await pollers.count(row.task_queue) == 0
 
 
 async def _ask(

@@ -47,6 +47,7 @@ async def test_sign_in_see_the_call_in_the_inbox_and_approve_it(browser: Any, co
     await page.goto(console.url + "/")
     await row_of(page, wid, call_id).wait_for(timeout=15_000)
     assert "support agent" in (await row_of(page, wid, call_id).inner_text()).lower()
+    assert await row_of(page, wid, call_id).locator("[data-testid=no-worker]").count() == 0
     await shot(page, "console-inbox")
     await open_call(page, console, wid, call_id)
     assert await page.locator("[data-testid=primary]").inner_text() == "Approve"
@@ -379,6 +380,7 @@ async def test_what_was_typed_survives_a_session_that_ended(browser: Any, consol
         "reject", "Customer asked:\nkeep it", "Keep the order; offer a discount."
     )  # fmt: skip
     # Recorded: the drafts are cleared, so the call's page starts empty next time.
+    await page.wait_for_load_state("domcontentloaded")  # the outcome page's script has run
     kept = await page.evaluate(
         "Object.keys(sessionStorage).filter(k => k.includes(" + json.dumps(call_id) + "))"
     )

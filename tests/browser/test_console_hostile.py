@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from temporalio.client import WorkflowHandle
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from hitl import Runner
+from hitl import Runner, serve_agents
 from hitl.console.urls import call_url, decide_url
 from hitl.wire import (
     INBOX_MEMO,
@@ -42,7 +42,7 @@ from hitl.wire import (
 )
 from tests.agents import signed_treasury, support_agent, treasury_agent
 from tests.browser.conftest import Console, row_of, signed_in
-from tests.helpers import queue_name, serving, wait_for
+from tests.helpers import queue_name, wait_for
 
 CHANGED = "This call changed since you opened it: look again"
 
@@ -166,7 +166,8 @@ async def test_the_inbox_lists_only_our_runs_and_believes_no_starters_memo(
     client = guarded.client
     # A genuine run, paused on a queue we list; then its worker stops (no query can be
     # answered: what the inbox shows of it comes from its memo, which its run wrote).
-    async with serving(client, support_agent, task_queue=guarded.parked_queue):
+    # (`serve_agents`, as a script would: a stopped worker's identity is known to be gone.)
+    async with serve_agents(support_agent, client=client, task_queue=guarded.parked_queue):
         genuine = await Runner.run(
             support_agent, "cancel order 41", client=client,
             task_queue=guarded.parked_queue, serve=False,
@@ -197,6 +198,10 @@ async def test_the_inbox_lists_only_our_runs_and_believes_no_starters_memo(
         # The genuine run: from its memo, confirmed, linked, with its own title.
         genuine_row = row_of(vic, genuine.workflow_id, genuine_call)
         assert "Support agent wants to run cancel_order" in await genuine_row.inner_text()
+        # Its worker stopped: the row says so before anyone opens it.
+        no_worker = genuine_row.locator("[data-testid=no-worker]")
+        assert await no_worker.inner_text() == "no worker"
+        assert guarded.parked_queue in (await no_worker.get_attribute("title") or "")
         assert await genuine_row.locator("a").get_attribute("href") == call_url(
             "default", genuine.workflow_id, genuine_call
         )
