@@ -128,7 +128,6 @@ class Acts(ConsoleCore):
             client=CHAT_CLIENT,
         )
         if outcome.ok:
-            self.data.forget()
             return outcome.headline
         return f"{outcome.headline} ({outcome.error_type})"
 

@@ -29,7 +29,6 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs
 
 from hitl.console.auth import NAME
@@ -163,10 +162,3 @@ def _reply(url: str, text: str) -> None:
             resp.read(1024)
     except OSError:
         pass
-
-
-def payload_of(body: bytes) -> dict[str, Any]:
-    """The JSON `payload` form field of a Slack request (tests and tools)."""
-    [raw] = parse_qs(body.decode("utf-8"))["payload"]
-    out: dict[str, Any] = json.loads(raw)
-    return out

@@ -49,7 +49,7 @@ def _blocks(text: str) -> str:
     """Paragraphs, lists and headings of text with no fenced code."""
     html = []
     for block in re.split(r"\n[ \t]*\n", text.strip("\n")):
-        lines = [line for line in block.split("\n")]
+        lines = block.split("\n")
         if not block.strip():
             continue
         if all(_ITEM.match(line) for line in lines):
