@@ -33,6 +33,7 @@ from hitl.refs import Allowed
 from hitl.registry import AgentRegistry
 from hitl.wire import (
     ACT_CALL_MODEL,
+    AGENT_NOT_SERVED,
     EVENTS_TOPIC,
     QUERY_TRANSCRIPT,
     CallModelInput,
@@ -47,6 +48,8 @@ from hitl.wire import (
     TranscriptQuery,
     TranscriptRef,
     Usage,
+    agent_definition,
+    definition_digest,
 )
 
 
@@ -67,6 +70,7 @@ class ModelActivities:
     async def call_model(self, inp: CallModelInput) -> ModelResponse:
         """Ask the agent's model for its next step and validate the answer."""
         try:
+            inp = self._definition(inp)
             agent = self.registry.agent(inp.root_agent, inp.agent_id)
             context = rebuild_context(inp.context, self.registry.allowed)
             instructions = await self._instructions(inp, agent, context)
@@ -106,6 +110,30 @@ class ModelActivities:
                 response.has_final_output = True
         return response
 
+    def _definition(self, inp: CallModelInput) -> CallModelInput:
+        """The input with the agent's definition (from the registry: see `definition`)."""
+        if inp.definition is None:
+            if inp.model is None:
+                raise ApplicationError(
+                    "call_model input without a model or a definition",
+                    type="UserError",
+                    non_retryable=True,
+                )
+            return inp
+        try:
+            captured = self.registry.resolve(inp.root_agent)
+        except UserError:
+            captured = None
+        spec = captured.graph.agents.get(inp.agent_id) if captured is not None else None
+        if spec is None or definition_digest(spec) != inp.definition:
+            raise ApplicationError(
+                f"this worker does not serve the definition of agent {inp.agent_id!r} the run "
+                "pinned (a deploy changed it): the run sends it",
+                type=AGENT_NOT_SERVED,
+                non_retryable=True,
+            )
+        return inp.model_copy(update=agent_definition(spec))
+
     async def _ask(
         self,
         inp: CallModelInput,
@@ -118,14 +146,14 @@ class ModelActivities:
         The last element says whether the provider had lost the previous response, so the
         whole transcript was sent instead (a new chain).
         """
-        if inp.model.provider != "scripted":
+        if inp.model_spec.provider != "scripted":
             if self.openai is None:
                 from hitl.activities.openai_model import OpenAIProvider
 
                 self.openai = OpenAIProvider()
             return await self._openai(inp, instructions, transcript)
         try:
-            scripted = ScriptedModel.registered(inp.model.name)
+            scripted = ScriptedModel.registered(inp.model_spec.name)
         except UserError as exc:
             raise user_failure(exc) from None
         request = ModelRequest(

@@ -171,8 +171,6 @@ class CallAction(WireModel):
 class Approval(WireModel):
     """One person's approval of a call that needs several (four eyes)."""
 
-    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
-
     approver: str
     reason: str | None = None
     via: DecisionVia = "update"
@@ -196,8 +194,6 @@ class Approval(WireModel):
 
 class DecisionRecord(WireModel):
     """A recorded decision: who decided what about which call, when, and how."""
-
-    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
 
     call_id: str
     tool_name: str

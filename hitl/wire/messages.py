@@ -214,8 +214,6 @@ class DecideInput(WireModel):
 class InboxEntry(WireModel):
     """A pending call as a paused run's memo lists it (no arguments; the title cut)."""
 
-    _sparse: ClassVar[bool] = False
-
     call_id: str
     tool_name: str
     agent_id: str
@@ -236,8 +234,6 @@ class InboxEntry(WireModel):
 
 class InboxMemo(WireModel):
     """The memo field `hitl_inbox`: what a paused run waits on, readable from visibility."""
-
-    _sparse: ClassVar[bool] = False
 
     calls: list[InboxEntry] = Field(default_factory=list)
     total: int = 0

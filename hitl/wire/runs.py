@@ -7,7 +7,7 @@ What people do to a call (decisions, approvals, edits, resolutions, answers) is 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
@@ -391,8 +391,6 @@ class RunInput(WireModel):
 
 class RunOutput(WireModel):
     """Result of a completed `AgentRun`."""
-
-    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
 
     final_output: Any = None
     last_agent: str
