@@ -232,6 +232,7 @@ async def _invoke(tool: FunctionTool, ctx: ToolContext[Any], arguments: str) -> 
                     "message": ask.message,
                     "schema": ask.schema,
                     "index": ask.index,
+                    "timeout": ask.timeout,
                 },
                 type="ToolInputRequired",
                 non_retryable=True,

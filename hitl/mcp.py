@@ -93,9 +93,19 @@ class MCPServerError(Exception):
 class InputRequired(Exception):
     """The server asked for input the run has no answer for yet (elicitation)."""
 
-    def __init__(self, server: str, message: str, schema: dict[str, Any], index: int) -> None:
+    def __init__(
+        self,
+        server: str,
+        message: str,
+        schema: dict[str, Any],
+        index: int,
+        *,
+        timeout: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.server, self.message, self.schema, self.index = server, message, schema, index
+        self.timeout = timeout
+        """Seconds the run waits for the answer; then the tool is called with `cancel`."""
 
 
 def expand_env(value: str) -> str:

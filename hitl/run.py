@@ -17,6 +17,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from hitl.agent import Agent
 from hitl.client import connect
+from hitl.client_tools import answer_client_calls
 from hitl.connection import RunnerConnection, ServeMode
 from hitl.errors import (
     UserError,
@@ -182,6 +183,8 @@ async def _run(agent: Agent[Any], input: _Input, call: _Call) -> RunResult:
             result = await _resume(conn, input, call.approver)
         else:
             result = await _start(conn, _start_request(agent, input, call, history))
+        while (state := await answer_client_calls(agent, result, call.approver)) is not None:
+            result = await _resume(conn, state, call.approver)
     return await _known_session(_known_context(result, input, call), input, history, session)
 
 

@@ -89,8 +89,11 @@ class InputRequest(WireModel):
     message: str
     requested_schema: dict[str, Any]
     """The form's JSON schema: an object of flat string, number, integer, boolean or enum
-    properties."""
+    properties (a client tool's: its result's type)."""
     since: datetime
+    timeout_seconds: float | None = None
+    """Seconds from `since` the run waits; then the tool is called with a `cancel` answer (a
+    client tool's `answer_timeout`; `None`: no limit)."""
 
 
 class InputAnswer(WireModel):
