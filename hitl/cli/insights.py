@@ -191,9 +191,11 @@ def as_json(fig: Figures) -> dict[str, Any]:
 
 
 def span_text(seconds: float) -> str:
-    """Seconds as a short span: `45s`, `12m 5s`, `3h 2m`, `2d 4h` (`-` for none)."""
+    """Seconds as a short span: `0.4s`, `45s`, `12m 5s`, `3h 2m`, `2d 4h` (`-` for none)."""
     if math.isnan(seconds):
         return "-"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
     s = round(seconds)
     for unit, size, sub, subsize in (("d", 86400, "h", 3600), ("h", 3600, "m", 60),
                                      ("m", 60, "s", 1)):  # fmt: skip
@@ -226,8 +228,8 @@ def text_report(data: dict[str, Any], span: str) -> list[str]:
         "time to decision (a person's, from request to decision):",
         *_timing_lines("tool", data["time_to_decision"]["by_tool"]),
         *_timing_lines("approver", data["time_to_decision"]["by_approver"]),
-        f"pending now: {pending['count']} calls, oldest waiting "
-        f"{span_text(pending['oldest_seconds']) if pending['count'] else '-'}",
+        f"pending now: {pending['count']} call{'' if pending['count'] == 1 else 's'}, "
+        f"oldest waiting {span_text(pending['oldest_seconds']) if pending['count'] else '-'}",
     ]
     for tool, row in pending["by_tool"].items():
         lines.append(f"  {tool}: {row['count']}, oldest {span_text(row['oldest_seconds'])}")

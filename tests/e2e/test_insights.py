@@ -151,9 +151,11 @@ async def test_the_cli_counts_the_decisions_and_orders_the_waits(decided: Decide
 
     text = hitl(decided.address, "insights", "--since", "1h", "--task-queue", decided.queue)
     assert "1 approved, 1 rejected, 0 expired" in text.stdout
-    assert "pending now: 1 calls" in text.stdout
+    assert "pending now: 1 call, oldest waiting" in text.stdout
     bad = hitl(decided.address, "insights", "--since", "forever")
     assert bad.returncode == 2 and "not a span" in bad.stderr
+    none = hitl(decided.address, "insights", "--limit", "0")
+    assert none.returncode == 2 and "--limit must be at least 1" in none.stderr
 
 
 async def test_the_worker_exports_what_its_runs_decided(decided: Decided) -> None:

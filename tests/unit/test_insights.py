@@ -225,5 +225,10 @@ def test_the_window_query_and_spans() -> None:
     query = window_query(T0, ["hitl", "it's"])
     assert "ExecutionStatus = 'Running' OR CloseTime >= '2026-11-20T09:00:00+00:00'" in query
     assert "ExecutionStatus != 'ContinuedAsNew'" in query
-    assert span_text(45) == "45s" and span_text(725) == "12m 5s" and span_text(90000) == "1d 1h"
+    assert (
+        span_text(0.42) == "0.4s"
+        and span_text(45) == "45s"
+        and span_text(725) == "12m 5s"
+        and span_text(90000) == "1d 1h"
+    )
     assert span_text(math.nan) == "-"
