@@ -79,7 +79,10 @@ class Decided:
 @pytest.fixture(scope="module")
 def worker_with_metrics(dev_server: DevServer) -> Iterator[tuple[str, str]]:
     queue, port = queue_name("insights"), free_port()
-    worker = WorkerProcess(dev_server.address, queue, extra_args=["--metrics-port", str(port)])
+    # No cache: every workflow task replays the run from its start, and still each fact
+    # counts once (the SDK's workflow meter records nothing while replaying).
+    args = ["--metrics-port", str(port), "--max-cached-workflows", "0"]
+    worker = WorkerProcess(dev_server.address, queue, extra_args=args)
     worker.start()
     try:
         yield queue, f"http://127.0.0.1:{port}/metrics"
