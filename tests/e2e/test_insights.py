@@ -27,7 +27,7 @@ from hitl.wire import UPDATE_APPROVE, UPDATE_REJECT, DecisionInput, RunOutput
 from hitl.worker.devserver import DevServer
 from tests.agents import support_agent
 from tests.e2e.cli_support import hitl
-from tests.helpers import WorkerProcess, queue_name, wait_for
+from tests.helpers import WorkerProcess, queue_name, serving, wait_for
 
 TOKEN = "insights-test-token"
 
@@ -257,3 +257,32 @@ async def test_console_metrics_are_off_without_a_token(
         assert status == 200 and "Sign in" in body and "cancel_order" not in body
     finally:
         await server.stop()
+
+
+async def test_without_a_worker_a_paused_run_counts_from_its_memo(
+    dev_server: DevServer, dev_client: Client
+) -> None:
+    """With nobody to answer queries, a paused run's waiting calls come from its inbox memo,
+    and a run that closed without a result is counted as unread, not guessed at."""
+    async with serving(dev_client, support_agent) as queue:
+        parked = await Runner.run(
+            support_agent, "cancel order 7", client=dev_client, task_queue=queue, serve=False
+        )
+        stopped = await Runner.run(
+            support_agent, "cancel order 8", client=dev_client, task_queue=queue, serve=False
+        )
+    await dev_client.get_workflow_handle(stopped.workflow_id).terminate("test")
+    assert parked.interruptions
+    data: dict[str, Any] = {}
+
+    def counted() -> bool:
+        nonlocal data
+        out = hitl(dev_server.address, "insights", "--since", "1h", "--json", "--task-queue",
+                   queue, "--timeout", "2")  # fmt: skip
+        data = json.loads(out.stdout) if out.returncode == 0 else {}
+        return bool(data) and data["runs"]["listed"] == 2
+
+    await wait_for(counted, what="both runs listed")
+    assert data["runs"] == {"listed": 2, "read": 1, "unread": 1, "limit": 500}
+    assert data["pending"]["count"] == 1
+    assert data["totals"]["approved"] == data["totals"]["rejected"] == 0
