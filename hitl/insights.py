@@ -131,6 +131,8 @@ class Figures:
     policy_fields: bool = False
     """Some decision record named a policy rule (else the rule series are empty)."""
     runs_listed: int = 0
+    runs_matched: int = 0
+    """Runs the window has (more than `runs_listed` when the limit stopped the listing)."""
     runs_read: int = 0
     limit: int = 0
     unread: list[str] = field(default_factory=list)
@@ -270,7 +272,10 @@ def _families(
 ) -> list[_Series]:
     window = _Series("hitl_insights_window_seconds", "gauge", "Length of the window counted.")
     window.add((fig.until - fig.since).total_seconds())
-    runs = _Series("hitl_insights_runs", "gauge", "Runs of the window: listed, read, unread.")
+    runs = _Series(
+        "hitl_insights_runs", "gauge", "Runs of the window: in it, listed, read, unread."
+    )
+    runs.add(fig.runs_matched, state="in_window")
     runs.add(fig.runs_listed, state="listed")
     runs.add(fig.runs_read, state="read")
     runs.add(len(fig.unread), state="unread")

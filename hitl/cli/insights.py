@@ -41,6 +41,8 @@ class Reading:
     decisions: list[DecisionRecord] = field(default_factory=list)
     pending: list[PendingCall] = field(default_factory=list)
     listed: int = 0
+    matched: int | None = None
+    """How many runs the window has, when the listing stopped at the limit (else `listed`)."""
     read: int = 0
     unread: list[str] = field(default_factory=list)
 
@@ -77,6 +79,12 @@ async def read_window(
         ]
     except RPCError as exc:
         raise Refused(f"cannot list runs: {exc.message} ({_code(exc)})") from None
+    if len(found) >= limit:
+        try:
+            counted = await client.count_workflows(window_query(since, queues))
+            reading.matched = counted.count
+        except RPCError:
+            pass  # the count is a courtesy: the runs read are what the figures say
     found = [w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in queues]
     reading.listed = len(found)
     pollers = _Pollers(client)
@@ -130,6 +138,7 @@ def figures_of(reading: Reading, since: datetime, until: datetime, limit: int) -
     """The figures of a reading."""
     fig = aggregate(reading.decisions, reading.pending, since, until)
     fig.runs_listed, fig.runs_read, fig.limit = reading.listed, reading.read, limit
+    fig.runs_matched = reading.matched if reading.matched is not None else reading.listed
     fig.unread = reading.unread
     return fig
 
@@ -166,6 +175,7 @@ def as_json(fig: Figures) -> dict[str, Any]:
         "until": fig.until.isoformat(),
         "runs": {
             "listed": fig.runs_listed,
+            "in_window": fig.runs_matched,
             "read": fig.runs_read,
             "unread": len(fig.unread),
             "limit": fig.limit,
@@ -222,8 +232,8 @@ def text_report(data: dict[str, Any], span: str) -> list[str]:
     runs, totals, pending = data["runs"], data["totals"], data["pending"]
     lines = [
         f"insights for the last {span} (since {data['since']})",
-        f"runs: {runs['read']} read of {runs['listed']} listed (--limit {runs['limit']}), "
-        f"{runs['unread']} unread",
+        f"runs: {runs['read']} read of {runs['listed']} listed (--limit {runs['limit']}; "
+        f"{runs['in_window']} in the window), {runs['unread']} unread",
         "decisions: " + ", ".join(f"{totals[k]} {k}" for k in totals),
         "time to decision (a person's, from request to decision):",
         *_timing_lines("tool", data["time_to_decision"]["by_tool"]),

@@ -78,6 +78,9 @@ class InsightsSource:
             total.decisions += got.decisions
             total.pending += got.pending
             total.listed, total.read = total.listed + got.listed, total.read + got.read
+            total.matched = (total.matched or 0) + (
+                got.matched if got.matched is not None else got.listed
+            )
             total.unread += got.unread
         return figures_of(total, since, until, self.limit)
 

@@ -151,6 +151,7 @@ async def test_the_cli_counts_the_decisions_and_orders_the_waits(decided: Decide
 
     limited = insights(decided, "--limit", "1")
     assert limited["runs"]["read"] == 1 and limited["runs"]["limit"] == 1
+    assert limited["runs"]["in_window"] == 3
 
     text = hitl(decided.address, "insights", "--since", "1h", "--task-queue", decided.queue)
     assert "1 approved, 1 rejected, 0 expired" in text.stdout
@@ -283,6 +284,6 @@ async def test_without_a_worker_a_paused_run_counts_from_its_memo(
         return bool(data) and data["runs"]["listed"] == 2
 
     await wait_for(counted, what="both runs listed")
-    assert data["runs"] == {"listed": 2, "read": 1, "unread": 1, "limit": 500}
+    assert data["runs"] == {"listed": 2, "in_window": 2, "read": 1, "unread": 1, "limit": 500}
     assert data["pending"]["count"] == 1
     assert data["totals"]["approved"] == data["totals"]["rejected"] == 0

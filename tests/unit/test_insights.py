@@ -232,3 +232,28 @@ def test_the_window_query_and_spans() -> None:
         and span_text(90000) == "1d 1h"
     )
     assert span_text(math.nan) == "-"
+
+
+def test_the_workers_exporter_escapes_what_a_label_holds() -> None:
+    """The worker's endpoint is the SDK core's exporter: a label value with quotes, newlines
+    and backslashes stays one label value (the worker bounds which names get there at all)."""
+    import socket
+    import urllib.request
+
+    from hitl.worker.telemetry import metrics_runtime
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    runtime = metrics_runtime("127.0.0.1", port)
+    evil = 'cancel"} 1\ninjected_total{x="1'
+    runtime.metric_meter.create_counter("hitl_decisions_total").add(1, {"tool": evil})
+
+    def scraped() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            return str(answer.read().decode())
+
+    text = scraped()
+    mine = [s for s in parse(text) if s[0] == "hitl_decisions_total"]
+    assert [labels["tool"] for _, labels, _ in mine] == [evil]
+    assert not [s for s in parse(text) if s[0] == "injected_total"]
