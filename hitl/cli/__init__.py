@@ -18,6 +18,8 @@
     hitl keys show FILE                        a private key's key id and public key
     hitl watch RUN [--from-offset N]           follow a run until it finishes
     hitl verify RUN | --since 7d [--json]      prove every executed call had its decisions
+    hitl insights [--since 7d] [--json] [--limit N]
+                                               decision counts, time to decide, what waits
     hitl codec-server [--port 8081]            decrypt payloads for the temporal CLI and UI
     hitl console [--port 8090] [--auth link|tokens|header] [--signing-key FILE]
                                                the approval console: a web inbox for people
