@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -69,25 +69,47 @@ def actual_effect(rec: DecisionRecord) -> str:
     return "allow" if rec.kind == "approve" else "deny"
 
 
-def policy_hit(rec: DecisionRecord) -> PolicyHit | None:
-    """The policy rule named by a decision record, if the record carries one.
+OUTCOME_EFFECTS = {"refused": "deny", "asked": "ask", "free": "allow"}
+"""A policy verdict's `outcome` (what the call's plan became), in a policy's words."""
 
-    The one place that knows the policy fields' names: `rule_id` and `rule_effect` (the rule
-    that decided), `shadow_rule_id` and `shadow_effect` (a `log_only` rule's verdict). Records
-    without them (every record until policies name their rules) give `None`, and the rule
-    series stay empty.
+
+def policy_hit(rec: DecisionRecord | None, verdict: Any = None) -> PolicyHit | None:
+    """The policy rule behind a call, from its policy verdict or else its decision record.
+
+    The one place that knows the policy fields' names. A verdict (the policy work's
+    `PolicyVerdict`: `rule`, `effect`, `shadow_rule`, `shadow_effect`, `outcome`) says most; a
+    decision record names the deciding rule (`policy_rule`, or `rule_id` with `rule_effect`) and
+    may carry a shadow verdict (`shadow_rule` / `shadow_rule_id`, `shadow_effect`). Neither
+    (every record until policies name their rules) gives `None`: the rule series stay empty.
     """
-    extra = rec.__dict__
-    rule, effect = _text(extra.get("rule_id")), _text(extra.get("rule_effect"))
-    shadow, shadow_effect = _text(extra.get("shadow_rule_id")), _text(extra.get("shadow_effect"))
+    if verdict is not None:
+        rule, effect = _field(verdict, "rule"), _field(verdict, "effect")
+        shadow, shadow_effect = _field(verdict, "shadow_rule"), _field(verdict, "shadow_effect")
+        happened = OUTCOME_EFFECTS.get(_field(verdict, "outcome"), "") or effect
+        if not happened and rec is not None:
+            happened = actual_effect(rec)
+    elif rec is not None:
+        rule, effect = _field(rec, "policy_rule", "rule_id"), _field(rec, "rule_effect")
+        shadow = _field(rec, "shadow_rule", "shadow_rule_id")
+        shadow_effect, happened = _field(rec, "shadow_effect"), actual_effect(rec)
+    else:
+        return None
     if not rule and not shadow:
         return None
-    disagrees = bool(shadow) and bool(shadow_effect) and shadow_effect != actual_effect(rec)
+    disagrees = bool(shadow) and bool(shadow_effect) and shadow_effect != happened
     return PolicyHit(rule, effect, shadow, disagrees)
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+def _field(obj: Any, *names: str) -> str:
+    """The first of `names` that `obj` has as a non-empty string, else `""`.
+
+    Models of other versions may lack any of them.
+    """
+    for name in names:
+        value = getattr(obj, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 @dataclass(frozen=True)
@@ -153,13 +175,21 @@ def aggregate(
     pending: Iterable[PendingCall],
     since: datetime,
     until: datetime,
+    *,
+    verdicts: Mapping[int, Any] | None = None,
+    undecided: Iterable[Any] = (),
 ) -> Figures:
     """Count the decisions made in `[since, until]` and the calls pending at `until`.
 
     Time to decision is counted for decisions by a person whose record says when the call
     started waiting (`requested_at`); an approval of several people counts at the last one.
+    Rule hits: `verdicts` maps a decision (`id(record)`) to its call's policy verdict, when the
+    run said; `undecided` are the verdicts of calls that got no decision record (denied, or let
+    through by an `allow`), counted with their run's window.
     """
     fig = Figures(since=since, until=until)
+    for verdict in undecided:
+        _count_policy(fig, policy_hit(None, verdict))
     for rec in decisions:
         if rec.still_needed or not since <= rec.decided_at <= until:
             continue
@@ -174,19 +204,23 @@ def aggregate(
             took = max(0.0, (rec.decided_at - rec.requested_at).total_seconds())
             fig.by_tool.setdefault(tool, []).append(took)
             fig.by_approver.setdefault(rec.approver or "", []).append(took)
-        hit = policy_hit(rec)
-        if hit is not None:
-            fig.policy_fields = True
-            if hit.rule:
-                fig.rule_hits[(hit.rule, hit.effect)] += 1
-            if hit.disagrees:
-                fig.shadow_disagreements[hit.shadow_rule] += 1
+        _count_policy(fig, policy_hit(rec, (verdicts or {}).get(id(rec))))
     for p in pending:
         key = (p.tool, p.kind)
         fig.pending[key] += 1
         age = max(0.0, (until - p.since).total_seconds()) if p.since is not None else 0.0
         fig.oldest[key] = max(fig.oldest.get(key, 0.0), age)
     return fig
+
+
+def _count_policy(fig: Figures, hit: PolicyHit | None) -> None:
+    if hit is None:
+        return
+    fig.policy_fields = True
+    if hit.rule:
+        fig.rule_hits[(hit.rule, hit.effect)] += 1
+    if hit.disagrees:
+        fig.shadow_disagreements[hit.shadow_rule] += 1
 
 
 def bound(counts: Counter[str], known: Iterable[str] | None = None) -> dict[str, str]:

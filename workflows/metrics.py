@@ -80,7 +80,7 @@ class DecisionMetrics:
             took = max(0.0, (rec.decided_at - rec.requested_at).total_seconds())
             who = approver_label(rec.approver, call, directory)
             self._made[DECISION_SECONDS].record(took, {"tool": tool, "approver": who})
-        hit = policy_hit(rec)
+        hit = policy_hit(rec, getattr(call, "policy", None))  # the call's policy verdict
         if hit is not None and hit.rule:
             self._counter(RULE_HITS, "Decisions by the policy rule that decided.").add(
                 1, {"rule": _cut(hit.rule), "effect": _cut(hit.effect)}

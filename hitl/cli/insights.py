@@ -40,6 +40,10 @@ class Reading:
 
     decisions: list[DecisionRecord] = field(default_factory=list)
     pending: list[PendingCall] = field(default_factory=list)
+    verdicts: dict[int, Any] = field(default_factory=dict)
+    """A decision's (`id(record)`) policy verdict, from runs whose status has verdicts."""
+    undecided: list[Any] = field(default_factory=list)
+    """Policy verdicts of calls that got no decision record (denied, or let through)."""
     listed: int = 0
     matched: int | None = None
     """How many runs the window has, when the listing stopped at the limit (else `listed`)."""
@@ -101,11 +105,22 @@ async def read_window(
         reading.read += 1
         if status is not None:
             reading.decisions += status.decisions
+            _join_verdicts(reading, status)
             waiting = waiting or [
                 PendingCall(p.tool_name, p.waiting_since, p.kind) for p in status.pending
             ]
         reading.pending += waiting
     return reading
+
+
+def _join_verdicts(reading: Reading, status: RunStatus) -> None:
+    """Pair a run's policy verdicts (policy runs' `status.verdicts`) with its decisions."""
+    by_call = {getattr(v, "call_id", ""): v for v in getattr(status, "verdicts", None) or []}
+    for rec in status.decisions:
+        verdict = by_call.pop(rec.call_id, None)
+        if verdict is not None:
+            reading.verdicts[id(rec)] = verdict
+    reading.undecided += by_call.values()
 
 
 async def _read_run(
@@ -136,7 +151,14 @@ async def _read_run(
 
 def figures_of(reading: Reading, since: datetime, until: datetime, limit: int) -> Figures:
     """The figures of a reading."""
-    fig = aggregate(reading.decisions, reading.pending, since, until)
+    fig = aggregate(
+        reading.decisions,
+        reading.pending,
+        since,
+        until,
+        verdicts=reading.verdicts,
+        undecided=reading.undecided,
+    )
     fig.runs_listed, fig.runs_read, fig.limit = reading.listed, reading.read, limit
     fig.runs_matched = reading.matched if reading.matched is not None else reading.listed
     fig.unread = reading.unread

@@ -77,6 +77,8 @@ class InsightsSource:
             )
             total.decisions += got.decisions
             total.pending += got.pending
+            total.verdicts |= got.verdicts
+            total.undecided += got.undecided
             total.listed, total.read = total.listed + got.listed, total.read + got.read
             total.matched = (total.matched or 0) + (
                 got.matched if got.matched is not None else got.listed

@@ -8,7 +8,17 @@ import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from hitl.cli.insights import as_json, span_text, text_report, window_query
+from pydantic import BaseModel
+
+from hitl.cli.insights import (
+    Reading,
+    _join_verdicts,
+    as_json,
+    figures_of,
+    span_text,
+    text_report,
+    window_query,
+)
 from hitl.insights import (
     MAX_LABEL_CHARS,
     MAX_LABELS,
@@ -20,7 +30,7 @@ from hitl.insights import (
     percentile,
     policy_hit,
 )
-from hitl.wire import ApproverDirectory, ApproverEntry, CallRecord, DecisionRecord
+from hitl.wire import ApproverDirectory, ApproverEntry, CallRecord, DecisionRecord, RunStatus
 from hitl.workflows.metrics import approver_label
 
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
@@ -257,3 +267,54 @@ def test_the_workers_exporter_escapes_what_a_label_holds() -> None:
     mine = [s for s in parse(text) if s[0] == "hitl_decisions_total"]
     assert [labels["tool"] for _, labels, _ in mine] == [evil]
     assert not [s for s in parse(text) if s[0] == "injected_total"]
+
+
+class Verdict(BaseModel):
+    """A policy verdict as the policy work records one per matched call (`PolicyVerdict`)."""
+
+    call_id: str
+    rule: str | None = None
+    effect: str | None = None
+    shadow_rule: str | None = None
+    shadow_effect: str | None = None
+    outcome: str | None = None
+
+
+class RuledRecord(DecisionRecord):
+    """A decision record naming its rule as the policy work names it."""
+
+    policy_rule: str | None = None
+    policy_version: str | None = None
+
+
+class PolicyStatus(RunStatus):
+    """A `status` answer of a run under a policy (it lists its verdicts)."""
+
+    verdicts: list[Verdict] = []
+
+
+def test_verdicts_count_rule_hits_and_shadow_disagreements_per_run() -> None:
+    asked = RuledRecord(**decision("refund", "approve", 30).model_dump(), policy_rule="four-eyes",
+                        policy_version="refunds@3 sha256:abc")  # fmt: skip
+    status = PolicyStatus(
+        workflow_id="w",
+        run_id="r",
+        phase="completed",
+        agent="desk",
+        decisions=[asked],
+        verdicts=[
+            Verdict(call_id=asked.call_id, rule="four-eyes", effect="ask", outcome="asked",
+                    shadow_rule="auto-small", shadow_effect="allow"),
+            Verdict(call_id="t2.1", rule="too-big", effect="deny", outcome="refused",
+                    shadow_rule="deny-all", shadow_effect="deny"),
+        ],
+    )  # fmt: skip
+    reading = Reading()
+    reading.decisions += status.decisions
+    _join_verdicts(reading, status)
+    fig = figures_of(reading, T0, UNTIL, 10)
+    assert fig.rule_hits == Counter({("four-eyes", "ask"): 1, ("too-big", "deny"): 1})
+    assert fig.shadow_disagreements == Counter({"auto-small": 1})  # deny-all agreed
+    # Without verdicts (a completed run read from its result), the record's rule still counts.
+    alone = aggregate([asked], [], T0, UNTIL)
+    assert alone.rule_hits == Counter({("four-eyes", ""): 1}) and not alone.shadow_disagreements
