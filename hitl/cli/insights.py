@@ -193,8 +193,8 @@ def as_json(fig: Figures) -> dict[str, Any]:
     for (tool, outcome), n in sorted(fig.decisions.items()):
         by_tool.setdefault(tool, {})[outcome] = n
     return {
-        "since": fig.since.isoformat(),
-        "until": fig.until.isoformat(),
+        "since": fig.since.isoformat(timespec="seconds"),
+        "until": fig.until.isoformat(timespec="seconds"),
         "runs": {
             "listed": fig.runs_listed,
             "in_window": fig.runs_matched,
