@@ -492,6 +492,7 @@ class Decisions:
 
     def _escalate(self, rec: CallRecord, to: list[str]) -> None:
         rec.escalated_at = workflow.now()
+        self.run.events.metrics.escalated(rec.tool_name)
         if rec.approvers:  # an empty list lets anyone decide already
             rec.approvers = [*rec.approvers, *(a for a in to if a not in rec.approvers)]
         self.run.events.emit(

@@ -18,6 +18,8 @@
     hitl keys show FILE                        a private key's key id and public key
     hitl watch RUN [--from-offset N]           follow a run until it finishes
     hitl verify RUN | --since 7d [--json]      prove every executed call had its decisions
+    hitl insights [--since 7d] [--json] [--limit N]
+                                               decision counts, time to decide, what waits
     hitl codec-server [--port 8081]            decrypt payloads for the temporal CLI and UI
     hitl console [--port 8090] [--auth link|tokens|header] [--signing-key FILE]
                                                the approval console: a web inbox for people
@@ -58,6 +60,7 @@ from hitl.cli.deciding import cmd_answer, cmd_decide, cmd_extend, cmd_resolve
 from hitl.cli.doctor import add_parser as add_doctor_parser
 from hitl.cli.doctor import cmd_doctor
 from hitl.cli.inbox import cmd_pending, cmd_show
+from hitl.cli.insights import DEFAULT_LIMIT, cmd_insights
 from hitl.cli.keys import cmd_keys
 from hitl.cli.running import cmd_run, cmd_watch, format_event
 from hitl.cli.stack import cmd_codec_server, cmd_dev, cmd_setup
@@ -346,6 +349,36 @@ def _commands() -> list[Subcommand]:
             ],
         ),
         (
+            "insights",
+            "decision figures of a window: counts, time to decide, what waits",
+            [
+                (
+                    ("--since",),
+                    {"default": "7d", "help": "runs open at some point of this span (7d, 12h)"},
+                ),
+                (("--json",), {"action": "store_true", "help": "JSON instead of text"}),
+                (
+                    ("--limit",),
+                    {
+                        "type": int,
+                        "default": DEFAULT_LIMIT,
+                        "help": "at most this many runs, newest first (now %(default)s)",
+                    },
+                ),
+                (
+                    ("--task-queue",),
+                    {
+                        "action": "append",
+                        "dest": "task_queues",
+                        "metavar": "QUEUE",
+                        "help": "a task queue your workers serve (repeatable; default "
+                        "HITL_TASK_QUEUES, else the global --task-queue)",
+                    },
+                ),
+                _timeout("seconds to wait for each run's worker"),
+            ],
+        ),
+        (
             "watch",
             "follow a run's events until it finishes",
             [
@@ -381,6 +414,8 @@ async def _main(args: argparse.Namespace) -> int:
         return await cmd_setup(client, args)
     if args.command == "audit":
         return await cmd_audit(client, args)
+    if args.command == "insights":
+        return await cmd_insights(client, args)
     if args.command == "resolve":
         return await cmd_resolve(client, args)
     if args.command == "answer":
@@ -426,11 +461,13 @@ def _run(argv: Sequence[str] | None) -> int:
         _usage(parser, f"{args.command} needs a CALL_ID or --all (not both)")
     if args.command == "approve" and (args.set or args.args_file) and args.all:
         _usage(parser, "--set and --args-file edit one call: name its CALL_ID, not --all")
-    if args.command in ("audit", "extend"):
+    if args.command in ("audit", "extend", "insights"):
         try:
-            parse_span(args.since if args.command == "audit" else args.span)
+            parse_span(args.span if args.command == "extend" else args.since)
         except ValueError as exc:
             _usage(parser, str(exc))
+    if args.command == "insights" and args.limit < 1:
+        _usage(parser, "--limit must be at least 1")
     try:
         if args.command == "dev":
             return cmd_dev(args)

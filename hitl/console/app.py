@@ -30,6 +30,7 @@ from hitl.console.forms import (
     form_fields,
     one_text_each,
 )
+from hitl.console.insights import INSIGHTS, METRICS, InsightsPages
 from hitl.console.rules import Rules
 from hitl.console.urls import (
     AUDIT,
@@ -428,8 +429,10 @@ class Guard(BaseHTTPMiddleware):
             person = auth.from_header(request.headers.get(auth.header))
             if person is not None:
                 fresh, request.state.session = auth.sessions.issue(person)
+        # `/metrics` checks its own bearer token (a scraper has no session).
         open_paths = ("/login", "/static/", "/healthz", CHAT_SLACK)
-        if request.state.session is None and not request.url.path.startswith(open_paths):
+        path = request.url.path
+        if request.state.session is None and not (path.startswith(open_paths) or path == METRICS):
             return await self.signed_out(request)
         if request.method == "POST" and request.url.path not in ("/login", CHAT_SLACK):
             problem = await _forged(request)
@@ -511,14 +514,17 @@ def create_app(
     secure_cookie: bool = False,
     rules: Rules | None = None,
     chat: SlackGateway | None = None,
+    metrics_token: str | None = None,
 ) -> Starlette:
     """The console as an ASGI app.
 
     `rules` say who sees which call (`hitl.console.rules`; default: no directory and no
     viewers, so a call that names approvers is shown to the people it names).
+    `metrics_token`: the bearer token `/metrics` answers (none: `/metrics` is off).
     """
     console = Console(data, auth, secure_cookie=secure_cookie, rules=rules)
     console.chat = chat
+    insights = InsightsPages(console, metrics_token)
     routes = [
         Route("/", console.inbox_page),
         Route("/inbox/rows", console.inbox_rows),
@@ -531,6 +537,8 @@ def create_app(
         Route(RUN, console.run_page),
         Route(DECIDE_RUN, console.decide_run, methods=["POST"]),
         Route("/healthz", console.healthz),
+        Route(INSIGHTS, insights.page),
+        Route(METRICS, insights.metrics),
         Route(CHAT_SLACK, console.chat_slack, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]

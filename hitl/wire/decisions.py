@@ -232,6 +232,11 @@ class DecisionRecord(WireModel):
     arguments_sha256: str | None = None
     """SHA-256 (hex) of the call's arguments the decision is about (for an approval: what
     runs; `None`: recorded before decisions named their arguments)."""
+    requested_at: datetime | None = None
+    """When the call began to wait for this decision (`decided_at - requested_at` is its time to
+    decision; `None`: recorded before decisions kept it, or decided without waiting)."""
+    escalated_at: datetime | None = None
+    """When the call was escalated while it waited (`None`: it was not)."""
 
     @model_validator(mode="after")
     def _expiry_is_a_kind(self) -> Self:
