@@ -15,9 +15,10 @@ from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
+from starlette.websockets import WebSocket
 
 from hitl.cli.common import _Gone, _Unreadable
 from hitl.console.acts import CHAT_CLIENT as CHAT_CLIENT
@@ -31,6 +32,7 @@ from hitl.console.forms import (
     one_text_each,
 )
 from hitl.console.insights import INSIGHTS, METRICS, InsightsPages
+from hitl.console.realtime import REALTIME, realtime
 from hitl.console.rules import Rules
 from hitl.console.urls import (
     AUDIT,
@@ -478,7 +480,14 @@ class Guard(BaseHTTPMiddleware):
         )
 
 
-def _session(console: Console, request: Request) -> Session | None:
+def _socket_endpoint(console: Console) -> Callable[[WebSocket], Awaitable[None]]:
+    async def endpoint(ws: WebSocket) -> None:
+        await realtime(console, ws)
+
+    return endpoint
+
+
+def _session(console: Console, request: Request | WebSocket) -> Session | None:
     """The request's session; in `header` mode only while the proxy names the same person."""
     session = console.auth.sessions.read(request.cookies.get(COOKIE))
     if console.auth.mode == "header":
@@ -540,6 +549,7 @@ def create_app(
         Route(INSIGHTS, insights.page),
         Route(METRICS, insights.metrics),
         Route(CHAT_SLACK, console.chat_slack, methods=["POST"]),
+        WebSocketRoute(REALTIME, _socket_endpoint(console)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes, middleware=[Middleware(Guard, console=console)])
