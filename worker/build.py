@@ -20,10 +20,10 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 import hitl.workflows
 from hitl.activities.agents import AgentActivities
 from hitl.activities.hooks import HookActivities
+from hitl.activities.ledger import LedgerActivities
 from hitl.activities.model import ModelActivities
 from hitl.activities.notify import NotifyActivities
 from hitl.activities.runs import read_run
-from hitl.activities.ledger import LedgerActivities
 from hitl.activities.sessions import SessionActivities
 from hitl.activities.tools import ToolActivities
 from hitl.admin import search_attributes_ready

@@ -23,7 +23,6 @@ from hitl.wire import (
 )
 from tests.helpers import event_count, queue_name
 from tests.workflows.ledger_support import (
-    DAY,
     CallInput,
     CallOutput,
     LimitedCall,
