@@ -14,9 +14,12 @@ history can compute (`docs/security.md`).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import os
+import random
+import time
 from collections.abc import Mapping
 from datetime import timedelta
 from decimal import Decimal
@@ -29,6 +32,7 @@ from temporalio.client import (
     WithStartWorkflowOperation,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
@@ -72,6 +76,10 @@ KEY_ENV = "HITL_LEDGER_KEY"
 """The workers' shared secret that makes claims unguessable (at least 16 characters)."""
 MIN_KEY_CHARS = 16
 HOLD_EXTRA = 7 * 24 * 3600
+BUSY_FIRST_DELAY = 0.05
+BUSY_MAX_DELAY = 2.0
+RETRY_FOR = 60.0
+"""Seconds a request is resent to a busy or moving ledger before `LimitLedgerError`."""
 SETTLED_QUIETLY = {"UnknownReservation": "unknown", "AlreadyCommitted": "committed"}
 """Refusals of a release or commit that mean "nothing to do" (the protocol is at-least-once)."""
 
@@ -166,6 +174,17 @@ def _update_id(reservation_id: str, claim: str, amount: str) -> str:
     return f"{reservation_id}:{bound}"
 
 
+def _transient(err: BaseException) -> bool:
+    """Whether resending may succeed: busy, aborted by continue-as-new, or timed out."""
+    if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
+        return True
+    return isinstance(err, RPCError) and err.status in (
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+    )
+
+
 def _refusal(err: BaseException) -> LedgerRefused | None:
     """The ledger's typed refusal inside `err` (None: not a refusal, e.g. the server is away)."""
     cause = err.__cause__ if isinstance(err, WorkflowUpdateFailedError) else err
@@ -183,6 +202,7 @@ class LedgerClient:
         key: The claim key.
         key_from_environment: With no `key`, read `HITL_LEDGER_KEY`.
         continue_after_events: A new ledger continues as new after this many events.
+        retry_for: Seconds to resend a request to a busy or moving ledger.
     """
 
     def __init__(
@@ -193,11 +213,13 @@ class LedgerClient:
         key: bytes | None = None,
         key_from_environment: bool = True,
         continue_after_events: int = 2000,
+        retry_for: float = RETRY_FOR,
     ) -> None:
         self._client = client
         self._task_queue = task_queue
         self.key = key if key is not None or not key_from_environment else key_from_env()
         self.continue_after_events = continue_after_events
+        self.retry_for = retry_for
 
     @property
     def client(self) -> Client:
@@ -225,6 +247,28 @@ class LedgerClient:
         )
 
     async def _send(self, name: str, limit: LimitSpec, req: BaseModel, update_id: str) -> Any:
+        """Send one request, resending it while the ledger is busy or moving.
+
+        Resending is safe (the update id makes it apply once). The server admits 10 updates at
+        once per workflow and refuses more (RESOURCE_EXHAUSTED); it aborts the updates in
+        flight when the ledger continues as new (UNAVAILABLE, "aborted"); and a request whose
+        workflow task died with its worker outlives the call's RPC timeout.
+        """
+        deadline = time.monotonic() + self.retry_for
+        delay = BUSY_FIRST_DELAY
+        while True:
+            try:
+                return await self._send_once(name, limit, req, update_id)
+            except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+                task = asyncio.current_task()
+                if not _transient(err) or (task is not None and task.cancelling()):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise LimitLedgerError(f"the ledger did not answer in time: {err}") from err
+            await asyncio.sleep(random.uniform(delay / 2, delay))  # jitter: callers spread out
+            delay = min(delay * 2, BUSY_MAX_DELAY)
+
+    async def _send_once(self, name: str, limit: LimitSpec, req: BaseModel, update_id: str) -> Any:
         result_type = ReserveAnswer if name == LEDGER_RESERVE else SettleAnswer
         try:
             return await self.client.execute_update_with_start_workflow(
