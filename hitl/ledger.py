@@ -56,7 +56,9 @@ from hitl.wire import (
     SettleInput,
     decimal_of,
     exact_sum,
+    ledger_reservation_id,
     ledger_workflow_id,
+    reservation_ref,
 )
 
 __all__ = [
@@ -144,22 +146,13 @@ def claim_for(reservation_id: str, key: bytes | None) -> str:
     return hashlib.sha256(b"hitl-ledger-claim:" + reservation_id.encode("utf-8")).hexdigest()
 
 
-def ledger_reservation_id(policy_reservation_id: str) -> str:
-    """The ledger's id for a policy's reservation: a digest (bounded, no key or argument in it)."""
-    return "r-" + hashlib.sha256(policy_reservation_id.encode("utf-8")).hexdigest()[:40]
-
-
 def _limit_of(check: LimitCheckLike) -> LimitSpec:
-    return LimitSpec(key=check.key, kind=check.measure, window_seconds=check.window_seconds)
+    return reservation_ref(check).limit
 
 
 def ref_of(check: LimitCheckLike) -> ReservationRef:
     """What a run carries to release or commit the reservation `check` made."""
-    return ReservationRef(
-        reservation_id=ledger_reservation_id(check.reservation_id),
-        limit=_limit_of(check),
-        amount=check.amount,
-    )
+    return reservation_ref(check)
 
 
 def _update_id(reservation_id: str, claim: str, amount: str) -> str:

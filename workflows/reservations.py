@@ -19,15 +19,18 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from hitl.wire import ToolOutput
     from hitl.wire.ledger import (
         ACT_LEDGER_COMMIT,
         ACT_LEDGER_RELEASE,
+        Hold,
         ReservationRef,
         SettledReservations,
         SettleReservations,
+        reservation_ref,
     )
 
-ReleaseReason = Literal["rejected", "expired", "failed", "denied"]
+ReleaseReason = Literal["rejected", "expired", "failed", "denied", "refused"]
 SETTLE_WITHIN = timedelta(days=1)
 """How long a run keeps trying to reach a ledger before leaving the hold to lapse."""
 
@@ -55,3 +58,36 @@ async def settle_reservations(
         workflow.logger.warning("reservations left to lapse (no ledger answered): %s", err)
         return None
     return answers
+
+
+def call_outcome(
+    decision: str | None = None, out: ToolOutput | None = None
+) -> tuple[bool, ReleaseReason | None]:
+    """What a call's fate means for its reservations: `(commit, release reason)`.
+
+    Rejected or expired: released. Its tool refused by an input guardrail (it did not run):
+    released as `refused`; the tool failed (`is_error`): released as `failed`. Otherwise the
+    tool (or the nested run) ran: committed.
+    """
+    if decision in ("reject", "expired"):
+        return False, "expired" if decision == "expired" else "rejected"
+    if out is not None and out.guardrail is not None:
+        return False, "refused"
+    if out is not None and out.is_error:
+        return False, "failed"
+    return True, None
+
+
+async def settle_call(
+    holds: Sequence[Hold], *, decision: str | None = None, out: ToolOutput | None = None
+) -> SettledReservations | None:
+    """Settle the holds of one call by its fate (`call_outcome`); nothing for no holds.
+
+    The run calls it in `workflows.calls.drive`: with `decision=decision.kind` where a
+    rejected or expired call returns, and with `out=out` once the tool's output is set.
+    """
+    if not holds:
+        return None
+    commit, reason = call_outcome(decision, out)
+    refs = [reservation_ref(h) for h in holds]
+    return await settle_reservations(refs, commit=commit, reason=reason)

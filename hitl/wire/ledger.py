@@ -12,11 +12,10 @@ one is. Pure and deterministic: imported by workflow code.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from datetime import datetime
 from decimal import Context, Decimal
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from hitl.wire.base import WireModel
 
@@ -46,7 +45,8 @@ __all__ = [
     "decimal_of",
     "exact_sum",
     "ledger_workflow_id",
-    "reservation_id",
+    "ledger_reservation_id",
+    "reservation_ref",
 ]
 
 LEDGER_WORKFLOW_TYPE = "HitlLedger"
@@ -112,14 +112,35 @@ def ledger_workflow_id(limit: LimitSpec) -> str:
     return f"hitl-ledger-{limit.kind}-{limit.window_seconds}s-{digest}"
 
 
-def reservation_id(workflow_id: str, call_id: str, rule_id: str) -> str:
-    """The reservation of rule `rule_id` for call `call_id` of run `workflow_id`.
+def ledger_reservation_id(policy_reservation_id: str) -> str:
+    """The ledger's id for a policy's reservation id: `r-<digest>`.
 
-    The same on every attempt of the planning activity (and across continue-as-new), so a
-    retried plan finds its own reservation. A digest: bounded, and no argument in it.
+    A policy's id (`<workflow id>:<call id>:<key>`) is the same on every attempt of the
+    planning activity, may be long and may carry the key (personal data); the ledger's is
+    bounded and carries neither.
     """
-    text = json.dumps([workflow_id, call_id, rule_id], separators=(",", ":"))
-    return "r-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
+    return "r-" + hashlib.sha256(policy_reservation_id.encode("utf-8")).hexdigest()[:40]
+
+
+class Hold(Protocol):
+    """What a policy's limit check (or the hold a run carries) says about its reservation."""
+
+    key: str
+    measure: Any
+    window_seconds: int
+    amount: str
+    reservation_id: str
+
+
+def reservation_ref(hold: Hold) -> ReservationRef:
+    """What a run hands `ledger_release` / `ledger_commit` for a hold (no secret in it)."""
+    return ReservationRef(
+        reservation_id=ledger_reservation_id(hold.reservation_id),
+        limit=LimitSpec.model_validate(
+            {"key": hold.key, "kind": hold.measure, "window_seconds": hold.window_seconds}
+        ),
+        amount=hold.amount,
+    )
 
 
 class LimitSpec(WireModel):
