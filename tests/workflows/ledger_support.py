@@ -1,9 +1,8 @@
 """A stand-in for a run's call that holds limit reservations, and a worker for ledger tests.
 
-`LimitedCall` does with its reservations what `AgentRun` does at the points
-`docs/ledger.md` names: it waits for a decision with a deadline, then releases them
-(`rejected`, `expired`, or `failed` when its tool fails) or commits them (the tool ran), through
-`workflows.reservations.settle_reservations`, the function the run calls.
+`LimitedCall` does with its holds what `AgentRun` does at the two points `docs/ledger.md`
+names: it waits for a decision with a deadline, then calls `workflows.reservations.settle_call`
+(the function the run calls) with the decision, or with the tool's output.
 """
 
 from __future__ import annotations
@@ -15,23 +14,33 @@ from datetime import timedelta
 from pydantic import BaseModel
 from temporalio import activity, workflow
 from temporalio.client import Client
-from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from hitl.ledger import LedgerClient
-    from hitl.wire import LimitSpec, ReservationRef, SettledReservations
+    from hitl.wire import LimitSpec, SettledReservations, ToolOutput
     from hitl.workflows.ledger import HitlLedger
-    from hitl.workflows.reservations import settle_reservations
+    from hitl.workflows.reservations import settle_call
 
 KEY = b"a-test-ledger-key-0123456789"
 DAY = 24 * 3600
 
 
+class Hold(BaseModel):
+    """A stand-in for the policy's `LimitHold` (the fields the ledger reads)."""
+
+    key: str
+    measure: str = "sum"
+    window_seconds: int = DAY
+    amount: str
+    reservation_id: str
+
+
 class CallInput(BaseModel):
-    refs: list[ReservationRef]
+    holds: list[Hold]
     deadline_seconds: float = 3600
-    tool_fails: bool = False
+    tool: str = "ok"
+    """`ok`, `fails` (an error output, as `execute_tool` gives) or `guardrail` (refused)."""
 
 
 class CallOutput(BaseModel):
@@ -40,15 +49,17 @@ class CallOutput(BaseModel):
 
 
 @activity.defn(name="limited_tool")
-async def limited_tool(fails: bool) -> str:
-    if fails:
-        raise ApplicationError("the tool failed", non_retryable=True)
-    return "done"
+async def limited_tool(how: str) -> ToolOutput:
+    if how == "guardrail":
+        return ToolOutput(output="refused by a guardrail", is_error=True, guardrail="no")
+    return ToolOutput(
+        output="the tool failed" if how == "fails" else "done", is_error=how == "fails"
+    )
 
 
 @workflow.defn(name="LimitedCall")
 class LimitedCall:
-    """One call holding reservations: decided (or expired), then settled."""
+    """One call holding reservations: decided (or expired), then settled as `drive` does."""
 
     def __init__(self) -> None:
         self.decision: str | None = None
@@ -63,20 +74,15 @@ class LimitedCall:
         try:
             await workflow.wait_condition(lambda: self.decision is not None, timeout=timeout)
         except TimeoutError:
-            settled = await settle_reservations(inp.refs, commit=False, reason="expired")
-            return CallOutput(outcome="expired", settled=settled)
-        if self.decision == "reject":
-            settled = await settle_reservations(inp.refs, commit=False, reason="rejected")
-            return CallOutput(outcome="rejected", settled=settled)
-        try:
-            await workflow.execute_activity(
-                limited_tool, inp.tool_fails, start_to_close_timeout=timedelta(seconds=10)
-            )
-        except ActivityError:
-            settled = await settle_reservations(inp.refs, commit=False, reason="failed")
-            return CallOutput(outcome="failed", settled=settled)
-        settled = await settle_reservations(inp.refs, commit=True)
-        return CallOutput(outcome="ran", settled=settled)
+            self.decision = "expired"
+        if self.decision != "approve":
+            settled = await settle_call(inp.holds, decision=self.decision)
+            return CallOutput(outcome=str(self.decision), settled=settled)
+        out = await workflow.execute_activity(
+            limited_tool, inp.tool, start_to_close_timeout=timedelta(seconds=10)
+        )
+        settled = await settle_call(inp.holds, out=out)
+        return CallOutput(outcome="ran" if not out.is_error else inp.tool, settled=settled)
 
 
 def ledger_client(

@@ -11,20 +11,25 @@ from datetime import timedelta
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
 from hitl.ledger import LedgerRefused
 from hitl.wire import (
+    ACT_LEDGER_COMMIT,
+    ACT_LEDGER_RELEASE,
     LEDGER_STATUS,
     LedgerStatus,
     LimitSpec,
     ReservationRef,
+    ledger_reservation_id,
     ledger_workflow_id,
 )
 from tests.helpers import event_count, queue_name
 from tests.workflows.ledger_support import (
     CallInput,
     CallOutput,
+    Hold,
     LimitedCall,
     daily,
     ledger_client,
@@ -107,30 +112,32 @@ async def test_a_week_window_keeps_a_commit_for_seven_days_and_a_held_call_as_lo
 
 
 @pytest.mark.parametrize(
-    ("how", "outcome", "state"),
+    ("how", "state", "reason"),
     [
-        ("reject", "rejected", "released"),
-        ("expire", "expired", "released"),
-        ("tool_fails", "failed", "released"),
-        ("approve", "ran", "committed"),
+        ("reject", "released", "rejected"),
+        ("expire", "released", "expired"),
+        ("fails", "released", "failed"),
+        ("guardrail", "released", "refused"),
+        ("approve", "committed", ""),
     ],
 )
 async def test_a_call_releases_its_reservation_unless_its_tool_ran(
-    ts_env: WorkflowEnvironment, worker_cache: int, how: str, outcome: str, state: str
+    ts_env: WorkflowEnvironment, worker_cache: int, how: str, state: str, reason: str
 ) -> None:
     tq = queue_name("ledger")
     limit = unique(daily())
     ledger = ledger_client(ts_env.client, tq)
+    hold = Hold(key=limit.key, amount="700", reservation_id=f"run-1:t1.1:{limit.key}")
+    rid = ledger_reservation_id(hold.reservation_id)
     async with ledger_worker(ts_env.client, tq, worker_cache):
-        held = await ledger.reserve("r-call", limit, amount="700", threshold="1000")
+        held = await ledger.reserve(rid, limit, amount="700", threshold="1000")
         assert held.fits
         blocked = await ledger.reserve("r-other", limit, amount="400", threshold="1000")
         assert not blocked.fits, "the held call counts while it waits"
         await ledger.settle(ReservationRef(reservation_id="r-other", limit=limit), commit=False)
-        ref = ReservationRef(reservation_id="r-call", limit=limit, amount="700")
         handle = await ts_env.client.start_workflow(
             LimitedCall.run,
-            CallInput(refs=[ref], deadline_seconds=2 * 3600, tool_fails=how == "tool_fails"),
+            CallInput(holds=[hold], deadline_seconds=2 * 3600, tool=how),
             id=f"call-{uuid.uuid4().hex[:8]}",
             task_queue=tq,
         )
@@ -142,12 +149,37 @@ async def test_a_call_releases_its_reservation_unless_its_tool_ran(
             else:
                 await handle.signal(LimitedCall.decide, "reject" if how == "reject" else "approve")
             out: CallOutput = await handle.result()
-        assert out.outcome == outcome
         assert out.settled is not None and [a.state for a in out.settled.answers] == [state]
-        entry = (await status(ts_env, limit)).entries["r-call"]
-        assert entry.state == state and entry.reason == ("" if how == "approve" else outcome)
+        entry = (await status(ts_env, limit)).entries[rid]
+        assert (entry.state, entry.reason) == (state, reason)
         after = await ledger.reserve("r-next", limit, amount="400", threshold="1000")
         assert after.fits is (state == "released")
+        settles = [ACT_LEDGER_COMMIT if state == "committed" else ACT_LEDGER_RELEASE]
+        assert scheduled_activities(await handle.fetch_history()) == (
+            settles if how in ("reject", "expire") else ["limited_tool", *settles]
+        )
+
+
+async def test_a_call_without_holds_schedules_nothing_for_the_ledger(
+    ts_env: WorkflowEnvironment, worker_cache: int
+) -> None:
+    tq = queue_name("ledger")
+    async with ledger_worker(ts_env.client, tq, worker_cache):
+        handle = await ts_env.client.start_workflow(
+            LimitedCall.run, CallInput(holds=[]), id=f"call-{uuid.uuid4().hex[:8]}", task_queue=tq
+        )
+        await handle.signal(LimitedCall.decide, "approve")
+        out: CallOutput = await handle.result()
+    assert out.settled is None
+    assert scheduled_activities(await handle.fetch_history()) == ["limited_tool"]
+
+
+def scheduled_activities(hist: WorkflowHistory) -> list[str]:
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
 
 
 async def test_resent_requests_are_applied_once_even_across_continue_as_new(
