@@ -155,15 +155,16 @@ def ref_of(check: LimitCheckLike) -> ReservationRef:
     return reservation_ref(check)
 
 
-def _update_id(reservation_id: str, claim: str, amount: str) -> str:
+def _update_id(reservation_id: str, claim: str, content: str) -> str:
     """The update id of a request: the same for a resend, another for different content.
 
     The server answers a known update id with its first result without asking the ledger, so
     the id binds what the request says: someone who made `reservation_id` first with their
     own claim or amount cannot have our request answered with theirs (ours reaches the
-    ledger's validator and is refused as a conflict).
+    ledger's validator and is refused as a conflict), and a second rule asking with another
+    threshold gets an answer computed against its own.
     """
-    bound = hashlib.sha256(f"{claim}|{amount}".encode()).hexdigest()[:16]
+    bound = hashlib.sha256(f"{claim}|{content}".encode()).hexdigest()[:16]
     return f"{reservation_id}:{bound}"
 
 
@@ -310,7 +311,7 @@ class LedgerClient:
             claim_digest=hashlib.sha256(claim.encode("utf-8")).hexdigest(),
             hold_seconds=int(hold.total_seconds()) if hold else limit.window_seconds + HOLD_EXTRA,
         )
-        update_id = _update_id(reservation_id, req.claim_digest, amount)
+        update_id = _update_id(reservation_id, req.claim_digest, f"{amount}|{threshold}")
         answer: ReserveAnswer = await self._send(LEDGER_RESERVE, limit, req, update_id)
         return answer
 

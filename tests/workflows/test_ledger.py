@@ -14,7 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from hitl.ledger import LedgerRefused
+from hitl.ledger import LedgerRefused, TemporalLimitLedger
 from hitl.wire import (
     ACT_LEDGER_COMMIT,
     ACT_LEDGER_RELEASE,
@@ -27,6 +27,7 @@ from hitl.wire import (
 )
 from tests.helpers import event_count, queue_name
 from tests.workflows.ledger_support import (
+    DAY,
     CallInput,
     CallOutput,
     Hold,
@@ -234,3 +235,51 @@ async def test_a_conflicting_reservation_is_refused_and_changes_nothing(
         # server does not: tests/hostile/test_ledger.py counts every event there.)
         assert event_count(await handle.fetch_history(), ACCEPTED) == before, "none accepted"
         assert (await status(ts_env, limit)).total == "10"
+
+
+class Check(Hold):
+    """A stand-in for the policy's `LimitCheck`."""
+
+    threshold: str
+    reserve: bool = True
+
+
+async def test_the_policy_protocol_reserves_once_peeks_for_shadow_rules_and_settles(
+    ts_env: WorkflowEnvironment, worker_cache: int
+) -> None:
+    tq = queue_name("ledger")
+    key = f"refund:customer:{uuid.uuid4().hex[:8]}"
+    policy = TemporalLimitLedger(ledger_client(ts_env.client, tq))
+
+    def check(call: str, amount: str, **kw: object) -> Check:
+        rid = f"run-1:{call}:{key}"
+        return Check.model_validate(
+            {"key": key, "amount": amount, "reservation_id": rid, "threshold": "5000", **kw}
+        )
+
+    async with ledger_worker(ts_env.client, tq, worker_cache):
+        shadow = await policy.check_and_reserve(check("t1.1", "6000", reserve=False))
+        assert shadow.model_dump() == {
+            "total_before": "0", "total_after": "6000", "exceeded": True, "reserved": False
+        }, "a shadow check of a ledger that does not exist yet"  # fmt: skip
+        first = await policy.check_and_reserve(check("t1.1", "3000"))
+        again = await policy.check_and_reserve(check("t1.1", "3000"))
+        assert first == again and (first.exceeded, first.reserved) == (False, True)
+        # A second rule on the same ledger with a lower threshold: its own answer, no second
+        # reservation.
+        strict = await policy.check_and_reserve(check("t1.1", "3000", threshold="2000"))
+        assert strict.exceeded and strict.total_after == "3000"
+        over = await policy.check_and_reserve(check("t2.1", "2500"))
+        assert (over.total_before, over.total_after, over.exceeded) == ("3000", "5500", True)
+        peek = await policy.check_and_reserve(check("t3.1", "1", reserve=False))
+        assert (peek.total_before, peek.reserved) == ("5500", False)
+        limit = LimitSpec(key=key, window_seconds=DAY)
+        assert len((await status(ts_env, limit)).entries) == 2, "the shadow checks held nothing"
+        await policy.release(check("t2.1", "2500"), "denied")
+        await policy.release(check("t2.1", "2500"), "denied")  # at-least-once: a no-op
+        await policy.commit(check("t1.1", "3000"))
+        await policy.release(check("t1.1", "3000"), "rejected")  # it ran: stays counted
+        await policy.release(check("t9.9", "1"), "rejected")  # unknown: a no-op
+        final = await status(ts_env, limit)
+        assert final.total == "3000"
+        assert {e.state for e in final.entries.values()} == {"committed", "released"}
