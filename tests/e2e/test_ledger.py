@@ -11,6 +11,7 @@ import asyncio
 import uuid
 from decimal import Decimal
 
+import pytest
 from temporalio.client import Client
 
 from hitl.ledger import LedgerClient
@@ -26,6 +27,7 @@ THRESHOLD = Decimal("2000")
 """16 calls of 120.50 fit (1928.00); the 17th would make 2048.50."""
 
 
+@pytest.mark.timeout(240)  # two worker starts and a crash recovery: 28 to 54 s measured here
 async def test_fifty_concurrent_reservations_never_exceed_the_limit_across_a_worker_crash(
     dev_server: DevServer, dev_client: Client
 ) -> None:
