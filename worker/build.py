@@ -20,6 +20,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 import hitl.workflows
 from hitl.activities.agents import AgentActivities
 from hitl.activities.hooks import HookActivities
+from hitl.activities.ledger import LedgerActivities
 from hitl.activities.model import ModelActivities
 from hitl.activities.notify import NotifyActivities
 from hitl.activities.runs import read_run
@@ -32,6 +33,7 @@ from hitl.registry import AgentRegistry
 from hitl.signing import directory_from_env, signing_available
 from hitl.wire import DEFAULT_TASK_QUEUE, ApproverDirectory
 from hitl.workflows.agent_run import AgentRun
+from hitl.workflows.ledger import HitlLedger
 from hitl.workflows.session import AgentSession
 
 log = logging.getLogger(__name__)
@@ -197,7 +199,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=opts.task_queue,
-        workflows=[] if opts.activities_only else [AgentRun, AgentSession],
+        workflows=[] if opts.activities_only else [AgentRun, AgentSession, HitlLedger],
         activities=activities,
         workflow_runner=workflow_runner(),
         max_cached_workflows=opts.max_cached_workflows,
@@ -231,6 +233,7 @@ def _activities(
     """
     tools = ToolActivities(registry)
     sessions = SessionActivities()
+    ledger = LedgerActivities()
     hooks = HookActivities(registry)
     notes = NotifyActivities(notifiers_from_env() if notifiers is None else list(notifiers))
     agent_acts = AgentActivities(
@@ -249,6 +252,8 @@ def _activities(
         tools.rejection_text,
         sessions.load_session,
         sessions.save_session,
+        ledger.ledger_release,
+        ledger.ledger_commit,
         hooks.run_guardrails,
         hooks.filter_handoff,
         read_run,
