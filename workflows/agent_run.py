@@ -452,7 +452,7 @@ class AgentRun:
         made = self.decisions.decide_batch(req)
         if req.wait:
             await self._wait_settled()
-        return answers.settled_status(self, made)
+        return answers.settled_status(self, made, brief=req.brief)
 
     @decide.validator
     def _validate_decide(self, *args: Any) -> None:

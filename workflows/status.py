@@ -98,13 +98,19 @@ def snapshot(run: Reads) -> RunSnapshot:
 
 
 def settled_status(
-    run: Reads, decisions: list[DecisionRecord], *, items: bool = False
+    run: Reads, decisions: list[DecisionRecord], *, items: bool = False, brief: bool = False
 ) -> SettledStatus:
     """What `wait` and `decide` return; kept small, since it is stored with the update.
 
     `items` (a `wait` from `Runner.run`): a paused run whose whole status and transcript are
-    small returns them, so the caller needs no `snapshot` query.
+    small returns them, so the caller needs no `snapshot` query. `brief` (a `decide` from
+    `Runner.run`): a completed run says only that; the caller reads its result.
     """
+    if brief and run.phase() == "completed":
+        info = workflow.info()
+        return SettledStatus(
+            workflow_id=info.workflow_id, run_id=info.run_id, phase="completed", agent=run.inp.agent
+        )
     if (
         items
         and run.phase() == "awaiting_approval"

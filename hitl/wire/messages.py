@@ -209,6 +209,10 @@ class DecideInput(WireModel):
     wait: bool = True
     context: RunContextData | None = None
     """A new run context for the rest of the run (`RunState.from_string_with_context`)."""
+    brief: bool = False
+    """`True`: when the run has completed by the time it answers, the answer says only that
+    (the caller reads the run's result, as `Runner.run` does): its output, decisions and usage
+    are not stored a second time in history."""
 
 
 class InboxEntry(WireModel):

@@ -195,6 +195,17 @@ async def test_model_calls_name_the_pinned_agent_and_send_it_after_a_deploy_chan
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
     ]
     assert failed == ["AgentNotServed"]
+    # Runner.run's decision asked for a brief answer: the completed run said only that, and
+    # its output is stored once, in the result.
+    answers = [
+        json.loads(
+            e.workflow_execution_update_completed_event_attributes.outcome.success.payloads[0].data
+        )
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+    ]
+    assert answers[-1]["phase"] == "completed"
+    assert not {"final_output", "decisions", "usage"} & set(answers[-1]), answers[-1]
 
 
 async def test_a_stopped_worker_closes_the_model_clients_it_opened(
