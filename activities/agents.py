@@ -29,6 +29,7 @@ from hitl.wire import (
     HandleRunErrorInput,
     HandleRunErrorOutput,
     ModelSpec,
+    PinnedPolicy,
     ResolveAgentInput,
     ResolvedRun,
     RunConfigSpec,
@@ -148,6 +149,7 @@ class AgentActivities:
         tracing: The worker traces with OpenTelemetry.
         directory: The approver directory (groups, public keys) pinned into each run.
         notify: The worker has notifiers: runs start `notify` activities.
+        policy: The worker's approval policy, pinned into each run (docs/policies.md).
     """
 
     RECHECK_SECONDS = 60.0
@@ -159,8 +161,10 @@ class AgentActivities:
         tracing: bool = False,
         directory: ApproverDirectory | None = None,
         notify: bool = False,
+        policy: PinnedPolicy | None = None,
     ) -> None:
         self.registry = registry
+        self.policy = policy
         self.search_attributes = search_attributes
         self.tracing = tracing
         self.directory = directory
@@ -204,6 +208,7 @@ class AgentActivities:
             attributes=attributes,
             tracing=self.tracing,
             directory=self.directory,
+            policy=self.policy,
             notify=self.notify,
             inbox_memo=True,
             run_call_ids=True,

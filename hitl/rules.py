@@ -84,6 +84,27 @@ def call_approvers(tool: ToolSpec, plan: CallPlan | None, cfg: RunConfigSpec) ->
     return list(by_call) if by_call is not None else list(tool.approvers or cfg.approvers)
 
 
+def narrow_approvers(
+    allowed: list[str], policy: list[str], directory: ApproverDirectory | None = None
+) -> list[str] | None:
+    """Who may decide a call that both the code's list and a policy rule's list admit.
+
+    A policy narrows who decides, never widens it: with both lists set, only the people each
+    admits (groups filled from the directory). Empty means anyone, as everywhere; `None`: no
+    one is admitted by both (the call cannot be decided, so it is refused).
+    """
+    if not policy:
+        return list(allowed)
+    if not allowed:
+        return list(policy)
+    named = {a for a in [*allowed, *policy] if not a.startswith(GROUP)}
+    people = named | set(directory.approvers if directory is not None else ())
+    both = sorted(
+        p for p in people if may_decide(p, allowed, directory) and may_decide(p, policy, directory)
+    )
+    return both or None
+
+
 def signatures_required(tool: ToolSpec, cfg: RunConfigSpec) -> bool:
     """Whether every decision on the tool's calls must be signed (the tool's or the run's)."""
     return tool.signed_decisions or cfg.signed_decisions

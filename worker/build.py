@@ -22,15 +22,16 @@ from hitl.activities.agents import AgentActivities
 from hitl.activities.hooks import HookActivities
 from hitl.activities.model import ModelActivities
 from hitl.activities.notify import NotifyActivities
+from hitl.activities.policy import worker_policy
 from hitl.activities.runs import read_run
 from hitl.activities.sessions import SessionActivities
-from hitl.activities.tools import ToolActivities
 from hitl.admin import search_attributes_ready
 from hitl.agent import Agent
 from hitl.notify import notifiers_from_env
+from hitl.policy import LimitLedger, PolicyDocument
 from hitl.registry import AgentRegistry
 from hitl.signing import directory_from_env, signing_available
-from hitl.wire import DEFAULT_TASK_QUEUE, ApproverDirectory
+from hitl.wire import DEFAULT_TASK_QUEUE, ApproverDirectory, PinnedPolicy
 from hitl.workflows.agent_run import AgentRun
 from hitl.workflows.session import AgentSession
 
@@ -167,6 +168,8 @@ def build_worker(
     allow: Iterable[Any] = (),
     directory: ApproverDirectory | None = None,
     notifiers: Iterable[Any] | None = None,
+    policy: str | Path | PolicyDocument | None = None,
+    ledger: LimitLedger | None = None,
 ) -> Worker:
     """A worker for `agents` on `options.task_queue` (not started: use `async with` or `run()`).
 
@@ -179,7 +182,10 @@ def build_worker(
     `directory` is the approver directory (groups and public keys, see `hitl.signing`) that
     runs started here pin; `None` reads the file `HITL_APPROVERS` names, if set. `notifiers`
     (`hitl.notify`) hear about waiting, reminded, escalated, decided, expired and uncertain
-    calls; `None` reads `HITL_WEBHOOK_URL`.
+    calls; `None` reads `HITL_WEBHOOK_URL`. `policy` is the approval policy (a file or a
+    `PolicyDocument`, docs/policies.md) that runs started here pin; `None` reads the file
+    `HITL_POLICY` names, if set. `ledger` answers its limit rules (a policy with limits and no
+    ledger is refused here, with `PolicyError`).
     """
     opts = options or WorkerOptions()
     if not opts.activities_only:
@@ -189,8 +195,9 @@ def build_worker(
         registry.allowed.add(*allow)
     else:
         registry = AgentRegistry(agents, allow=allow)
-    model = ModelActivities(registry)
-    activities = _activities(client, registry, model, opts, directory, notifiers)
+    pinned = worker_policy(policy, ledger)
+    model = ModelActivities(registry, ledger=ledger)
+    activities = _activities(client, registry, model, opts, directory, notifiers, pinned)
     kwargs: dict[str, Any] = {}
     if identity:
         kwargs["identity"] = identity
@@ -224,12 +231,13 @@ def _activities(
     opts: WorkerOptions,
     directory: ApproverDirectory | None,
     notifiers: Iterable[Any] | None,
+    policy: PinnedPolicy | None = None,
 ) -> list[Callable[..., Any]]:
     """Every activity of ours, for the agents in `registry` (any worker can run any of them).
 
     The approver directory and the notifiers come from the environment when not given.
     """
-    tools = ToolActivities(registry)
+    tools = model.planner
     sessions = SessionActivities()
     hooks = HookActivities(registry)
     notes = NotifyActivities(notifiers_from_env() if notifiers is None else list(notifiers))
@@ -239,6 +247,7 @@ def _activities(
         tracing=traces(client),
         directory=directory if directory is not None else directory_from_env(),
         notify=bool(notes.notifiers),
+        policy=policy,
     )
     return [
         agent_acts.resolve_agent,

@@ -580,6 +580,7 @@ class ApprovalBook:
     def _apply(self, call: CallRecord, rec: DecisionRecord) -> None:
         if rec.arguments_sha256 is None:
             rec.arguments_sha256 = text_digest(call.arguments)
+        rec.policy_rule, rec.policy_version = records.policy_names(call.policy)
         call.decision = rec
         call.state = "approved" if rec.kind == "approve" else "rejected"
         self._store(rec)

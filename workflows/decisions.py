@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_DECISIONS_PER_UPDATE,
         MAX_REFUSED_KEPT,
     )
-    from hitl.rules import escalation_targets, may_decide
+    from hitl.rules import escalation_targets, may_decide, names_approvers
     from hitl.signing import Signed
     from hitl.wire import (
         AgentSpec,
@@ -443,6 +443,9 @@ class Decisions:
             run.notices.tell("waiting", rec)
         remind = tool.remind_after_seconds or cfg.remind_after_seconds
         escalate = tool.escalate_after_seconds or cfg.escalate_after_seconds
+        asked = rec.policy if rec.policy is not None and rec.policy.effect == "ask" else None
+        if asked is not None and asked.escalate_after_seconds:
+            escalate = min(escalate or asked.escalate_after_seconds, asked.escalate_after_seconds)
         while rec.decision is None or run.continuing:
             deadline = rec.deadline
             steps: list[tuple[datetime, str]] = []
@@ -472,7 +475,11 @@ class Decisions:
                 if step == "remind":
                     self._remind(rec)
                 elif step == "escalate":
-                    self._escalate(rec, escalation_targets(tool, cfg))
+                    targets = escalation_targets(tool, cfg)
+                    if asked is not None and not names_approvers(tool):
+                        # as the run's own: never past the approvers a tool names itself
+                        targets += [a for a in asked.escalate_to if a not in targets]
+                    self._escalate(rec, targets)
                 else:
                     waited = tool.approval_timeout_seconds or cfg.approval_timeout_seconds
                     seconds = f"{waited or 0:g}s"

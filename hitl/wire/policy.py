@@ -1,0 +1,63 @@
+"""Approval policies on the wire: the version a run pins, and each call's recorded verdict."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from hitl.wire.base import WireModel
+
+__all__ = [
+    "PinnedPolicy",
+    "PolicyEffect",
+    "PolicyVerdict",
+]
+
+PolicyEffect = Literal["allow", "ask", "deny"]
+
+
+class PinnedPolicy(WireModel):
+    """The approval policy a run started with (docs/policies.md), pinned like its graph.
+
+    The document travels with the run (in its resolution, and with each planning step), so a
+    run keeps deciding by the version it started with whatever the worker has loaded since;
+    planning checks the document against `digest` before it uses it.
+    """
+
+    name: str
+    version: str
+    digest: str
+    """`sha256:<hex>` of the document's canonical JSON (`hitl.policy.digest_of`)."""
+    document: dict[str, Any]
+
+
+class PolicyVerdict(WireModel):
+    """What the run's policy said about one call (enforced or not), for the record and audit."""
+
+    call_id: str = ""
+    """The run's call id (set by the run; planning knows the model's)."""
+    policy: str
+    version: str
+    digest: str
+    effect: PolicyEffect | None = None
+    """The enforced verdict (`None`: no enforced rule matched; the tool's code decided)."""
+    rule: str | None = None
+    """The deciding rule."""
+    message: str | None = None
+    approvers: list[str] = Field(default_factory=list)
+    required_approvals: int | None = None
+    approval_timeout_seconds: int | None = None
+    escalate_after_seconds: int | None = None
+    escalate_to: list[str] = Field(default_factory=list)
+    shadow_effect: PolicyEffect | None = None
+    """What `log_only` rules would have made it, had they been enforced."""
+    shadow_rule: str | None = None
+    matched: list[str] = Field(default_factory=list)
+    """Every rule that matched, in document order."""
+    deferred: bool = False
+    """The tool's code deferred to the policy (`needs_approval="policy"`)."""
+    outcome: Literal["refused", "asked", "free"] | None = None
+    """What the call's plan became, the code's say included (set by planning)."""
+    reservations: list[str] = Field(default_factory=list)
+    """Limit-ledger reservations held for the call (released if it does not run)."""
