@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 
 from hitl.policy import (
     CallFacts,
+    LimitCheck,
     LimitLedger,
     PolicyDocument,
     PolicyError,
@@ -32,7 +33,7 @@ from hitl.policy import (
     from_data,
     load_policy,
 )
-from hitl.wire import PinnedPolicy, PolicyVerdict
+from hitl.wire import LimitHold, PinnedPolicy, PolicyVerdict
 
 log = logging.getLogger("hitl.activities")
 
@@ -94,7 +95,9 @@ async def verdict_for(
         at=datetime.now(UTC),
     )
     verdict = await evaluate(doc, policy.pinned.digest, facts, policy.ledger)
-    return to_wire(verdict)
+    wire = to_wire(verdict)
+    wire.categories = list(facts.categories)
+    return wire
 
 
 def to_wire(v: Verdict) -> PolicyVerdict:
@@ -114,7 +117,11 @@ def to_wire(v: Verdict) -> PolicyVerdict:
         shadow_effect=v.shadow_effect,
         shadow_rule=v.shadow_rule,
         matched=v.matched,
-        reservations=[h.reservation_id for h in v.limits if h.reserved and h.reservation_id],
+        reservations=[
+            LimitHold.model_validate(h.check.model_dump())
+            for h in v.limits
+            if h.reserved and h.check is not None
+        ],
     )
 
 
@@ -122,11 +129,11 @@ async def release_all(policy: PlanPolicy, verdict: PolicyVerdict, reason: str) -
     """Give back the call's limit reservations (it will not run)."""
     if policy.ledger is None:
         return
-    for rid in verdict.reservations:
+    for hold in verdict.reservations:
         try:
-            await policy.ledger.release(rid, reason)
-        except Exception as exc:  # the reservation expires with its window
-            log.warning("releasing limit reservation %s failed: %r", rid, exc)
+            await policy.ledger.release(LimitCheck.model_validate(hold.model_dump()), reason)
+        except Exception as exc:  # the hold lapses on the ledger's side
+            log.warning("releasing limit reservation of %s failed: %r", hold.key, exc)
     verdict.reservations = []
 
 

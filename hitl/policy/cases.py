@@ -94,10 +94,10 @@ class CaseLedger:
             exceeded=after > Decimal(check.threshold),
         )
 
-    async def release(self, reservation_id: str, reason: str) -> None:
+    async def release(self, check: LimitCheck, reason: str) -> None:
         """Nothing is reserved."""
 
-    async def commit(self, reservation_id: str) -> None:
+    async def commit(self, check: LimitCheck) -> None:
         """Nothing is reserved."""
 
 

@@ -254,14 +254,15 @@ class PolicyDocument(_Strict):
     mode: Mode = "enforce"
     rules: list[Rule] = Field(max_length=MAX_RULES)
 
-    @model_validator(mode="after")
-    def _unique_ids(self) -> PolicyDocument:
+    @field_validator("rules")
+    @classmethod
+    def _unique_ids(cls, rules: list[Rule]) -> list[Rule]:
         seen: set[str] = set()
-        for rule in self.rules:
+        for rule in rules:
             if rule.id in seen:
                 raise ValueError(f"two rules have the id {rule.id!r}")
             seen.add(rule.id)
-        return self
+        return rules
 
     def mode_of(self, rule: Rule) -> Mode:
         """A rule's mode: its own, else the document's (a `log_only` document enforces none)."""

@@ -57,6 +57,8 @@ class LimitHit(BaseModel):
     exceeded: bool
     reservation_id: str | None = None
     reserved: bool = False
+    check: LimitCheck | None = None
+    """What the ledger was asked (with `reserved`: what releases or commits the hold)."""
 
 
 class RuleReport(BaseModel):
@@ -323,6 +325,7 @@ async def _limit(
         exceeded=answer.exceeded,
         reservation_id=check.reservation_id if answer.reserved else None,
         reserved=answer.reserved,
+        check=check,
     )
     verdict.limits.append(hit)
     compared = ">" if answer.exceeded else "<="

@@ -61,10 +61,13 @@ class LimitLedger(Protocol):
         """Answer `check`, reserving its amount when `check.reserve` (idempotent per id)."""
         ...
 
-    async def release(self, reservation_id: str, reason: str) -> None:
-        """Give a reservation back (`denied`, `rejected`, `expired`, `failed`); unknown: no-op."""
+    async def release(self, check: LimitCheck, reason: str) -> None:
+        """Give back the reservation `check` made; an unknown or settled one: no-op.
+
+        `reason`: `denied`, `refused`, `rejected`, `expired` or `failed`.
+        """
         ...
 
-    async def commit(self, reservation_id: str) -> None:
-        """The call ran: its reservation counts until the window passes; unknown: no-op."""
+    async def commit(self, check: LimitCheck) -> None:
+        """The call ran: the reservation `check` made counts until its window passes."""
         ...

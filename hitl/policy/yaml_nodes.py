@@ -2,12 +2,13 @@
 
 Only plain mappings, sequences and scalars: tags, anchors and aliases are refused (an alias
 can make a small file a huge document), and so are duplicate keys (which YAML would otherwise
-resolve silently to the last one). Numbers become `Decimal` or `int`, never float.
+resolve silently to the last one). Numbers become `Decimal` or `int`, never float; only
+`true` and `false` are booleans (`no`, `yes`, `on`, `off` stay text).
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import yaml
@@ -73,14 +74,19 @@ def _scalar(node: yaml.Node, source: str) -> Any:
     if tag == _STD + "null":
         return None
     if tag == _STD + "bool":
-        return text.lower() in ("true", "yes", "on")
+        # Only true/false: YAML 1.1 also reads yes/no/on/off as booleans, so a rule id `no`
+        # or a country code `NO` would silently become `false`.
+        return text.lower() == "true" if text.lower() in ("true", "false") else text
     if tag == _STD + "int":
         try:
             return int(text.replace("_", ""), 0)
         except ValueError:
             raise PolicyError(f"{text!r} is not a number", line, source) from None
     if tag == _STD + "float":
-        number = Decimal(text.replace("_", "")) if "inf" not in text.lower() else None
+        try:
+            number: Decimal | None = Decimal(text.replace("_", ""))
+        except InvalidOperation:
+            number = None
         if number is None or not number.is_finite():
             raise PolicyError(f"{text!r} is not a finite number", line, source)
         return number

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field
@@ -9,6 +10,7 @@ from pydantic import Field
 from hitl.wire.base import WireModel
 
 __all__ = [
+    "LimitHold",
     "PinnedPolicy",
     "PolicyEffect",
     "PolicyVerdict",
@@ -30,6 +32,22 @@ class PinnedPolicy(WireModel):
     digest: str
     """`sha256:<hex>` of the document's canonical JSON (`hitl.policy.digest_of`)."""
     document: dict[str, Any]
+
+
+class LimitHold(WireModel):
+    """A reservation a limit rule holds for a call in the worker's ledger.
+
+    The `LimitCheck` (`hitl.policy.limits`) that made it, handed back to release or commit it.
+    """
+
+    key: str
+    window_seconds: int
+    measure: Literal["count", "sum"]
+    amount: str
+    threshold: str
+    reservation_id: str
+    reserve: bool = True
+    at: datetime
 
 
 class PolicyVerdict(WireModel):
@@ -55,9 +73,11 @@ class PolicyVerdict(WireModel):
     shadow_rule: str | None = None
     matched: list[str] = Field(default_factory=list)
     """Every rule that matched, in document order."""
+    categories: list[str] = Field(default_factory=list)
+    """The tool's pinned categories the rules were matched against."""
     deferred: bool = False
     """The tool's code deferred to the policy (`needs_approval="policy"`)."""
     outcome: Literal["refused", "asked", "free"] | None = None
     """What the call's plan became, the code's say included (set by planning)."""
-    reservations: list[str] = Field(default_factory=list)
+    reservations: list[LimitHold] = Field(default_factory=list)
     """Limit-ledger reservations held for the call (released if it does not run)."""
