@@ -119,6 +119,14 @@ def _options() -> list[tuple[str, dict[str, Any]]]:
                 "help": "queue to poll (env HITL_TASK_QUEUE; now %(default)s)",
             },
         ),
+        (
+            "--policy",
+            {
+                "metavar": "FILE",
+                "help": "the approval policy runs started here pin (YAML or JSON, see "
+                "docs/policies.md; env HITL_POLICY)",
+            },
+        ),
         ("--address", {"help": "host:port (default: envconfig, else localhost:7233)"}),
         ("--namespace", {"help": "namespace (default: envconfig, else default)"}),
         ("--profile", {"help": "envconfig profile name (env TEMPORAL_PROFILE)"}),
@@ -257,7 +265,11 @@ async def main(argv: list[str] | None = None) -> int:
     )
     if not options.activities_only:
         await check_cluster(client)
-    worker = build_worker(client, registry, options, identity=args.identity)
+    try:
+        worker = build_worker(client, registry, options, identity=args.identity, policy=args.policy)
+    except UserError as exc:  # a policy that cannot be used: refused before serving anything
+        print(f"worker: {exc.message}", file=sys.stderr)
+        return EXIT_CONFIG
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

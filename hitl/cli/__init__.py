@@ -180,6 +180,10 @@ def _commands() -> list[Subcommand]:
                         "hitl.worker --allow)",
                     },
                 ),
+                (
+                    ("--policy",),
+                    {"metavar": "FILE", "help": "the approval policy the worker's runs pin"},
+                ),
                 (("--port",), {"type": int, "default": None}),
                 (("--ui-port",), {"type": int, "default": None}),
                 (("--state-dir",), {"default": ".hitl"}),

@@ -55,6 +55,8 @@ class PolicyVerdict(WireModel):
 
     call_id: str = ""
     """The run's call id (set by the run; planning knows the model's)."""
+    at: datetime | None = None
+    """When planning asked the policy."""
     policy: str
     version: str
     digest: str
