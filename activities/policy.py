@@ -96,7 +96,7 @@ async def verdict_for(
     )
     verdict = await evaluate(doc, policy.pinned.digest, facts, policy.ledger)
     wire = to_wire(verdict)
-    wire.categories = list(facts.categories)
+    wire.categories, wire.at = list(facts.categories), facts.at
     return wire
 
 

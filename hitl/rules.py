@@ -9,7 +9,14 @@ disagree about who may decide.
 
 from __future__ import annotations
 
-from hitl.wire import ApproverDirectory, CallPlan, PolicyDecision, RunConfigSpec, ToolSpec
+from hitl.wire import (
+    ApproverDirectory,
+    CallPlan,
+    PolicyDecision,
+    PolicyVerdict,
+    RunConfigSpec,
+    ToolSpec,
+)
 
 GROUP = "group:"
 """An approver list entry naming a group of the directory: `group:finance`."""
@@ -39,15 +46,35 @@ def names_approvers(tool: ToolSpec) -> bool:
     return bool(tool.approvers) or tool.approvers_by_call
 
 
-def escalation_targets(tool: ToolSpec, cfg: RunConfigSpec) -> list[str]:
+def escalation_targets(
+    tool: ToolSpec, cfg: RunConfigSpec, verdict: PolicyVerdict | None = None
+) -> list[str]:
     """Who joins a call's approvers when it escalates.
 
     The tool's own `escalate_to`; the run's only for a tool that names no approvers of its own:
-    whoever starts a run may narrow who decides, never widen it past what the tool says.
+    whoever starts a run may narrow who decides, never widen it past what the tool says. The
+    `escalate_to` of the policy rule that asked about the call joins on the same terms.
     """
     if tool.escalate_to or names_approvers(tool):
         return list(tool.escalate_to)
-    return list(cfg.escalate_to)
+    targets = list(cfg.escalate_to)
+    if verdict is not None and verdict.effect == "ask":
+        targets += [a for a in verdict.escalate_to if a not in targets]
+    return targets
+
+
+def escalate_after(
+    tool: ToolSpec, cfg: RunConfigSpec, verdict: PolicyVerdict | None = None
+) -> float | None:
+    """Seconds a call waits before it escalates: the tool's, else the run's.
+
+    A policy rule that asked about the call may make it sooner, never later.
+    """
+    seconds = tool.escalate_after_seconds or cfg.escalate_after_seconds
+    ruled = verdict.escalate_after_seconds if verdict is not None else None
+    if ruled and verdict is not None and verdict.effect == "ask":
+        return min(seconds, ruled) if seconds else ruled
+    return seconds
 
 
 def policy_may_decide(tool: ToolSpec, policy: PolicyDecision | None, several: bool) -> bool:

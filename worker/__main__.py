@@ -231,6 +231,18 @@ def _options() -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+def _build(client: Any, registry: Any, options: WorkerOptions, args: Any) -> Any:
+    """The worker, or `None` (said on stderr) when its policy cannot be used.
+
+    A policy that cannot be used is refused before the worker serves anything.
+    """
+    try:
+        return build_worker(client, registry, options, identity=args.identity, policy=args.policy)
+    except UserError as exc:
+        print(f"worker: {exc.message}", file=sys.stderr)
+        return None
+
+
 async def main(argv: list[str] | None = None) -> int:
     """Run the worker until SIGINT/SIGTERM; returns the exit code."""
     args = parse_args(argv)
@@ -265,10 +277,8 @@ async def main(argv: list[str] | None = None) -> int:
     )
     if not options.activities_only:
         await check_cluster(client)
-    try:
-        worker = build_worker(client, registry, options, identity=args.identity, policy=args.policy)
-    except UserError as exc:  # a policy that cannot be used: refused before serving anything
-        print(f"worker: {exc.message}", file=sys.stderr)
+    worker = _build(client, registry, options, args)
+    if worker is None:
         return EXIT_CONFIG
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

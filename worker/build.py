@@ -174,18 +174,15 @@ def build_worker(
     """A worker for `agents` on `options.task_queue` (not started: use `async with` or `run()`).
 
     Every worker registers all our activities, so any worker can run a run's model calls and
-    tools; `options.activities_only` leaves out the workflow (a tool or model worker).
-
-    `allow` lists what runs may name besides the agents' own code (see `hitl.refs`): functions
+    tools; `options.activities_only` leaves out the workflow (a tool or model worker). `allow`
+    lists what runs may name besides the agents' own code (see `hitl.refs`): functions
     and guardrails a `RunConfig` names, context types, `Model`s, or whole `RunConfig`s.
 
-    `directory` is the approver directory (groups and public keys, see `hitl.signing`) that
-    runs started here pin; `None` reads the file `HITL_APPROVERS` names, if set. `notifiers`
-    (`hitl.notify`) hear about waiting, reminded, escalated, decided, expired and uncertain
-    calls; `None` reads `HITL_WEBHOOK_URL`. `policy` is the approval policy (a file or a
-    `PolicyDocument`, docs/policies.md) that runs started here pin; `None` reads the file
-    `HITL_POLICY` names, if set. `ledger` answers its limit rules (a policy with limits and no
-    ledger is refused here, with `PolicyError`).
+    Runs started here pin the approver `directory` (groups and keys, `hitl.signing`; `None`:
+    the file `HITL_APPROVERS` names) and the approval `policy` (a file or a `PolicyDocument`,
+    docs/policies.md; `None`: `HITL_POLICY`), whose limit rules the `ledger` answers (none:
+    such a policy is refused, `PolicyError`). `notifiers` (`hitl.notify`) hear about waiting,
+    reminded, escalated, decided, expired and uncertain calls; `None` reads `HITL_WEBHOOK_URL`.
     """
     opts = options or WorkerOptions()
     if not opts.activities_only:

@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_DECISIONS_PER_UPDATE,
         MAX_REFUSED_KEPT,
     )
-    from hitl.rules import escalation_targets, may_decide, names_approvers
+    from hitl.rules import escalate_after, escalation_targets, may_decide
     from hitl.signing import Signed
     from hitl.wire import (
         AgentSpec,
@@ -442,10 +442,7 @@ class Decisions:
             rec.announced = True
             run.notices.tell("waiting", rec)
         remind = tool.remind_after_seconds or cfg.remind_after_seconds
-        escalate = tool.escalate_after_seconds or cfg.escalate_after_seconds
-        asked = rec.policy if rec.policy is not None and rec.policy.effect == "ask" else None
-        if asked is not None and asked.escalate_after_seconds:
-            escalate = min(escalate or asked.escalate_after_seconds, asked.escalate_after_seconds)
+        escalate = escalate_after(tool, cfg, rec.policy)
         while rec.decision is None or run.continuing:
             deadline = rec.deadline
             steps: list[tuple[datetime, str]] = []
@@ -475,11 +472,7 @@ class Decisions:
                 if step == "remind":
                     self._remind(rec)
                 elif step == "escalate":
-                    targets = escalation_targets(tool, cfg)
-                    if asked is not None and not names_approvers(tool):
-                        # as the run's own: never past the approvers a tool names itself
-                        targets += [a for a in asked.escalate_to if a not in targets]
-                    self._escalate(rec, targets)
+                    self._escalate(rec, escalation_targets(tool, cfg, rec.policy))
                 else:
                     waited = tool.approval_timeout_seconds or cfg.approval_timeout_seconds
                     seconds = f"{waited or 0:g}s"

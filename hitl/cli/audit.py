@@ -139,36 +139,38 @@ def verdict_row(status: RunStatus, v: PolicyVerdict) -> dict[str, Any]:
     }
 
 
+def decision_row(status: RunStatus, d: DecisionRecord) -> dict[str, Any]:
+    """A decision as an audit row (with the policy rule and version behind it)."""
+    return {
+        "run": status.workflow_id,
+        "agent": status.agent,
+        "event": "decision",
+        "at": d.decided_at.isoformat(),
+        "call_id": d.call_id,
+        "tool": d.tool_name,
+        "kind": d.kind,
+        "approver": d.approver,
+        "source": d.source,
+        "via": d.via,
+        "reason": d.reason,
+        "message": d.message,
+        "approvals": [a.approver for a in d.approvals],
+        "error_type": None,
+        "through": through(d),
+        "verified": d.verified,
+        "expired": d.kind == "expired",
+        "arguments": d.arguments,
+        "original_arguments": d.original_arguments,
+        "outcome": None,
+        "deadline": None,
+        "policy_rule": d.policy_rule,
+        "policy_version": d.policy_version,
+    }
+
+
 def rows_of(status: RunStatus) -> list[dict[str, Any]]:
     """A run's decisions, actions and kept refusals as audit rows, oldest first."""
-    rows = [
-        {
-            "run": status.workflow_id,
-            "agent": status.agent,
-            "event": "decision",
-            "at": d.decided_at.isoformat(),
-            "call_id": d.call_id,
-            "tool": d.tool_name,
-            "kind": d.kind,
-            "approver": d.approver,
-            "source": d.source,
-            "via": d.via,
-            "reason": d.reason,
-            "message": d.message,
-            "approvals": [a.approver for a in d.approvals],
-            "error_type": None,
-            "through": through(d),
-            "verified": d.verified,
-            "expired": d.kind == "expired",
-            "arguments": d.arguments,
-            "original_arguments": d.original_arguments,
-            "outcome": None,
-            "deadline": None,
-            "policy_rule": d.policy_rule,
-            "policy_version": d.policy_version,
-        }
-        for d in status.decisions
-    ]
+    rows = [decision_row(status, d) for d in status.decisions]
     rows += [verdict_row(status, v) for v in status.verdicts if v.matched or v.deferred]
     rows += [action_row(status, a) for a in status.actions]
     rows += [
