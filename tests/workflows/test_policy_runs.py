@@ -266,3 +266,34 @@ async def test_no_start_input_or_memo_selects_or_disables_a_policy(
         out = await memo_run.result()
     assert out.final_output == "Refunds above $50,000 are not made here."
     assert ledger.count() == 0
+
+
+def office_script(req: ModelRequest) -> ModelReply:
+    done = req.results_for("desk")
+    if done:
+        return ModelReply.say(done[0].output or "")
+    return ModelReply.call("desk", {"input": "refund:7:60000"})
+
+
+office = Agent(
+    name="Office",
+    tools=[desk.as_tool(tool_name="desk")],
+    model=ScriptedModel(office_script, "tests.policy.office"),
+)
+
+
+async def test_a_nested_run_keeps_its_roots_policy(
+    ts_env: WorkflowEnvironment, worker_cache: int, ledger: Ledger
+) -> None:
+    """An agent used as a tool runs as a child workflow: it inherits the root's pinned policy
+    (an internal field the child believes because the server vouches for its parent)."""
+    if worker_cache == 0:
+        pytest.skip(
+            "the Java time-skipping server stalls child workflow tasks that run local "
+            "activities when nothing is cached (see tests/workflows/test_nested_waits.py)"
+        )
+    client = ts_env.client
+    async with serving(client, office, policy=parse_policy(POLICY)) as tq:
+        result = await Runner.run(office, "go", client=client, task_queue=tq, serve=False)
+    assert result.final_output == "Refunds above $50,000 are not made here."
+    assert ledger.count() == 0
