@@ -91,11 +91,15 @@ def policy_may_decide(tool: ToolSpec, policy: PolicyDecision | None, several: bo
 
 
 def needs_person(tool: ToolSpec, plan: CallPlan | None) -> bool | None:
-    """Whether a call needs a person: the pinned mode, or its plan (`None`: no plan found)."""
+    """Whether a call needs a person: the pinned mode, or its plan (`None`: no plan found).
+
+    A tool whose code never asks is planned only when the run pinned an approval policy, which
+    may ask about its calls: then its plan says.
+    """
     if tool.approval == "always":
         return True
     if tool.approval == "never":
-        return False
+        return plan is not None and plan.needs_approval
     return None if plan is None else plan.needs_approval
 
 

@@ -17,6 +17,8 @@ from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel, ToolCon
 from hitl.activities.policy import pin
 from hitl.policy import parse_policy
 from hitl.wire import DecisionInput, DecisionRecord, RunInput, RunOutput, RunStatus, WaitInput
+from tests.e2e.test_verify import offline as verified
+from tests.e2e.test_verify import update_events, without
 from tests.helpers import Ledger, record_effect, serving, tool_activity_count
 from tests.workflows.test_invariants import refused_type
 
@@ -155,7 +157,14 @@ async def test_an_ask_waits_for_the_policys_approvers_and_count(
         assert ledger.count() == 0 and tool_activity_count(await handle.fetch_history()) == 0
         await _approve(handle, item.call_id, "bob")
         out = await handle.result()
+        hist = await handle.fetch_history()
     assert out.final_output == "refunded $5000.0 on order 7"
+    # `hitl verify` holds the call to the policy's count though the tool's code never asks.
+    report = await verified(hist, client)
+    [call] = report.calls
+    assert report.ok and [a.approver for a in call.verdict.approvals] == ["ann", "bob"]
+    assert await verified(without(hist, update_events(hist, "bob")), client) is not None
+    assert not (await verified(without(hist, update_events(hist, "bob")), client)).ok
     [d] = out.decisions
     assert (d.approver, [a.approver for a in d.approvals]) == ("bob", ["ann", "bob"])
     assert d.policy_rule == "four-eyes"
