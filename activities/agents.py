@@ -21,6 +21,7 @@ from hitl.registry import AgentRegistry
 from hitl.run_config import RunErrorHandlerInput, RunErrorHandlerResult
 from hitl.wire import (
     ACT_HANDLE_RUN_ERROR,
+    ACT_REGISTRY_DIRECTORY,
     ACT_RESOLVE_AGENT,
     SA_OUTCOMES,
     SEARCH_ATTRIBUTES,
@@ -214,6 +215,11 @@ class AgentActivities:
             run_call_ids=True,
             inbox_rounds=True,
         )
+
+    @activity.defn(name=ACT_REGISTRY_DIRECTORY)
+    async def registry_directory(self) -> ApproverDirectory:
+        """The worker's approver directory, for the policy registry (who may publish)."""
+        return self.directory or ApproverDirectory()
 
     @activity.defn(name=ACT_HANDLE_RUN_ERROR)
     async def handle_run_error(self, inp: HandleRunErrorInput) -> HandleRunErrorOutput:

@@ -33,6 +33,7 @@ from hitl.registry import AgentRegistry
 from hitl.signing import directory_from_env, signing_available
 from hitl.wire import DEFAULT_TASK_QUEUE, ApproverDirectory, PinnedPolicy
 from hitl.workflows.agent_run import AgentRun
+from hitl.workflows.policy_registry import PolicyRegistry
 from hitl.workflows.session import AgentSession
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,7 @@ def build_worker(
     notifiers: Iterable[Any] | None = None,
     policy: str | Path | PolicyDocument | None = None,
     ledger: LimitLedger | None = None,
+    policy_registry: bool = False,
 ) -> Worker:
     """A worker for `agents` on `options.task_queue` (not started: use `async with` or `run()`).
 
@@ -181,8 +183,10 @@ def build_worker(
     Runs started here pin the approver `directory` (groups and keys, `hitl.signing`; `None`:
     the file `HITL_APPROVERS` names) and the approval `policy` (a file or a `PolicyDocument`,
     docs/policies.md; `None`: `HITL_POLICY`), whose limit rules the `ledger` answers (none:
-    such a policy is refused, `PolicyError`). `notifiers` (`hitl.notify`) hear about waiting,
-    reminded, escalated, decided, expired and uncertain calls; `None` reads `HITL_WEBHOOK_URL`.
+    such a policy is refused, `PolicyError`); `policy_registry=True` also serves the
+    namespace's policy registry (signed publications by admins; runs do not pin from it yet).
+    `notifiers` (`hitl.notify`) hear about waiting, reminded, escalated, decided, expired and
+    uncertain calls.
     """
     opts = options or WorkerOptions()
     if not opts.activities_only:
@@ -201,7 +205,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=opts.task_queue,
-        workflows=[] if opts.activities_only else [AgentRun, AgentSession],
+        workflows=[] if opts.activities_only else _workflows(policy_registry),
         activities=activities,
         workflow_runner=workflow_runner(),
         max_cached_workflows=opts.max_cached_workflows,
@@ -219,6 +223,11 @@ def build_worker(
         plugins=[ReleaseOnStop(model.aclose)],
         **kwargs,
     )
+
+
+def _workflows(policy_registry: bool) -> list[type]:
+    """Our workflows; the namespace's policy registry on workers that pin from it."""
+    return [AgentRun, AgentSession, *([PolicyRegistry] if policy_registry else [])]
 
 
 def _activities(
@@ -247,6 +256,7 @@ def _activities(
         policy=policy,
     )
     return [
+        agent_acts.registry_directory,
         agent_acts.resolve_agent,
         agent_acts.handle_run_error,
         model.call_model,

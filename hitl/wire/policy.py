@@ -8,10 +8,22 @@ from typing import Any, Literal
 from pydantic import Field
 
 from hitl.wire.base import WireModel
+from hitl.wire.graph import ApproverDirectory
 
 __all__ = [
+    "ACT_REGISTRY_DIRECTORY",
+    "ADMINS_GROUP",
+    "POLICY_REGISTRY_ID",
+    "POLICY_REGISTRY_TYPE",
+    "QUERY_CURRENT_POLICY",
+    "UPDATE_PUBLISH_POLICY",
+    "CurrentPolicy",
     "LimitHold",
     "PinnedPolicy",
+    "PolicyPublication",
+    "PublishPolicy",
+    "RegistryInput",
+    "RegistryState",
     "PolicyEffect",
     "PolicyVerdict",
 ]
@@ -83,3 +95,59 @@ class PolicyVerdict(WireModel):
     """What the call's plan became, the code's say included (set by planning)."""
     reservations: list[LimitHold] = Field(default_factory=list)
     """Limit-ledger reservations held for the call (released if it does not run)."""
+
+
+POLICY_REGISTRY_TYPE = "PolicyRegistry"
+"""The workflow type of a namespace's policy registry (one run, id `POLICY_REGISTRY_ID`)."""
+POLICY_REGISTRY_ID = "hitl-policy-registry"
+UPDATE_PUBLISH_POLICY = "publish_policy"
+QUERY_CURRENT_POLICY = "current_policy"
+ACT_REGISTRY_DIRECTORY = "registry_directory"
+ADMINS_GROUP = "admins"
+"""The approver directory's group whose members may publish a policy to the registry."""
+
+
+class PublishPolicy(WireModel):
+    """The `publish_policy` update: a document an admin signed (`hitl.policy_signing`)."""
+
+    document: dict[str, Any]
+    admin: str
+    key_id: str
+    signature: str
+    expires_at: datetime
+    reason: str | None = None
+
+
+class PolicyPublication(WireModel):
+    """One accepted publication, as the registry keeps it (newest last)."""
+
+    name: str
+    version: str
+    digest: str
+    admin: str
+    at: datetime
+    reason: str | None = None
+
+
+class RegistryState(WireModel):
+    """What a policy registry keeps, and carries across continue-as-new."""
+
+    current: PinnedPolicy | None = None
+    log: list[PolicyPublication] = Field(default_factory=list)
+    directory: ApproverDirectory | None = None
+    """The worker's approver directory when the registry started (who may publish)."""
+
+
+class RegistryInput(WireModel):
+    """Input of the `PolicyRegistry` workflow (`state` is believed only on continue-as-new)."""
+
+    state: RegistryState | None = None
+
+
+class CurrentPolicy(WireModel):
+    """Answer of the `current_policy` query."""
+
+    policy: PinnedPolicy | None = None
+    log: list[PolicyPublication] = Field(default_factory=list)
+    ready: bool = False
+    """The registry has read the approver directory: it can take publications."""
