@@ -37,6 +37,9 @@ from hitl.wire import (
 )
 from hitl.workflows.book import ApprovalBook
 
+MAX_VERDICTS_KEPT = 500
+"""The policy verdicts a run keeps (the latest), so a long run's state stays bounded."""
+
 
 @dataclass
 class OpenedTurn:
@@ -203,6 +206,7 @@ def apply_plans(
             rec.policy = plan.verdict
             if verdicts is not None:
                 verdicts.append(plan.verdict)
+                del verdicts[:-MAX_VERDICTS_KEPT]
         if plan.refusal is not None:
             # Arguments the tool refuses are the model's mistake; a pre-approval guardrail's
             # refusal is a policy's answer and not a bad turn.
