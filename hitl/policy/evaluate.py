@@ -301,8 +301,8 @@ async def _limit(
             key=key,
             window_seconds=limit.window,
             measure=limit.measure,
-            amount=str(amount),
-            threshold=str(limit.above),
+            amount=format(amount, "f"),  # plain digits: 1E+3 is 1000 to a ledger
+            threshold=format(limit.above, "f"),
             reservation_id=f"{facts.workflow_id}:{facts.call_id}:{key}",
             reserve=mode == "enforce",
             at=facts.at,

@@ -161,6 +161,18 @@ async def test_limits_ask_the_ledger_and_fail_closed_without_one() -> None:
     assert v.effect == "ask" and v.limits[0].total_after == "5100"
     small = CallFacts(agent="Desk", tool="refund", arguments={**args, "amount": 400}, at=at)
     assert (await evaluate(d, "sha256:x", small, ledger)).effect is None
+    seen: list[Any] = []
+
+    class Recording(CaseLedger):
+        async def check_and_reserve(self, check: Any) -> Any:
+            seen.append(check)
+            return await super().check_and_reserve(check)
+
+    exp = CallFacts(
+        agent="Desk", tool="refund", arguments={**args, "amount": Decimal("1E+3")}, at=at
+    )
+    await evaluate(d, "sha256:x", exp, Recording({}))
+    assert (seen[0].amount, seen[0].threshold, seen[0].key) == ("1000", "5000", "c:C-1")
     blind = await evaluate(d, "sha256:x", facts, None)
     assert blind.effect == "ask" and "no limit ledger" in blind.reports[0].why[0]
 
