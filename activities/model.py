@@ -29,6 +29,7 @@ from hitl.items import (
 )
 from hitl.limits import MAX_ARGUMENT_DEPTH, MAX_MODEL_ITEM_DEPTH, MAX_MODEL_OUTPUT_BYTES
 from hitl.model import ModelRequest, ScriptedModel
+from hitl.policy.limits import LimitLedger
 from hitl.refs import Allowed
 from hitl.registry import AgentRegistry
 from hitl.wire import (
@@ -56,10 +57,12 @@ from hitl.wire import (
 class ModelActivities:
     """Model calls for the agents in `registry` (instructions and output types live there)."""
 
-    def __init__(self, registry: AgentRegistry, openai: Any = None) -> None:
+    def __init__(
+        self, registry: AgentRegistry, openai: Any = None, ledger: LimitLedger | None = None
+    ) -> None:
         self.registry = registry
         self.openai = openai
-        self.planner = ToolActivities(registry)
+        self.planner = ToolActivities(registry, ledger)
 
     async def aclose(self) -> None:
         """Release the provider's clients (the worker calls this once it has stopped)."""
@@ -194,6 +197,8 @@ class ModelActivities:
                     run_approver=req.run_approver,
                     skip_policy=req.skip_policy,
                     pre_approval_guardrails=req.pre_approval_guardrails,
+                    policy=req.policy,
+                    categories=req.categories,
                 )
             )
         except Exception as exc:  # the run plans again with `plan_tools`, which reports it

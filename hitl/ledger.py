@@ -38,7 +38,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from hitl.errors import AgentsException
+from hitl.policy.limits import LimitAnswer, LimitLedgerError
 from hitl.wire import (
     DEFAULT_TASK_QUEUE,
     LEDGER_COMMIT,
@@ -86,31 +86,12 @@ SETTLED_QUIETLY = {"UnknownReservation": "unknown", "AlreadyCommitted": "committ
 """Refusals of a release or commit that mean "nothing to do" (the protocol is at-least-once)."""
 
 
-class LimitLedgerError(AgentsException):
-    """The ledger could not answer; a policy then treats the limit as passed (fails closed).
-
-    integration: `hitl.policy.limits.LimitLedgerError` once both branches are merged.
-    """
-
-
 class LedgerRefused(LimitLedgerError):
     """The ledger refused a request (its validator's typed error: `type` and message)."""
 
     def __init__(self, type_name: str, message: str) -> None:
         super().__init__(f"{type_name}: {message}")
         self.type = type_name
-
-
-class LimitAnswer(BaseModel):
-    """The answer `TemporalLimitLedger.check_and_reserve` gives a policy.
-
-    integration: `hitl.policy.limits.LimitAnswer` (the same fields) once both branches merge.
-    """
-
-    total_before: str
-    total_after: str
-    exceeded: bool
-    reserved: bool = False
 
 
 class LimitCheckLike(Protocol):

@@ -119,6 +119,14 @@ def _options() -> list[tuple[str, dict[str, Any]]]:
                 "help": "queue to poll (env HITL_TASK_QUEUE; now %(default)s)",
             },
         ),
+        (
+            "--policy",
+            {
+                "metavar": "FILE",
+                "help": "the approval policy runs started here pin (YAML or JSON, see "
+                "docs/policies.md; env HITL_POLICY)",
+            },
+        ),
         ("--address", {"help": "host:port (default: envconfig, else localhost:7233)"}),
         ("--namespace", {"help": "namespace (default: envconfig, else default)"}),
         ("--profile", {"help": "envconfig profile name (env TEMPORAL_PROFILE)"}),
@@ -258,6 +266,18 @@ async def _serve(args: argparse.Namespace, tracing: Tracing | None) -> tuple[Age
     return registry, client
 
 
+def _build(client: Any, registry: Any, options: WorkerOptions, args: Any) -> Any:
+    """The worker, or `None` (said on stderr) when its policy cannot be used.
+
+    A policy that cannot be used is refused before the worker serves anything.
+    """
+    try:
+        return build_worker(client, registry, options, identity=args.identity, policy=args.policy)
+    except UserError as exc:
+        print(f"worker: {exc.message}", file=sys.stderr)
+        return None
+
+
 async def main(argv: list[str] | None = None) -> int:
     """Run the worker until SIGINT/SIGTERM; returns the exit code."""
     args = parse_args(argv)
@@ -284,7 +304,9 @@ async def main(argv: list[str] | None = None) -> int:
     )
     if not options.activities_only:
         await check_cluster(client)
-    worker = build_worker(client, registry, options, identity=args.identity)
+    worker = _build(client, registry, options, args)
+    if worker is None:
+        return EXIT_CONFIG
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -584,6 +584,7 @@ class ApprovalBook:
         # When it waited and whether it escalated: what insights count (`hitl.insights`).
         rec.requested_at = rec.requested_at or call.requested_at
         rec.escalated_at = rec.escalated_at or call.escalated_at
+        rec.policy_rule, rec.policy_version = records.policy_names(call.policy)
         call.decision = rec
         call.state = "approved" if rec.kind == "approve" else "rejected"
         self._store(rec)

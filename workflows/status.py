@@ -75,6 +75,8 @@ def status(run: Reads, kind: type[RunStatus] = RunStatus, *, full: bool = True) 
         continued_as_new=run.continuing,
         actions=s.actions if full else [],
         last_response_id=s.last_response_id,
+        policy=s.policy if full else None,
+        verdicts=s.verdicts if full else [],
     )
 
 
@@ -119,6 +121,7 @@ def settled_status(
         whole = status(run, SettledStatus)
         assert isinstance(whole, SettledStatus)
         whole.refused, whole.actions, whole.final_output = [], [], None
+        whole.policy, whole.verdicts = None, []  # (the `status` query has them)
         whole.input_items, whole.new_items = run.state.input_items, run.state.new_items
         if encoded_size(whole) <= TRANSCRIPT_INLINE_BYTES:
             return whole

@@ -379,6 +379,12 @@ class Steps:
                 run_approver=cfg.approver,
                 skip_policy=skip_policy,
                 pre_approval_guardrails=cfg.pre_approval_tool_input_guardrails,
+                policy=self.state.policy,
+                categories=(
+                    {t.name: list(t.categories) for t in agent.tools if t.categories}
+                    if self.state.policy is not None
+                    else {}
+                ),
             ),
             PlanToolsOutput,
             "planning tool calls",

@@ -62,6 +62,8 @@ from hitl.cli.doctor import cmd_doctor
 from hitl.cli.inbox import cmd_pending, cmd_show
 from hitl.cli.insights import DEFAULT_LIMIT, cmd_insights
 from hitl.cli.keys import cmd_keys
+from hitl.cli.policy import add_parser as add_policy_parser
+from hitl.cli.policy import cmd_policy
 from hitl.cli.running import cmd_run, cmd_watch, format_event
 from hitl.cli.stack import cmd_codec_server, cmd_dev, cmd_setup
 from hitl.cli.verify import add_parser as add_verify_parser
@@ -181,6 +183,10 @@ def _commands() -> list[Subcommand]:
                         "hitl.worker --allow)",
                     },
                 ),
+                (
+                    ("--policy",),
+                    {"metavar": "FILE", "help": "the approval policy the worker's runs pin"},
+                ),
                 (("--port",), {"type": int, "default": None}),
                 (("--ui-port",), {"type": int, "default": None}),
                 (("--state-dir",), {"default": ".hitl"}),
@@ -193,6 +199,7 @@ def _commands() -> list[Subcommand]:
         ("setup", "register the search attributes on the cluster", []),
         add_doctor_parser,
         add_verify_parser,
+        add_policy_parser,
         add_console_parsers,
         (
             "codec-server",
@@ -479,6 +486,8 @@ def _run(argv: Sequence[str] | None) -> int:
             return cmd_doctor(args)
         if args.command == "verify":
             return cmd_verify(args)
+        if args.command == "policy":
+            return cmd_policy(args)
         if args.command == "console":
             if not args.namespaces and args.namespace:
                 args.namespaces = [args.namespace]

@@ -401,6 +401,11 @@ class Console(Acts):
             decisions=decisions,
             refused=refused,
             actions=[a for a in status.actions if viewer or a.call_id in mine],
+            verdicts=[
+                v
+                for v in status.verdicts
+                if (v.matched or v.deferred) and (viewer or v.call_id in mine)
+            ],
             partial=not viewer,
         )
 

@@ -20,6 +20,7 @@ from hitl.wire.graph import (
     ModelSpec,
     RunConfigSpec,
 )
+from hitl.wire.policy import PinnedPolicy, PolicyVerdict
 from hitl.wire.runs import (
     ApprovalRequestData,
     PolicyDecision,
@@ -224,6 +225,10 @@ class PlanRequest(WireModel):
     run_approver: str | None = None
     skip_policy: list[str] = Field(default_factory=list)
     pre_approval_guardrails: bool = False
+    policy: PinnedPolicy | None = None
+    """The run's pinned approval policy: planning evaluates it for each call."""
+    categories: dict[str, list[str]] = Field(default_factory=dict)
+    """The pinned categories of the tools that declare some (what policy rules match)."""
 
 
 class InputFilterRecord(WireModel):
@@ -333,6 +338,10 @@ class PlanToolsInput(WireModel):
     skip_policy: list[str] = Field(default_factory=list)
     """Tools with a standing always-rule: their approver callbacks need not run."""
     pre_approval_guardrails: bool = False
+    policy: PinnedPolicy | None = None
+    """The run's pinned approval policy: evaluated for each call."""
+    categories: dict[str, list[str]] = Field(default_factory=dict)
+    """The pinned categories of the tools that declare some."""
 
 
 class CallPlan(WireModel):
@@ -355,6 +364,9 @@ class CallPlan(WireModel):
     approvers: list[str] | None = None
     """Who may decide the call, when the tool's `approvers` is a callable (`None`: the tool's
     list, pinned in the graph)."""
+    verdict: PolicyVerdict | None = None
+    """What the run's approval policy said (its approvers narrow the call's, its count and
+    deadline only make the call stricter; a `deny` is the refusal)."""
 
 
 class PlanToolsOutput(WireModel):
@@ -459,6 +471,8 @@ class ResolvedRun(WireModel):
     """The worker traces with OpenTelemetry (the run records its own spans)."""
     directory: ApproverDirectory | None = None
     """The worker's approver directory (groups, public keys), pinned into the run."""
+    policy: PinnedPolicy | None = None
+    """The worker's approval policy (docs/policies.md), pinned into the run."""
     notify: bool = False
     """The worker has notifiers: the run starts `notify` activities for its waits."""
     outcomes_attribute: bool = False

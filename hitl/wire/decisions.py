@@ -229,6 +229,10 @@ class DecisionRecord(WireModel):
     """The key a verified decision was signed with."""
     client: str | None = None
     """What sent the decision, as the sender said (`hitl`, `runner`; unset: another client)."""
+    policy_rule: str | None = None
+    """The approval-policy rule that decided how the call was asked (docs/policies.md)."""
+    policy_version: str | None = None
+    """That policy's `<name>@<version> <digest>`."""
     arguments_sha256: str | None = None
     """SHA-256 (hex) of the call's arguments the decision is about (for an approval: what
     runs; `None`: recorded before decisions named their arguments)."""

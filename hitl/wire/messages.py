@@ -17,6 +17,7 @@ from hitl.wire.decisions import (
     UncertainCall,
 )
 from hitl.wire.names import DecisionKind, Phase
+from hitl.wire.policy import PinnedPolicy, PolicyVerdict
 from hitl.wire.runs import (
     ApprovalRequestData,
     RefusedDecision,
@@ -428,6 +429,10 @@ class RunStatus(WireModel):
     error: RunErrorInfo | None = None
     continued_as_new: bool = False
     actions: list[CallAction] = Field(default_factory=list)
+    policy: PinnedPolicy | None = None
+    """The approval policy the run pinned (its document too: `hitl policy explain` reads it)."""
+    verdicts: list[PolicyVerdict] = Field(default_factory=list)
+    """What that policy said about each call it matched."""
     """Every `resolve`, `extend` and `answer` of the run, also of calls whose turn is over."""
     last_response_id: str | None = None
     """The id of the run's latest Responses API response (for `previous_response_id`)."""
