@@ -280,13 +280,6 @@ class Verdict(BaseModel):
     outcome: str | None = None
 
 
-class RuledRecord(DecisionRecord):
-    """A decision record naming its rule as the policy work names it."""
-
-    policy_rule: str | None = None
-    policy_version: str | None = None
-
-
 class PolicyStatus(RunStatus):
     """A `status` answer of a run under a policy (it lists its verdicts)."""
 
@@ -294,8 +287,9 @@ class PolicyStatus(RunStatus):
 
 
 def test_verdicts_count_rule_hits_and_shadow_disagreements_per_run() -> None:
-    asked = RuledRecord(**decision("refund", "approve", 30).model_dump(), policy_rule="four-eyes",
-                        policy_version="refunds@3 sha256:abc")  # fmt: skip
+    asked = decision("refund", "approve", 30).model_copy(
+        update={"policy_rule": "four-eyes", "policy_version": "refunds@3 sha256:abc"}
+    )
     status = PolicyStatus(
         workflow_id="w",
         run_id="r",
