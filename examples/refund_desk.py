@@ -34,14 +34,15 @@ from hitl import (
     function_tool,
 )
 from hitl.examples import backoffice
+from hitl.signing import LOCAL_PEOPLE
 
 REFUND_APPROVAL_LIMIT = Decimal(100)
 """Refunds above this need a person."""
 FOUR_EYES_LIMIT = Decimal(1000)
 """Refunds above this need two different people of `finance`."""
 HOUR, DAY = 3600, 86400
-DEMO_PEOPLE = {"ann": ["finance"], "bob": ["finance"], "lee": ["finance-leads"]}
-"""The demo's approver directory: two people of `finance`, and a finance lead."""
+DEMO_PEOPLE = LOCAL_PEOPLE
+"""The demo's approver directory: ann and bob of `finance`, lee of `finance-leads`."""
 
 
 @function_tool

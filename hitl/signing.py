@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from hitl._keys import (
     CRYPTO_EXTRA,
+    LOCAL_PEOPLE,
     MAX_NAME_CHARS,
     SHOWN_CHARS,
     directory_from_env,
@@ -410,6 +411,7 @@ def signing_available() -> bool:
 
 
 __all__ = [
+    "LOCAL_PEOPLE",
     "CRYPTO_EXTRA",
     "DOMAIN",
     "MAX_NAME_CHARS",
