@@ -4,6 +4,7 @@ what the person sees, and that a repeated call has one effect."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from hitl import ModelRequest, RunConfig
 from hitl.examples import backoffice, email_desk, refund_desk
 from hitl.testing import ToolCheck
+from tests.helpers import ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -142,3 +144,13 @@ def test_a_refund_whose_amount_is_not_a_plain_number_asks_a_person(amount: objec
     predicate = refund_desk.refund_needs_approval
     assert predicate(None, {"order_id": 1001, "amount": amount}, "c") is True  # type: ignore[arg-type]
     assert predicate(None, {"order_id": 1001, "amount": 40}, "c") is False  # type: ignore[arg-type]
+
+
+def test_the_governance_page_shows_the_shipped_refund_desk_word_for_word() -> None:
+    page = (ROOT / "docs" / "governance.md").read_text()
+    intro = page.split("\n## ", 1)[0]  # the desk, before the first section
+    blocks = re.findall(r"```python\n(.*?)```", intro, re.S)
+    shipped = (ROOT / "examples" / "refund_desk.py").read_text()
+    assert len(blocks) == 3 and "signed_decisions=True" in blocks[2]
+    for block in blocks:
+        assert block in shipped, block
