@@ -74,3 +74,27 @@ def test_the_settled_views_render_hostile_text_inert(monkeypatch: pytest.MonkeyP
         expired = client.get("/?view=expired").text
         assert "Expired: nobody decided before its deadline" in expired and "t3.1" in expired
         assert "Nothing waits for a decision" in client.get("/").text
+
+
+async def test_a_slow_inbox_reading_is_served_after_it_arrives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 10,000 pending calls took seconds to read (bench/console_live.py): stamped when it began,
+    # the reading was stale on arrival and every request read everything again.
+    import asyncio
+
+    from hitl.console import data as console_data
+
+    monkeypatch.setattr(console_data, "INBOX_SECONDS", 0.2)
+    reads = 0
+
+    async def slow(self: ConsoleData, *args: object) -> None:
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.3)  # longer than the reading is served for
+
+    monkeypatch.setattr(ConsoleData, "_read_namespace", slow)
+    data = ConsoleData({"default": None})  # type: ignore[dict-item]
+    await data.inbox()
+    await data.inbox()
+    assert reads == 1
