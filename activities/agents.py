@@ -21,6 +21,7 @@ from hitl.registry import AgentRegistry
 from hitl.run_config import RunErrorHandlerInput, RunErrorHandlerResult
 from hitl.wire import (
     ACT_HANDLE_RUN_ERROR,
+    ACT_REGISTRY_DIRECTORY,
     ACT_RESOLVE_AGENT,
     SA_OUTCOMES,
     SEARCH_ATTRIBUTES,
@@ -29,6 +30,7 @@ from hitl.wire import (
     HandleRunErrorInput,
     HandleRunErrorOutput,
     ModelSpec,
+    PinnedPolicy,
     ResolveAgentInput,
     ResolvedRun,
     RunConfigSpec,
@@ -148,6 +150,7 @@ class AgentActivities:
         tracing: The worker traces with OpenTelemetry.
         directory: The approver directory (groups, public keys) pinned into each run.
         notify: The worker has notifiers: runs start `notify` activities.
+        policy: The worker's approval policy, pinned into each run (docs/policies.md).
     """
 
     RECHECK_SECONDS = 60.0
@@ -159,8 +162,10 @@ class AgentActivities:
         tracing: bool = False,
         directory: ApproverDirectory | None = None,
         notify: bool = False,
+        policy: PinnedPolicy | None = None,
     ) -> None:
         self.registry = registry
+        self.policy = policy
         self.search_attributes = search_attributes
         self.tracing = tracing
         self.directory = directory
@@ -204,11 +209,17 @@ class AgentActivities:
             attributes=attributes,
             tracing=self.tracing,
             directory=self.directory,
+            policy=self.policy,
             notify=self.notify,
             inbox_memo=True,
             run_call_ids=True,
             inbox_rounds=True,
         )
+
+    @activity.defn(name=ACT_REGISTRY_DIRECTORY)
+    async def registry_directory(self) -> ApproverDirectory:
+        """The worker's approver directory, for the policy registry (who may publish)."""
+        return self.directory or ApproverDirectory()
 
     @activity.defn(name=ACT_HANDLE_RUN_ERROR)
     async def handle_run_error(self, inp: HandleRunErrorInput) -> HandleRunErrorOutput:

@@ -29,10 +29,12 @@ from hitl.items import (
 )
 from hitl.limits import MAX_ARGUMENT_DEPTH, MAX_MODEL_ITEM_DEPTH, MAX_MODEL_OUTPUT_BYTES
 from hitl.model import ModelRequest, ScriptedModel
+from hitl.policy.limits import LimitLedger
 from hitl.refs import Allowed
 from hitl.registry import AgentRegistry
 from hitl.wire import (
     ACT_CALL_MODEL,
+    AGENT_NOT_SERVED,
     EVENTS_TOPIC,
     QUERY_TRANSCRIPT,
     CallModelInput,
@@ -47,16 +49,20 @@ from hitl.wire import (
     TranscriptQuery,
     TranscriptRef,
     Usage,
+    agent_definition,
+    definition_digest,
 )
 
 
 class ModelActivities:
     """Model calls for the agents in `registry` (instructions and output types live there)."""
 
-    def __init__(self, registry: AgentRegistry, openai: Any = None) -> None:
+    def __init__(
+        self, registry: AgentRegistry, openai: Any = None, ledger: LimitLedger | None = None
+    ) -> None:
         self.registry = registry
         self.openai = openai
-        self.planner = ToolActivities(registry)
+        self.planner = ToolActivities(registry, ledger)
 
     async def aclose(self) -> None:
         """Release the provider's clients (the worker calls this once it has stopped)."""
@@ -67,6 +73,7 @@ class ModelActivities:
     async def call_model(self, inp: CallModelInput) -> ModelResponse:
         """Ask the agent's model for its next step and validate the answer."""
         try:
+            inp = self._definition(inp)
             agent = self.registry.agent(inp.root_agent, inp.agent_id)
             context = rebuild_context(inp.context, self.registry.allowed)
             instructions = await self._instructions(inp, agent, context)
@@ -106,6 +113,30 @@ class ModelActivities:
                 response.has_final_output = True
         return response
 
+    def _definition(self, inp: CallModelInput) -> CallModelInput:
+        """The input with the agent's definition (from the registry: see `definition`)."""
+        if inp.definition is None:
+            if inp.model is None:
+                raise ApplicationError(
+                    "call_model input without a model or a definition",
+                    type="UserError",
+                    non_retryable=True,
+                )
+            return inp
+        try:
+            captured = self.registry.resolve(inp.root_agent)
+        except UserError:
+            captured = None
+        spec = captured.graph.agents.get(inp.agent_id) if captured is not None else None
+        if spec is None or definition_digest(spec) != inp.definition:
+            raise ApplicationError(
+                f"this worker does not serve the definition of agent {inp.agent_id!r} the run "
+                "pinned (a deploy changed it): the run sends it",
+                type=AGENT_NOT_SERVED,
+                non_retryable=True,
+            )
+        return inp.model_copy(update=agent_definition(spec))
+
     async def _ask(
         self,
         inp: CallModelInput,
@@ -118,14 +149,14 @@ class ModelActivities:
         The last element says whether the provider had lost the previous response, so the
         whole transcript was sent instead (a new chain).
         """
-        if inp.model.provider != "scripted":
+        if inp.model_spec.provider != "scripted":
             if self.openai is None:
                 from hitl.activities.openai_model import OpenAIProvider
 
                 self.openai = OpenAIProvider()
             return await self._openai(inp, instructions, transcript)
         try:
-            scripted = ScriptedModel.registered(inp.model.name)
+            scripted = ScriptedModel.registered(inp.model_spec.name)
         except UserError as exc:
             raise user_failure(exc) from None
         request = ModelRequest(
@@ -166,6 +197,8 @@ class ModelActivities:
                     run_approver=req.run_approver,
                     skip_policy=req.skip_policy,
                     pre_approval_guardrails=req.pre_approval_guardrails,
+                    policy=req.policy,
+                    categories=req.categories,
                 )
             )
         except Exception as exc:  # the run plans again with `plan_tools`, which reports it

@@ -87,7 +87,7 @@ def _responses_request(
     request: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """The `responses.create` parameters for this turn."""
-    kwargs: dict[str, Any] = {"model": inp.model.name, "input": transcript, **(request or {})}
+    kwargs: dict[str, Any] = {"model": inp.model_spec.name, "input": transcript, **(request or {})}
     if inp.previous_response_id:
         kwargs["previous_response_id"] = inp.previous_response_id
     elif inp.conversation_id:
@@ -253,7 +253,7 @@ async def chat_turn(
     """
     s = inp.settings
     kwargs: dict[str, Any] = {
-        "model": inp.model.name,
+        "model": inp.model_spec.name,
         "messages": to_chat_messages(instructions, transcript),
         **(request or {}),
     }

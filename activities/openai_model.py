@@ -166,16 +166,16 @@ class OpenAIProvider:
 
         With `on_delta`, the model is asked to stream and each text delta is passed on.
         """
-        client, secrets = self.client(inp.model)
+        client, secrets = self.client(inp.model_spec)
         request: dict[str, Any] = {}
         if secrets[0] == NO_KEY and len(secrets) > 1:
             # The gateway authenticates by its own header: send no placeholder bearer token.
             request["extra_headers"] = {"Authorization": Omit()}
         try:
-            turn = chat_turn if inp.model.api == "chat" else responses_turn
+            turn = chat_turn if inp.model_spec.api == "chat" else responses_turn
             return await turn(client, inp, instructions, transcript, on_delta, request)
         except openai.APIError as exc:
-            raise map_error(exc, inp.model, *secrets) from None
+            raise map_error(exc, inp.model_spec, *secrets) from None
         except ApplicationError:
             raise
         except Exception as exc:
@@ -183,7 +183,7 @@ class OpenAIProvider:
             # retried like a connection failure; its text is scrubbed like the provider's.
             detail = scrub(f"{type(exc).__name__}: {exc}", *secrets)
             raise ApplicationError(
-                f"model {inp.model.name!r}: {detail}", type="ModelUnavailable"
+                f"model {inp.model_spec.name!r}: {detail}", type="ModelUnavailable"
             ) from None
 
 

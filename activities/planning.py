@@ -16,6 +16,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from hitl._user_code import call_user
+from hitl.activities.policy import PlanPolicy, release_all, verdict_for
 from hitl.agent import Agent
 from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied
 from hitl.context import RunContextWrapper, ToolContext
@@ -28,6 +29,7 @@ from hitl.wire import (
     CallPlan,
     PlanCall,
     PolicyDecision,
+    PolicyVerdict,
     RunErrorInfo,
     idempotency_key,
 )
@@ -47,13 +49,16 @@ async def plan_call(
     run_approver: Any,
     skip_policy: list[str],
     pre_approval_guardrails: bool = False,
+    policy: PlanPolicy | None = None,
 ) -> CallPlan:
     """The plan for one call: refused, free to run, or waiting for people (and which).
 
     The steps a run's calls go through, in order; each may settle the call. User code that
     fails never lets a call through: a failed predicate means a person decides, a failed count
     means two people, and approvers that cannot be named refuse the call. `notes` collect those
-    failures for the person who decides.
+    failures for the person who decides. The run's approval `policy` (docs/policies.md) is
+    asked first: its deny refuses the call whatever the code says, its ask makes the call wait
+    for people, and its allow frees the call only when the code would too (or defers to it).
     """
     tool = await _tool_to_plan(agent, call)
     if isinstance(tool, CallPlan):
@@ -62,20 +67,44 @@ async def plan_call(
         params = tool.parse_arguments(call.arguments)
     except ToolArgumentsError as exc:
         return CallPlan(call_id=call.call_id, refusal=f"{exc}. Retry.")
+    verdict = await _policy_verdict(policy, agent, tool, call)
+    if verdict is not None and verdict.effect == "deny":
+        return CallPlan(
+            call_id=call.call_id, refusal=verdict.message, by_policy=True, verdict=verdict
+        )
     notes: list[str] = []
-    if not await _needs_approval(tool, ctx, params, call, notes):
-        return CallPlan(call_id=call.call_id, needs_approval=False)
+    if not await _needs_approval(tool, ctx, params, call, notes, verdict):
+        return CallPlan(call_id=call.call_id, needs_approval=False, verdict=_set(verdict, "free"))
     required = await _required_approvals(tool, ctx, params, call, notes)
+    _set(verdict, "asked")
+    if verdict is not None and verdict.effect == "ask" and verdict.required_approvals:
+        required = max(required or 1, verdict.required_approvals)
     try:
         approvers = await tool.evaluate_approvers(ctx, params, call.call_id)
     except Exception as exc:
-        return _approvers_unknown(call, exc)
+        return await _released(_approvers_unknown(call, exc), policy, verdict)
     if pre_approval_guardrails and tool.tool_input_guardrails:
         stopped = await _pre_approval_guardrails(agent, tool, call, ctx, params)
         if stopped is not None:
-            return stopped
+            return await _released(stopped, policy, verdict)
+    plan = await _waiting(agent, tool, call, ctx, params, run_approver, skip_policy, notes)
+    plan.required_approvals, plan.approvers, plan.verdict = required, approvers, verdict
+    return plan
+
+
+async def _waiting(
+    agent: Agent[Any],
+    tool: FunctionTool,
+    call: PlanCall,
+    ctx: RunContextWrapper[Any],
+    params: dict[str, Any],
+    run_approver: Any,
+    skip_policy: list[str],
+    notes: list[str],
+) -> CallPlan:
+    """A call that waits for people: what they see, and what the approver callbacks say."""
     request = await _request(agent, tool, ctx, params, notes)
-    policy = None
+    callback = None
     if call.tool_name not in skip_policy:
         approval = ApprovalCall(
             tool_name=call.tool_name,
@@ -85,17 +114,46 @@ async def plan_call(
             agent_name=agent.name,
             request=request,
         )
-        policy = await _policy(tool, run_approver, ctx, approval, notes)
+        callback = await _policy(tool, run_approver, ctx, approval, notes)
     note = "; ".join(notes) or None
     return CallPlan(
         call_id=call.call_id,
         needs_approval=True,
         request=_request_data(request, agent, tool, note),
-        policy=policy,
+        policy=callback,
         note=note,
-        required_approvals=required,
-        approvers=approvers,
     )
+
+
+async def _policy_verdict(
+    policy: PlanPolicy | None, agent: Agent[Any], tool: FunctionTool, call: PlanCall
+) -> PolicyVerdict | None:
+    """The run's policy on the call (`None`: no policy); a deny gives back its reservations."""
+    if policy is None:
+        return None
+    verdict = await verdict_for(policy, agent.name, tool.name, call.call_id, call.arguments)
+    if verdict.effect == "deny":
+        await release_all(policy, verdict, "denied")
+        verdict.outcome = "refused"
+        verdict.message = verdict.message or "The call was refused by policy."
+    return verdict
+
+
+def _set(verdict: PolicyVerdict | None, outcome: Any) -> PolicyVerdict | None:
+    if verdict is not None:
+        verdict.outcome = outcome
+    return verdict
+
+
+async def _released(
+    plan: CallPlan, policy: PlanPolicy | None, verdict: PolicyVerdict | None
+) -> CallPlan:
+    """A refusal after the policy asked: the call's reservations go back, the verdict stays."""
+    if policy is not None and verdict is not None:
+        await release_all(policy, verdict, "refused")
+        verdict.outcome = "refused"
+        plan.verdict = verdict
+    return plan
 
 
 async def _tool_to_plan(agent: Agent[Any], call: PlanCall) -> FunctionTool | CallPlan:
@@ -126,8 +184,22 @@ async def _needs_approval(
     params: dict[str, Any],
     call: PlanCall,
     notes: list[str],
+    verdict: PolicyVerdict | None = None,
 ) -> bool:
-    """The tool's `needs_approval` for this call; `True` when it fails (a person decides)."""
+    """Whether people decide the call: the policy's ask, else the tool's `needs_approval`.
+
+    A policy only makes a call stricter than the code: its `allow` frees a call only when the
+    tool defers to it (`needs_approval="policy"`). A deferring tool that no enforced rule
+    decides asks a person. A failed predicate asks a person.
+    """
+    if verdict is not None and verdict.effect == "ask":
+        return True
+    if tool.needs_approval == "policy":
+        if verdict is not None and verdict.effect == "allow":
+            verdict.deferred = True
+            return False
+        notes.append("the tool defers to the approval policy and no rule decided it")
+        return True
     try:
         return await tool.evaluate_needs_approval(ctx, params, call.call_id)
     except Exception as exc:

@@ -17,6 +17,7 @@ from hitl._user_code import call_user
 from hitl.activities.context import context_value, rebuild_context, user_failure
 from hitl.activities.heartbeat import heartbeat_timeout, heartbeating
 from hitl.activities.planning import check_guardrails, guardrail_tripwire, plan_call
+from hitl.activities.policy import PlanPolicy
 from hitl.agent import Agent
 from hitl.approval import UserAction
 from hitl.context import RunContextWrapper, ToolContext
@@ -24,6 +25,7 @@ from hitl.errors import EffectUnknown, UserError
 from hitl.guardrails import ToolInputGuardrailData
 from hitl.limits import MAX_CONTEXT_BYTES
 from hitl.mcp import InputRequired, MCPServerError
+from hitl.policy.limits import LimitLedger
 from hitl.registry import AgentRegistry
 from hitl.run_config import ToolErrorFormatterArgs
 from hitl.tools import FunctionTool, ToolArgumentsError, tool_output_text
@@ -47,8 +49,9 @@ log = logging.getLogger("hitl.activities")
 class ToolActivities:
     """Plan and execute tool calls with the tools deployed on this worker."""
 
-    def __init__(self, registry: AgentRegistry) -> None:
+    def __init__(self, registry: AgentRegistry, ledger: LimitLedger | None = None) -> None:
         self.registry = registry
+        self.ledger = ledger
 
     @activity.defn(name=ACT_PLAN_TOOLS)
     async def plan_tools(self, inp: PlanToolsInput) -> PlanToolsOutput:
@@ -71,9 +74,20 @@ class ToolActivities:
         except UserError as exc:
             raise user_failure(exc) from None
         ctx = RunContextWrapper(context=context, workflow_id=inp.workflow_id, agent_name=agent.name)
+        policy = (
+            PlanPolicy(inp.policy, inp.categories, self.ledger, inp.workflow_id)
+            if inp.policy is not None
+            else None
+        )
         plans = [
             await plan_call(
-                agent, call, ctx, run_approver, inp.skip_policy, inp.pre_approval_guardrails
+                agent,
+                call,
+                ctx,
+                run_approver,
+                inp.skip_policy,
+                inp.pre_approval_guardrails,
+                policy,
             )
             for call in inp.calls
         ]
@@ -232,6 +246,7 @@ async def _invoke(tool: FunctionTool, ctx: ToolContext[Any], arguments: str) -> 
                     "message": ask.message,
                     "schema": ask.schema,
                     "index": ask.index,
+                    "timeout": ask.timeout,
                 },
                 type="ToolInputRequired",
                 non_retryable=True,

@@ -12,6 +12,7 @@ toy back office (`HITL_BACKOFFICE_DB`).
 
     python -m hitl.examples.mcp_server                       # stdio (the worker starts it)
     python -m hitl.examples.mcp_server --http --port 8931    # streamable HTTP at /mcp
+    python -m hitl.examples.mcp_server --sse --port 8931     # HTTP + server-sent events at /sse
 """
 
 from __future__ import annotations
@@ -84,16 +85,17 @@ async def close_account(customer: str, ctx: Context[Any, Any, Any]) -> str:
 
 
 def main() -> None:
-    """Serve on stdio, or on streamable HTTP with `--http`."""
+    """Serve on stdio, on streamable HTTP with `--http`, or on HTTP+SSE with `--sse`."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
+    p.add_argument("--sse", action="store_true", help="HTTP with server-sent events (at /sse)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8931)
     args = p.parse_args()
-    if args.http:
+    if args.http or args.sse:
         server.settings.host, server.settings.port = args.host, args.port
         server.settings.log_level = "WARNING"
-        server.run(transport="streamable-http")
+        server.run(transport="sse" if args.sse else "streamable-http")
     else:
         server.run(transport="stdio")
 

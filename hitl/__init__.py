@@ -20,6 +20,7 @@ from importlib import metadata as _metadata
 from hitl.agent import Agent, AgentTool, Handoff, HandoffInputData, handoff
 from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenied, UserAction
 from hitl.client import connect, data_converter
+from hitl.client_tools import ClientTool, client_tool
 from hitl.context import RunContextWrapper, ToolContext
 from hitl.editor import ApplyPatchOperation, ApplyPatchResult, apply_diff
 from hitl.errors import (
@@ -128,6 +129,8 @@ __all__ = [
     "ApplyPatchResult",
     "ApplyPatchTool",
     "function_tool",
+    "client_tool",
+    "ClientTool",
     "FunctionTool",
     "Handoff",
     "handoff",

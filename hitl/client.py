@@ -23,6 +23,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, Plugin
 from temporalio.converter import DataConverter, ExternalStorage
 from temporalio.envconfig import ClientConfig
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.codec import EncryptionCodec
@@ -128,26 +129,30 @@ async def connect(
     namespace: str | None = None,
     timeout: float | None = None,
     plugins: Sequence[Plugin] = (),
+    runtime: Runtime | None = None,
 ) -> Client:
     """Return `client`, or connect with envconfig settings (cached per event loop).
 
     The namespace is checked once at connection time, so a wrong address, namespace or credential
     fails here with a `UserError` that names it, instead of later as a hanging worker or a
     confusing traceback. `plugins` go on the new client (the worker's `--otel` tracing); a
-    client with plugins is never shared from the cache.
+    client with plugins is never shared from the cache, nor one with its own `runtime` (the
+    worker's `--metrics-port`: a runtime that serves Prometheus metrics).
     """
     if client is not None:
         return client
     config = connect_config(profile=profile, address=address, namespace=namespace)
     key = (id(asyncio.get_running_loop()), str(config.get("target_host")), profile)
-    shared = address is None and namespace is None and not plugins
+    shared = address is None and namespace is None and not plugins and runtime is None
     if key in _cached and shared:
         return _cached[key]
     limit = timeout if timeout is not None else connect_timeout()
     target, ns = str(config["target_host"]), str(config["namespace"])
     try:
         new = await asyncio.wait_for(
-            Client.connect(**config, data_converter=data_converter(), plugins=list(plugins)),
+            Client.connect(
+                **config, data_converter=data_converter(), plugins=list(plugins), runtime=runtime
+            ),
             limit,
         )
     except TimeoutError:

@@ -10,9 +10,10 @@ This is why a wire field's default must never change (`hitl/wire.py`): a stored 
 omitted the field would be read with the new default. `tests/unit/test_wire_defaults.py`
 guards them.
 
-What operators read as JSON from the `temporal` CLI or the UI stays complete: the `status`
-and `snapshot` queries, decision results and the run's result (models whose class sets
-`_sparse = False`).
+What operators read as JSON from the `temporal` CLI or the UI by asking stays complete: the
+`status` and `snapshot` queries (models whose class sets `_sparse = False`). What is stored
+with every run (decision answers, the run's result, the inbox memo) is sparse too: a field left
+out reads as its default, which every reader of ours applies.
 
 Inside a workflow, a payload decoded without a type hint (the arguments of handlers that take
 `*args`) is handed over as the raw payload (`RawValue`): our handlers check the number of

@@ -93,9 +93,19 @@ class MCPServerError(Exception):
 class InputRequired(Exception):
     """The server asked for input the run has no answer for yet (elicitation)."""
 
-    def __init__(self, server: str, message: str, schema: dict[str, Any], index: int) -> None:
+    def __init__(
+        self,
+        server: str,
+        message: str,
+        schema: dict[str, Any],
+        index: int,
+        *,
+        timeout: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.server, self.message, self.schema, self.index = server, message, schema, index
+        self.timeout = timeout
+        """Seconds the run waits for the answer; then the tool is called with `cancel`."""
 
 
 def expand_env(value: str) -> str:
@@ -413,6 +423,59 @@ class MCPServerStreamableHttp(MCPServer):
             httpx.AsyncClient(headers=headers, timeout=timeout) as http,
             streamable_http_client(self.url, http_client=http) as (read, write, _),
         ):
+            yield read, write
+
+
+class MCPServerSse(MCPServer):
+    """An MCP server reached over HTTP with server-sent events (the older MCP HTTP transport).
+
+    Args:
+        name: See `MCPServer`.
+        url: The server's SSE endpoint (often `.../sse`).
+        headers: Request headers; values may use `${NAME}` from the worker's environment.
+        sse_read_timeout: Seconds to wait for the next event before the connection is closed.
+        params: The OpenAI Agents SDK's form, `{"url": ..., "headers": ..., "timeout": ...,
+            "sse_read_timeout": ...}`, instead of the keywords above.
+        **kwargs: `MCPServer` options (`require_approval`, `tool_overrides`, ...).
+    """
+
+    transport = "sse"
+
+    def __init__(
+        self,
+        name: str = "sse",
+        *,
+        url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        sse_read_timeout: float = 300.0,
+        params: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        given = dict(params or {})
+        unknown = set(given) - {"url", "headers", "timeout", "sse_read_timeout"}
+        if unknown:
+            raise UserError(f"MCPServerSse params: unknown keys {sorted(unknown)}")
+        if "timeout" in given:
+            kwargs.setdefault("timeout", float(given["timeout"]))
+        super().__init__(name, **kwargs)
+        url = url or given.get("url")
+        if not isinstance(url, str) or not url:
+            raise UserError("MCPServerSse needs the server's url")
+        self.url = url
+        self.headers = dict(headers or given.get("headers") or {})
+        self.sse_read_timeout = float(given.get("sse_read_timeout", sse_read_timeout))
+
+    @asynccontextmanager
+    async def _streams(self) -> AsyncIterator[tuple[Any, Any]]:
+        from mcp.client.sse import sse_client
+
+        headers = {k: expand_env(v) for k, v in self.headers.items()}
+        async with sse_client(
+            self.url,
+            headers=headers,
+            timeout=self.connect_timeout,
+            sse_read_timeout=self.sse_read_timeout,
+        ) as (read, write):
             yield read, write
 
 

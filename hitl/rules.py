@@ -9,7 +9,14 @@ disagree about who may decide.
 
 from __future__ import annotations
 
-from hitl.wire import ApproverDirectory, CallPlan, PolicyDecision, RunConfigSpec, ToolSpec
+from hitl.wire import (
+    ApproverDirectory,
+    CallPlan,
+    PolicyDecision,
+    PolicyVerdict,
+    RunConfigSpec,
+    ToolSpec,
+)
 
 GROUP = "group:"
 """An approver list entry naming a group of the directory: `group:finance`."""
@@ -39,15 +46,35 @@ def names_approvers(tool: ToolSpec) -> bool:
     return bool(tool.approvers) or tool.approvers_by_call
 
 
-def escalation_targets(tool: ToolSpec, cfg: RunConfigSpec) -> list[str]:
+def escalation_targets(
+    tool: ToolSpec, cfg: RunConfigSpec, verdict: PolicyVerdict | None = None
+) -> list[str]:
     """Who joins a call's approvers when it escalates.
 
     The tool's own `escalate_to`; the run's only for a tool that names no approvers of its own:
-    whoever starts a run may narrow who decides, never widen it past what the tool says.
+    whoever starts a run may narrow who decides, never widen it past what the tool says. The
+    `escalate_to` of the policy rule that asked about the call joins on the same terms.
     """
     if tool.escalate_to or names_approvers(tool):
         return list(tool.escalate_to)
-    return list(cfg.escalate_to)
+    targets = list(cfg.escalate_to)
+    if verdict is not None and verdict.effect == "ask":
+        targets += [a for a in verdict.escalate_to if a not in targets]
+    return targets
+
+
+def escalate_after(
+    tool: ToolSpec, cfg: RunConfigSpec, verdict: PolicyVerdict | None = None
+) -> float | None:
+    """Seconds a call waits before it escalates: the tool's, else the run's.
+
+    A policy rule that asked about the call may make it sooner, never later.
+    """
+    seconds = tool.escalate_after_seconds or cfg.escalate_after_seconds
+    ruled = verdict.escalate_after_seconds if verdict is not None else None
+    if ruled and verdict is not None and verdict.effect == "ask":
+        return min(seconds, ruled) if seconds else ruled
+    return seconds
 
 
 def policy_may_decide(tool: ToolSpec, policy: PolicyDecision | None, several: bool) -> bool:
@@ -64,11 +91,15 @@ def policy_may_decide(tool: ToolSpec, policy: PolicyDecision | None, several: bo
 
 
 def needs_person(tool: ToolSpec, plan: CallPlan | None) -> bool | None:
-    """Whether a call needs a person: the pinned mode, or its plan (`None`: no plan found)."""
+    """Whether a call needs a person: the pinned mode, or its plan (`None`: no plan found).
+
+    A tool whose code never asks is planned only when the run pinned an approval policy, which
+    may ask about its calls: then its plan says.
+    """
     if tool.approval == "always":
         return True
     if tool.approval == "never":
-        return False
+        return plan is not None and plan.needs_approval
     return None if plan is None else plan.needs_approval
 
 
@@ -82,6 +113,27 @@ def call_approvers(tool: ToolSpec, plan: CallPlan | None, cfg: RunConfigSpec) ->
     """Who may decide a call: its plan's list, else the tool's, else the run's (empty: anyone)."""
     by_call = plan.approvers if plan is not None else None
     return list(by_call) if by_call is not None else list(tool.approvers or cfg.approvers)
+
+
+def narrow_approvers(
+    allowed: list[str], policy: list[str], directory: ApproverDirectory | None = None
+) -> list[str] | None:
+    """Who may decide a call that both the code's list and a policy rule's list admit.
+
+    A policy narrows who decides, never widens it: with both lists set, only the people each
+    admits (groups filled from the directory). Empty means anyone, as everywhere; `None`: no
+    one is admitted by both (the call cannot be decided, so it is refused).
+    """
+    if not policy:
+        return list(allowed)
+    if not allowed:
+        return list(policy)
+    named = {a for a in [*allowed, *policy] if not a.startswith(GROUP)}
+    people = named | set(directory.approvers if directory is not None else ())
+    both = sorted(
+        p for p in people if may_decide(p, allowed, directory) and may_decide(p, policy, directory)
+    )
+    return both or None
 
 
 def signatures_required(tool: ToolSpec, cfg: RunConfigSpec) -> bool:

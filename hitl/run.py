@@ -15,12 +15,15 @@ from temporalio.client import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from hitl._user_code import call_user
 from hitl.agent import Agent
 from hitl.client import connect
+from hitl.client_tools import answer_client_calls
 from hitl.connection import RunnerConnection, ServeMode
 from hitl.errors import (
     UserError,
 )
+from hitl.items import BadInput, normalize_input
 from hitl.limits import conversation_problem
 from hitl.memory import Session
 from hitl.result import RunResult
@@ -177,11 +180,14 @@ async def _run(agent: Agent[Any], input: _Input, call: _Call) -> RunResult:
     _check_conversation(input, call)
     session = client_session(call.session)
     history = await read_history(session) if session and not isinstance(input, RunState) else None
+    history = await session_input(call, input, history)
     async with await _connection(agent, input, call) as conn:
         if isinstance(input, RunState):
             result = await _resume(conn, input, call.approver)
         else:
             result = await _start(conn, _start_request(agent, input, call, history))
+        while (state := await answer_client_calls(agent, result, call.approver)) is not None:
+            result = await _resume(conn, state, call.approver)
     return await _known_session(_known_context(result, input, call), input, history, session)
 
 
@@ -250,6 +256,32 @@ async def _connection(agent: Agent[Any], input: _Input, call: _Call) -> RunnerCo
         call.run_config, call.error_handlers, state.context if state else call.context
     )
     return RunnerConnection(client, agent, queue, call.serve, allow)
+
+
+async def session_input(
+    call: _Call, input: _Input, history: list[dict[str, Any]] | None
+) -> list[dict[str, Any]] | None:
+    """The session's items the run starts from, after `RunConfig.session_input_callback`.
+
+    The callback gets the history and the new items and returns the run's whole input, which
+    must end with the new items: what precedes them is the history the run keeps.
+    """
+    callback = call.run_config.session_input_callback if call.run_config else None
+    if callback is None or history is None or isinstance(input, RunState):
+        return history
+    try:
+        new = normalize_input(input)
+    except BadInput as exc:
+        raise UserError(str(exc)) from None
+    merged = await call_user(callback, list(history), list(new), what="session_input_callback")
+    if not isinstance(merged, list) or not all(isinstance(i, dict) for i in merged):
+        raise UserError("session_input_callback must return a list of input items")
+    if len(merged) < len(new) or merged[len(merged) - len(new) :] != new:
+        raise UserError(
+            "session_input_callback must keep the new input items, last (the turn written "
+            "back to the session is what follows the history it keeps)"
+        )
+    return merged[: len(merged) - len(new)]
 
 
 def _start_request(
@@ -339,6 +371,7 @@ class RunResultStreaming:
         history = (
             await read_history(session) if session and not isinstance(input, RunState) else None
         )
+        history = await session_input(call, input, history)
         async with await _connection(self._agent, input, call) as sess:
             client = sess.client
             if isinstance(input, RunState):

@@ -149,6 +149,12 @@ class RunConfig:
         model_task_queue: Task queue for remote model calls (default: the run's own queue).
         tool_task_queue: Task queue for tool executions (default: the run's own queue), served
             for example by `python -m hitl.worker --activities-only` inside a private network.
+        session_input_callback: With a client-managed session (`SQLiteSession`, any object
+            with the SDK's session protocol): `(history, new_items) -> items`, sync or async,
+            the run's input made of the session's items and the new ones (e.g. only the last
+            ten turns). It runs here, on the client, before the run starts; what it returns
+            must end with the new items (the turn written back to the session is what comes
+            after the history it kept). Nothing of it is sent to the workers.
     """
 
     model: str | Model | None = None
@@ -185,6 +191,7 @@ class RunConfig:
     escalate_after: float | None = None
     escalate_to: list[str] = field(default_factory=list)
     auto_previous_response_id: bool = False
+    session_input_callback: Callable[[list[Any], list[Any]], Any] | None = None
 
     def callables(self) -> list[Any]:
         """Every function (or guardrail) this config names: what a worker must allow."""

@@ -166,7 +166,7 @@ async def _send_decisions(
     settled: RunStatus = await conn.update(
         workflow_id,
         UPDATE_DECIDE,
-        DecideInput(decisions=decisions, wait=True, context=context),
+        DecideInput(decisions=decisions, wait=True, context=context, brief=True),
         update_id=decision_update_id(workflow_id, UPDATE_DECIDE, decisions, context),
     )
     return settled

@@ -131,7 +131,7 @@ class FunctionTool:
     description: str
     params_json_schema: dict[str, Any]
     func: Callable[..., Any]
-    needs_approval: bool | ApprovalPredicate = False
+    needs_approval: bool | ApprovalPredicate | Literal["policy"] = False
     strict_json_schema: bool = True
     timeout: float = 300.0
     heartbeat_timeout: float | None = DEFAULT_HEARTBEAT_TIMEOUT
@@ -152,6 +152,7 @@ class FunctionTool:
     escalate_to: list[str] = field(default_factory=list)
     retry_safe: bool = True
     local_activity: bool = False
+    categories: list[str] = field(default_factory=list)
     _args_model: type[BaseModel] | None = field(default=None, repr=False)
     _takes_context: bool = field(default=False, repr=False)
     _user_action_param: str | None = field(default=None, repr=False)
@@ -166,7 +167,7 @@ class FunctionTool:
     @property
     def approval_mode(self) -> ApprovalMode:
         """How approval is decided: never, always, or by the predicate (in an activity)."""
-        if callable(self.needs_approval):
+        if callable(self.needs_approval) or self.needs_approval == "policy":
             return "predicate"
         return "always" if self.needs_approval else "never"
 
@@ -201,6 +202,8 @@ class FunctionTool:
             escalate_to=list(self.escalate_to),
             retry_safe=self.retry_safe,
             local_activity=self.local_activity,
+            categories=list(self.categories),
+            defers_to_policy=self.needs_approval == "policy",
         )
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
@@ -269,6 +272,8 @@ class FunctionTool:
     ) -> bool:
         """Evaluate the approval policy for one call (in an activity)."""
         policy = self.needs_approval
+        if policy == "policy":
+            return False  # the code defers: the run's policy decides (hitl.policy)
         if not callable(policy):
             return bool(policy)
         what = f"needs_approval of {self.name!r}"
@@ -355,7 +360,7 @@ def function_tool(
     *,
     name_override: str | None = None,
     description_override: str | None = None,
-    needs_approval: bool | ApprovalPredicate = False,
+    needs_approval: bool | ApprovalPredicate | Literal["policy"] = False,
     strict_mode: bool = True,
     timeout: float = 300.0,
     heartbeat_timeout: float | None = DEFAULT_HEARTBEAT_TIMEOUT,
@@ -376,6 +381,7 @@ def function_tool(
     escalate_to: list[str] | None = None,
     retry_safe: bool = True,
     local_activity: bool = False,
+    categories: list[str] | None = None,
 ) -> Callable[[ToolFunction], FunctionTool]: ...
 
 
@@ -385,7 +391,7 @@ def function_tool(
     *,
     name_override: str | None = None,
     description_override: str | None = None,
-    needs_approval: bool | ApprovalPredicate = False,
+    needs_approval: bool | ApprovalPredicate | Literal["policy"] = False,
     strict_mode: bool = True,
     timeout: float = 300.0,
     heartbeat_timeout: float | None = DEFAULT_HEARTBEAT_TIMEOUT,
@@ -406,6 +412,7 @@ def function_tool(
     escalate_to: list[str] | None = None,
     retry_safe: bool = True,
     local_activity: bool = False,
+    categories: list[str] | None = None,
 ) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
     """Turn a function into a tool; its JSON schema comes from the signature and docstring.
 
@@ -423,7 +430,8 @@ def function_tool(
     `approval_request`), how long it may wait (`approval_timeout`, `remind_after`,
     `escalate_after`, `escalate_to`), and how it runs (`timeout`, `heartbeat_timeout`,
     `max_attempts`, `timeout_behavior`, `retry_safe`, `local_activity`,
-    `tool_input_guardrails`, `called_on_rejection`).
+    `tool_input_guardrails`, `called_on_rejection`), and what approval policies match it by
+    (`categories`; `needs_approval="policy"` lets the run's policy decide, docs/policies.md).
 
     Raises:
         UserError: When the function is decorated: a policy that cannot hold (e.g.
@@ -451,8 +459,10 @@ def _build_tool(
     if not callable(fn):
         raise UserError("@function_tool decorates a function")
     needs_approval = policy["needs_approval"]
-    if not (isinstance(needs_approval, bool) or callable(needs_approval)):
-        raise UserError("needs_approval must be True, False or a callable")
+    if not (
+        isinstance(needs_approval, bool) or callable(needs_approval) or needs_approval == "policy"
+    ):
+        raise UserError('needs_approval must be True, False, a callable or "policy"')
     _check_required_approvals(policy["required_approvals"], needs_approval)
     name = name_override or fn.__name__
     description, param_docs = parse_docstring(fn.__doc__)
@@ -477,6 +487,7 @@ def _build_tool(
             "tool_input_guardrails": list(policy["tool_input_guardrails"] or []),
             "approvers": approvers if callable(approvers) else list(approvers or []),
             "escalate_to": list(policy["escalate_to"] or []),
+            "categories": _categories(policy["categories"]),
         },
         _args_model=model,
         _takes_context=takes_context,
@@ -484,8 +495,18 @@ def _build_tool(
     )
 
 
+def _categories(value: list[str] | None) -> list[str]:
+    """A tool's categories (what approval policies match on): short names, a few."""
+    cats = list(value or [])
+    if len(cats) > 20 or not all(
+        isinstance(c, str) and 0 < len(c) <= 100 and c.isprintable() for c in cats
+    ):
+        raise UserError("categories are at most 20 names of 1 to 100 printable characters")
+    return cats
+
+
 def _check_required_approvals(
-    count: int | RequiredApprovalsFunction, needs_approval: bool | ApprovalPredicate
+    count: int | RequiredApprovalsFunction, needs_approval: bool | ApprovalPredicate | str
 ) -> None:
     if callable(count):
         if needs_approval is False:

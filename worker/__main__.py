@@ -32,7 +32,7 @@ from hitl.worker.build import (
     check_cluster,
 )
 from hitl.worker.refusals import log_refusals
-from hitl.worker.telemetry import Tracing, start_tracing
+from hitl.worker.telemetry import Tracing, metrics_runtime, start_tracing
 
 __all__ = ["check_namespace", "main", "parse_args"]
 
@@ -119,6 +119,14 @@ def _options() -> list[tuple[str, dict[str, Any]]]:
                 "help": "queue to poll (env HITL_TASK_QUEUE; now %(default)s)",
             },
         ),
+        (
+            "--policy",
+            {
+                "metavar": "FILE",
+                "help": "the approval policy runs started here pin (YAML or JSON, see "
+                "docs/policies.md; env HITL_POLICY)",
+            },
+        ),
         ("--address", {"help": "host:port (default: envconfig, else localhost:7233)"}),
         ("--namespace", {"help": "namespace (default: envconfig, else default)"}),
         ("--profile", {"help": "envconfig profile name (env TEMPORAL_PROFILE)"}),
@@ -144,6 +152,25 @@ def _options() -> list[tuple[str, dict[str, Any]]]:
                 "metavar": "BOOL",
                 "help": "trace runs with OpenTelemetry (the tracing extra); spans go where "
                 "OTEL_TRACES_EXPORTER says (otlp by default, console, none) (env HITL_OTEL)",
+            },
+        ),
+        (
+            "--metrics-port",
+            {
+                "type": _number(int, 1),
+                "default": env("HITL_METRICS_PORT"),
+                "metavar": "PORT",
+                "help": "serve Prometheus metrics on this port (/metrics): the SDK's worker "
+                "metrics and the runs' decisions, edits, escalations and time to decide "
+                "(env HITL_METRICS_PORT; default off)",
+            },
+        ),
+        (
+            "--metrics-host",
+            {
+                "default": env("HITL_METRICS_HOST", "127.0.0.1"),
+                "help": "address the metrics port binds (env HITL_METRICS_HOST; now "
+                "%(default)s; 0.0.0.0 in a container a scraper reaches)",
             },
         ),
         (
@@ -223,6 +250,34 @@ def _options() -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+async def _serve(args: argparse.Namespace, tracing: Tracing | None) -> tuple[AgentRegistry, Any]:
+    """The agents to serve and the client to serve them with (`UserError`: why not)."""
+    agents = [a for ref in args.agents for a in load_agents(ref)]
+    registry = AgentRegistry(agents, allow=[load_object(ref) for ref in args.allow])
+    runtime = metrics_runtime(args.metrics_host, args.metrics_port) if args.metrics_port else None
+    # connect() also checks the namespace: a worker on a missing one would poll forever.
+    client = await connect(
+        profile=args.profile,
+        address=args.address,
+        namespace=args.namespace,
+        plugins=[tracing.plugin] if tracing else (),
+        runtime=runtime,
+    )
+    return registry, client
+
+
+def _build(client: Any, registry: Any, options: WorkerOptions, args: Any) -> Any:
+    """The worker, or `None` (said on stderr) when its policy cannot be used.
+
+    A policy that cannot be used is refused before the worker serves anything.
+    """
+    try:
+        return build_worker(client, registry, options, identity=args.identity, policy=args.policy)
+    except UserError as exc:
+        print(f"worker: {exc.message}", file=sys.stderr)
+        return None
+
+
 async def main(argv: list[str] | None = None) -> int:
     """Run the worker until SIGINT/SIGTERM; returns the exit code."""
     args = parse_args(argv)
@@ -234,15 +289,7 @@ async def main(argv: list[str] | None = None) -> int:
     tracing: Tracing | None = None
     try:
         tracing = start_tracing() if args.otel else None
-        agents = [a for ref in args.agents for a in load_agents(ref)]
-        registry = AgentRegistry(agents, allow=[load_object(ref) for ref in args.allow])
-        # connect() also checks the namespace: a worker on a missing one would poll forever.
-        client = await connect(
-            profile=args.profile,
-            address=args.address,
-            namespace=args.namespace,
-            plugins=[tracing.plugin] if tracing else (),
-        )
+        registry, client = await _serve(args, tracing)
     except UserError as exc:
         print(f"worker: {exc.message}", file=sys.stderr)
         return EXIT_CONFIG
@@ -257,7 +304,9 @@ async def main(argv: list[str] | None = None) -> int:
     )
     if not options.activities_only:
         await check_cluster(client)
-    worker = build_worker(client, registry, options, identity=args.identity)
+    worker = _build(client, registry, options, args)
+    if worker is None:
+        return EXIT_CONFIG
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -265,6 +314,8 @@ async def main(argv: list[str] | None = None) -> int:
     role = "activities only" if options.activities_only else "workflows and activities"
     if tracing is not None:
         role += ", tracing"
+    if args.metrics_port:
+        role += f", metrics on {args.metrics_host}:{args.metrics_port}"
     async with worker:
         log.info(
             "worker ready (%s): task queue %r, namespace %r, agents %s",

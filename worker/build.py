@@ -20,18 +20,23 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 import hitl.workflows
 from hitl.activities.agents import AgentActivities
 from hitl.activities.hooks import HookActivities
+from hitl.activities.ledger import LedgerActivities
 from hitl.activities.model import ModelActivities
 from hitl.activities.notify import NotifyActivities
+from hitl.activities.policy import worker_policy
 from hitl.activities.runs import read_run
 from hitl.activities.sessions import SessionActivities
-from hitl.activities.tools import ToolActivities
 from hitl.admin import search_attributes_ready
 from hitl.agent import Agent
+from hitl.ledger import TemporalLimitLedger
 from hitl.notify import notifiers_from_env
+from hitl.policy import LimitLedger, PolicyDocument
 from hitl.registry import AgentRegistry
 from hitl.signing import directory_from_env, signing_available
-from hitl.wire import DEFAULT_TASK_QUEUE, ApproverDirectory
+from hitl.wire import DEFAULT_TASK_QUEUE, ApproverDirectory, PinnedPolicy
 from hitl.workflows.agent_run import AgentRun
+from hitl.workflows.ledger import HitlLedger
+from hitl.workflows.policy_registry import PolicyRegistry
 from hitl.workflows.session import AgentSession
 
 log = logging.getLogger(__name__)
@@ -167,19 +172,20 @@ def build_worker(
     allow: Iterable[Any] = (),
     directory: ApproverDirectory | None = None,
     notifiers: Iterable[Any] | None = None,
+    policy: str | Path | PolicyDocument | None = None,
+    ledger: LimitLedger | None = None,
+    policy_registry: bool = False,
 ) -> Worker:
     """A worker for `agents` on `options.task_queue` (not started: use `async with` or `run()`).
 
-    Every worker registers all our activities, so any worker can run a run's model calls and
-    tools; `options.activities_only` leaves out the workflow (a tool or model worker).
-
-    `allow` lists what runs may name besides the agents' own code (see `hitl.refs`): functions
-    and guardrails a `RunConfig` names, context types, `Model`s, or whole `RunConfig`s.
-
-    `directory` is the approver directory (groups and public keys, see `hitl.signing`) that
-    runs started here pin; `None` reads the file `HITL_APPROVERS` names, if set. `notifiers`
-    (`hitl.notify`) hear about waiting, reminded, escalated, decided, expired and uncertain
-    calls; `None` reads `HITL_WEBHOOK_URL`.
+    Every worker registers all our activities (`options.activities_only` leaves out the
+    workflows: a tool or model worker). `allow` lists what runs may name besides the agents'
+    own code (`hitl.refs`). Runs started here pin the approver `directory` (`None`: the file
+    `HITL_APPROVERS` names) and the approval `policy` (a file or a `PolicyDocument`; `None`:
+    `HITL_POLICY`), whose limit rules the `ledger` answers (default: the namespace's
+    `HitlLedger` workflows, served here); `policy_registry=True` also serves the policy
+    registry. `notifiers` (`hitl.notify`) hear about waiting, reminded, escalated, decided,
+    expired and uncertain calls.
     """
     opts = options or WorkerOptions()
     if not opts.activities_only:
@@ -189,15 +195,17 @@ def build_worker(
         registry.allowed.add(*allow)
     else:
         registry = AgentRegistry(agents, allow=allow)
-    model = ModelActivities(registry)
-    activities = _activities(client, registry, model, opts, directory, notifiers)
+    ledger = ledger if ledger is not None else TemporalLimitLedger()
+    pinned = worker_policy(policy, ledger)
+    model = ModelActivities(registry, ledger=ledger)
+    activities = _activities(client, registry, model, opts, directory, notifiers, pinned)
     kwargs: dict[str, Any] = {}
     if identity:
         kwargs["identity"] = identity
     return Worker(
         client,
         task_queue=opts.task_queue,
-        workflows=[] if opts.activities_only else [AgentRun, AgentSession],
+        workflows=[] if opts.activities_only else _workflows(policy_registry),
         activities=activities,
         workflow_runner=workflow_runner(),
         max_cached_workflows=opts.max_cached_workflows,
@@ -217,6 +225,11 @@ def build_worker(
     )
 
 
+def _workflows(policy_registry: bool) -> list[type]:
+    """Our workflows (runs, sessions, limit ledgers); the policy registry if asked for."""
+    return [AgentRun, AgentSession, HitlLedger, *([PolicyRegistry] if policy_registry else [])]
+
+
 def _activities(
     client: Client,
     registry: AgentRegistry,
@@ -224,13 +237,15 @@ def _activities(
     opts: WorkerOptions,
     directory: ApproverDirectory | None,
     notifiers: Iterable[Any] | None,
+    policy: PinnedPolicy | None = None,
 ) -> list[Callable[..., Any]]:
     """Every activity of ours, for the agents in `registry` (any worker can run any of them).
 
     The approver directory and the notifiers come from the environment when not given.
     """
-    tools = ToolActivities(registry)
+    tools = model.planner
     sessions = SessionActivities()
+    ledger = LedgerActivities()
     hooks = HookActivities(registry)
     notes = NotifyActivities(notifiers_from_env() if notifiers is None else list(notifiers))
     agent_acts = AgentActivities(
@@ -239,8 +254,10 @@ def _activities(
         tracing=traces(client),
         directory=directory if directory is not None else directory_from_env(),
         notify=bool(notes.notifiers),
+        policy=policy,
     )
     return [
+        agent_acts.registry_directory,
         agent_acts.resolve_agent,
         agent_acts.handle_run_error,
         model.call_model,
@@ -249,6 +266,8 @@ def _activities(
         tools.rejection_text,
         sessions.load_session,
         sessions.save_session,
+        ledger.ledger_release,
+        ledger.ledger_commit,
         hooks.run_guardrails,
         hooks.filter_handoff,
         read_run,

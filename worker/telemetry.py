@@ -73,3 +73,29 @@ def start_tracing() -> Tracing:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     return Tracing(plugin=OpenTelemetryPlugin(), provider=provider)
+
+
+METRICS_WHAT = "--metrics-port (HITL_METRICS_PORT)"
+
+
+def metrics_runtime(host: str, port: int) -> Any:
+    """A Temporal runtime whose core serves Prometheus metrics on `host:port` (`/metrics`).
+
+    The SDK's own worker metrics (task latencies, slots, polls) and the runs' decision metrics
+    (`hitl.workflows.metrics`: requests, decisions, edits, escalations, a person's time to
+    decide) come out there. Raises `UserError` when the address cannot be bound.
+    """
+    from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+    from hitl.workflows.metrics import DECISION_BUCKETS, DECISION_SECONDS
+
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    config = PrometheusConfig(
+        bind_address=address,
+        durations_as_seconds=True,
+        histogram_bucket_overrides={DECISION_SECONDS: list(DECISION_BUCKETS)},
+    )
+    try:
+        return Runtime(telemetry=TelemetryConfig(metrics=config))
+    except Exception as exc:  # the core's bind error is a plain exception with its reason
+        raise UserError(f"{METRICS_WHAT}: cannot serve metrics on {address}: {exc}") from None

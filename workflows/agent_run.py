@@ -215,6 +215,7 @@ class AgentRun:
             resolved = await self.steps.resolve()
             s.graph, s.search_attributes = resolved.graph, resolved.search_attributes
             s.directory, s.notify = resolved.directory, resolved.notify
+            s.policy = resolved.policy
             s.run_call_ids, s.attributes = resolved.run_call_ids, resolved.attributes
             s.outcomes_attribute = resolved.search_attributes and resolved.outcomes_attribute
             s.current_agent, s.tracing = resolved.graph.root, resolved.tracing
@@ -256,7 +257,7 @@ class AgentRun:
             try:
                 attrs = {"hitl.agent": agent.name, "hitl.model": agent.model.name}
                 with self.trace.span("hitl.model_call", **attrs, **{"hitl.turn": s.turn}):
-                    plan = turn.plan_request(agent, self.book, self.inp.run_config)
+                    plan = turn.plan_request(agent, self.book, self.inp.run_config, s.policy)
                     response = await self.steps.call_model(agent, plan)
             finally:
                 self.events.streaming -= streaming
@@ -319,7 +320,7 @@ class AgentRun:
         s.open_turn = TurnInfo(
             start=start, handoff_target=opened.handoff_target, handoff_call=opened.handoff_call
         )
-        planned = turn.to_plan(agent, opened.records)
+        planned = turn.to_plan(agent, opened.records, s.policy)
         plans = {}
         if planned:
             # Planned with the model call when it could (no activity, no marker); else here.
@@ -331,8 +332,8 @@ class AgentRun:
                 if plan.tripwire is not None:
                     t = plan.tripwire
                     raise RunFailure(t.type, t.message, t.details)
-            plans = turn.apply_plans(opened, planned, ready)
-        for rec in turn.settle(agent, opened, plans, self.book, cfg, workflow.now()):
+            plans = turn.apply_plans(opened, planned, ready, s.verdicts)
+        for rec in turn.settle(agent, opened, plans, self.book, cfg, workflow.now(), s.directory):
             self.events.announce_request(rec.call_id, rec.tool_name, rec.request)
             self.trace.open_wait(rec)
         self.events.announce_decisions()
@@ -452,7 +453,7 @@ class AgentRun:
         made = self.decisions.decide_batch(req)
         if req.wait:
             await self._wait_settled()
-        return answers.settled_status(self, made)
+        return answers.settled_status(self, made, brief=req.brief)
 
     @decide.validator
     def _validate_decide(self, *args: Any) -> None:

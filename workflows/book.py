@@ -448,6 +448,7 @@ class ApprovalBook:
                     d.call_id, target.tool_name, valid, target.required_approvals
                 )
         rec = records.by_person(d.call_id, target.tool_name, kind, d, now, source, via)
+        rec.requested_at, rec.escalated_at = target.requested_at, target.escalated_at
         rec.approvals = counted(given, digest) if kind == "approve" else list(given)
         rec.verified, rec.key_id = verified, d.key_id if verified else None
         rec.arguments_sha256 = digest
@@ -580,6 +581,10 @@ class ApprovalBook:
     def _apply(self, call: CallRecord, rec: DecisionRecord) -> None:
         if rec.arguments_sha256 is None:
             rec.arguments_sha256 = text_digest(call.arguments)
+        # When it waited and whether it escalated: what insights count (`hitl.insights`).
+        rec.requested_at = rec.requested_at or call.requested_at
+        rec.escalated_at = rec.escalated_at or call.escalated_at
+        rec.policy_rule, rec.policy_version = records.policy_names(call.policy)
         call.decision = rec
         call.state = "approved" if rec.kind == "approve" else "rejected"
         self._store(rec)

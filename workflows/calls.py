@@ -7,7 +7,7 @@ activity (`uncertain.run_tool`), each in its trace span.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from temporalio import workflow
 
@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from hitl.wire import AgentSpec, CallRecord
     from hitl.workflows import nested, tracing, turn, uncertain
     from hitl.workflows.approvers import edit_note
+    from hitl.workflows.reservations import settle_call
 
 if TYPE_CHECKING:
     from hitl.workflows.tracing import RunTracer
@@ -47,6 +48,7 @@ async def drive(run: Driver, agent: AgentSpec, rec: CallRecord) -> None:
         if decision.kind != "approve":  # rejected, or expired: nothing runs
             rec.output = decision.message or await run.steps.rejection_text(agent, rec, tool)
             rec.state = "expired" if decision.kind == "expired" else "rejected"
+            await settle_call(_holds(rec), decision=decision.kind)  # limits: released
             return
     if rec.state not in ("uncertain", "awaiting_input"):  # (carried over: waits on)
         rec.state = "running"
@@ -69,3 +71,9 @@ async def drive(run: Driver, agent: AgentSpec, rec: CallRecord) -> None:
                     span.set_attribute("hitl.tool.output", output)
     note = edit_note(rec) if rec.original_arguments is not None else ""
     rec.output, rec.is_error, rec.state = note + out.output, out.is_error, "done"
+    await settle_call(_holds(rec), out=out)  # limits: committed, or released when it failed
+
+
+def _holds(rec: CallRecord) -> list[Any]:
+    """The limit reservations the call's policy verdict holds (none: nothing to settle)."""
+    return list(rec.policy.reservations) if rec.policy is not None else []

@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_DECISIONS_PER_UPDATE,
         MAX_REFUSED_KEPT,
     )
-    from hitl.rules import escalation_targets, may_decide
+    from hitl.rules import escalate_after, escalation_targets, may_decide
     from hitl.signing import Signed
     from hitl.wire import (
         AgentSpec,
@@ -442,7 +442,7 @@ class Decisions:
             rec.announced = True
             run.notices.tell("waiting", rec)
         remind = tool.remind_after_seconds or cfg.remind_after_seconds
-        escalate = tool.escalate_after_seconds or cfg.escalate_after_seconds
+        escalate = escalate_after(tool, cfg, rec.policy)
         while rec.decision is None or run.continuing:
             deadline = rec.deadline
             steps: list[tuple[datetime, str]] = []
@@ -472,7 +472,7 @@ class Decisions:
                 if step == "remind":
                     self._remind(rec)
                 elif step == "escalate":
-                    self._escalate(rec, escalation_targets(tool, cfg))
+                    self._escalate(rec, escalation_targets(tool, cfg, rec.policy))
                 else:
                     waited = tool.approval_timeout_seconds or cfg.approval_timeout_seconds
                     seconds = f"{waited or 0:g}s"
@@ -492,6 +492,7 @@ class Decisions:
 
     def _escalate(self, rec: CallRecord, to: list[str]) -> None:
         rec.escalated_at = workflow.now()
+        self.run.events.metrics.escalated(rec.tool_name)
         if rec.approvers:  # an empty list lets anyone decide already
             rec.approvers = [*rec.approvers, *(a for a in to if a not in rec.approvers)]
         self.run.events.emit(

@@ -11,6 +11,7 @@ given so far are handed to the server's questions in order.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from temporalio import workflow
@@ -74,6 +75,7 @@ def park(run: Asker, rec: CallRecord, need: NeedsInput) -> ToolOutput | None:
         message=need.message[:MAX_TEXT_CHARS],
         requested_schema=schema,
         since=workflow.now(),
+        timeout_seconds=need.timeout,
     )
     rec.state = "awaiting_input"
     rec.round += 1
@@ -81,10 +83,38 @@ def park(run: Asker, rec: CallRecord, need: NeedsInput) -> ToolOutput | None:
     return None
 
 
-async def wait(rec: CallRecord) -> None:
-    """Wait until a person answers `rec`'s question; the tool is then called again."""
-    await workflow.wait_condition(lambda: rec.input_request is None)
+async def wait(run: Asker, rec: CallRecord) -> None:
+    """Wait until someone answers `rec`'s question; the tool is then called again.
+
+    A question with a time limit (a client tool's) is answered `cancel` when it runs out, by
+    the run itself: counted from when it was asked, so a continued run waits only what is left.
+    """
+    request = rec.input_request
+    limit = request.timeout_seconds if request is not None else None
+    if request is None or limit is None:
+        await workflow.wait_condition(lambda: rec.input_request is None)
+    else:
+        left = request.since + timedelta(seconds=limit) - workflow.now()
+        try:
+            await workflow.wait_condition(
+                lambda: rec.input_request is None, timeout=max(left, timedelta(seconds=1))
+            )
+        except TimeoutError:
+            _time_out(run, rec, request, limit)
     rec.state = "running"
+
+
+def _time_out(run: Asker, rec: CallRecord, request: InputRequest, limit: float) -> None:
+    given = InputAnswer(
+        question=request.message,
+        action="cancel",
+        reason=f"no answer within {limit:g} seconds",
+        answered_at=workflow.now(),
+    )
+    rec.answers.append(given)
+    rec.input_request = None
+    rec.round += 1
+    run.book.note(records.answered(rec, given))
 
 
 def read(args: tuple[Any, ...]) -> AnswerInput:

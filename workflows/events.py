@@ -23,7 +23,9 @@ with workflow.unsafe.imports_passed_through():
     from hitl.items import message_text
     from hitl.limits import MAX_SIGNAL_BYTES
     from hitl.wire import EVENTS_TOPIC, AgentSpec, CarriedState, Phase, RunEvent, RunItem
+    from hitl.workflows.book import SEP
     from hitl.workflows.inputs import Waiters, read_one, refusal
+    from hitl.workflows.metrics import DecisionMetrics
 
 if TYPE_CHECKING:
     from hitl.workflows.book import ApprovalBook
@@ -79,6 +81,8 @@ class Events:
             c.call_id for c in run.state.calls
         }
         """Calls whose request or decision subscribers were told of (carried runs: all)."""
+        self.metrics = DecisionMetrics()
+        """Counted as they are told, in the run that owns the call (not a nested call's root)."""
         self.paused = False
         self.streaming = 0
         """Model calls in flight that stream text deltas (deltas are accepted only then)."""
@@ -170,6 +174,8 @@ class Events:
         if call_id in self.announced:
             return
         self.announced.add(call_id)
+        if SEP not in call_id:
+            self.metrics.requested(tool)
         self.emit(
             "approval_requested",
             call_id=call_id,
@@ -186,6 +192,9 @@ class Events:
             if key in self.announced:
                 continue
             self.announced.add(key)
+            if SEP not in rec.call_id:
+                call = run.book.calls.get(rec.call_id)
+                self.metrics.decided(rec, call, run.state.directory)
             self.emit(
                 "approval_decided",
                 call_id=rec.call_id,

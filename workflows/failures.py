@@ -34,9 +34,17 @@ def _details(err: ApplicationError) -> Any:
 class NeedsInput(Exception):
     """The tool's server asked a question nobody has answered yet (MCP elicitation)."""
 
-    def __init__(self, server: str, message: str, schema: dict[str, Any], index: int) -> None:
+    def __init__(
+        self,
+        server: str,
+        message: str,
+        schema: dict[str, Any],
+        index: int,
+        timeout: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.server, self.message, self.schema, self.index = server, message, schema, index
+        self.timeout = timeout
 
 
 class Uncertain(Exception):
@@ -92,11 +100,17 @@ def tool_failure(err: ActivityError, rec: CallRecord, tool: ToolSpec) -> ToolOut
         asked = _details(cause)
         if isinstance(asked, dict):
             schema, index = asked.get("schema"), asked.get("index")
+            timeout = asked.get("timeout")
             raise NeedsInput(
                 str(asked.get("server", "")),
                 str(asked.get("message", "")),
                 schema if isinstance(schema, dict) else {},
                 index if isinstance(index, int) else 0,
+                float(timeout)
+                if isinstance(timeout, int | float)
+                and not isinstance(timeout, bool)
+                and 0 < timeout < 10**9
+                else None,
             )
     if isinstance(cause, TemporalTimeoutError) and not tool.retry_safe:
         how = cause.type.name.lower() if cause.type else "timeout"

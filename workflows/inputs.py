@@ -205,6 +205,7 @@ def trust_problem(inp: Any, info: Any) -> str | None:
         inp.parent is not None
         or inp.graph is not None
         or inp.directory is not None
+        or inp.policy is not None
         or inp.start_agent is not None
         or bool(inp.rules)
         or bool(inp.always_rules)
@@ -213,7 +214,8 @@ def trust_problem(inp: Any, info: Any) -> str | None:
         parent = info.parent
         if inp.parent is None or parent is None or parent.workflow_id != inp.parent.workflow_id:
             return (
-                "`parent`, `graph`, `directory`, `start_agent` and `rules` are internal: only a "
+                "`parent`, `graph`, `directory`, `policy`, `start_agent` and `rules` are "
+                "internal: only a "
                 "nested run started by its parent run sets them (start a run with `agent` and "
                 "`input`)"
             )
@@ -307,6 +309,7 @@ def initial_state(inp: RunInput) -> CarriedState:
         state.current_agent = inp.start_agent or inp.graph.root
         state.rules = list(inp.rules)
         state.directory = inp.directory
+        state.policy = inp.policy
         state.always_rules = dict(inp.always_rules)
         state.tracing = bool(inp.parent and inp.parent.tracing)
         state.notify = bool(inp.parent and inp.parent.notify)

@@ -114,6 +114,7 @@ async def run_child(host: Host, agent: AgentSpec, rec: CallRecord, tool: ToolSpe
         ),
         graph=host.state.graph,
         directory=host.state.directory,
+        policy=host.state.policy,
         start_agent=tool.agent_id,
         rules=list(host.state.rules),
     )

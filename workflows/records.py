@@ -21,6 +21,7 @@ from hitl.wire import (
     InputAnswer,
     PendingApproval,
     PolicyDecision,
+    PolicyVerdict,
     Resolution,
     StandingRule,
     text_digest,
@@ -33,6 +34,21 @@ KINDS: dict[str, Literal["approval", "uncertain", "input"]] = {
 """What a waiting call asks of a person, by its state (an approval, otherwise)."""
 
 AUTO_APPROVED = "auto-approved: the run's preset and the tool both allow it"
+
+
+def policy_names(verdict: PolicyVerdict | None) -> tuple[str | None, str | None]:
+    """The policy rule behind a call's decision, and the policy's version.
+
+    `None`s: no policy, or no enforced rule decided how the call was asked.
+    """
+    if verdict is None or verdict.rule is None:
+        return None, None
+    return verdict.rule, policy_version(verdict)
+
+
+def policy_version(verdict: PolicyVerdict) -> str:
+    """`<policy>@<version> sha256:<first 12 hex>`: which document, readable and exact."""
+    return f"{verdict.policy}@{verdict.version} {verdict.digest[:19]}"
 
 
 def by_person(

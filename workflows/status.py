@@ -75,6 +75,8 @@ def status(run: Reads, kind: type[RunStatus] = RunStatus, *, full: bool = True) 
         continued_as_new=run.continuing,
         actions=s.actions if full else [],
         last_response_id=s.last_response_id,
+        policy=s.policy if full else None,
+        verdicts=s.verdicts if full else [],
     )
 
 
@@ -98,13 +100,19 @@ def snapshot(run: Reads) -> RunSnapshot:
 
 
 def settled_status(
-    run: Reads, decisions: list[DecisionRecord], *, items: bool = False
+    run: Reads, decisions: list[DecisionRecord], *, items: bool = False, brief: bool = False
 ) -> SettledStatus:
     """What `wait` and `decide` return; kept small, since it is stored with the update.
 
     `items` (a `wait` from `Runner.run`): a paused run whose whole status and transcript are
-    small returns them, so the caller needs no `snapshot` query.
+    small returns them, so the caller needs no `snapshot` query. `brief` (a `decide` from
+    `Runner.run`): a completed run says only that; the caller reads its result.
     """
+    if brief and run.phase() == "completed":
+        info = workflow.info()
+        return SettledStatus(
+            workflow_id=info.workflow_id, run_id=info.run_id, phase="completed", agent=run.inp.agent
+        )
     if (
         items
         and run.phase() == "awaiting_approval"
@@ -113,6 +121,7 @@ def settled_status(
         whole = status(run, SettledStatus)
         assert isinstance(whole, SettledStatus)
         whole.refused, whole.actions, whole.final_output = [], [], None
+        whole.policy, whole.verdicts = None, []  # (the `status` query has them)
         whole.input_items, whole.new_items = run.state.input_items, run.state.new_items
         if encoded_size(whole) <= TRANSCRIPT_INLINE_BYTES:
             return whole

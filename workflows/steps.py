@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         ACT_RESOLVE_AGENT,
         ACT_RUN_GUARDRAILS,
         ACT_SAVE_SESSION,
+        AGENT_NOT_SERVED,
         AgentSpec,
         CallModelInput,
         CallRecord,
@@ -50,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
         HandoffFilterInput,
         HandoffFilterOutput,
         ModelResponse,
-        ModelTool,
         PlanCall,
         PlanRequest,
         PlanToolsInput,
@@ -68,7 +68,10 @@ with workflow.unsafe.imports_passed_through():
         ToolOutput,
         ToolSpec,
         TranscriptRef,
+        agent_definition,
+        definition_digest,
         idempotency_key,
+        model_tools,
     )
     from hitl.workflows.failures import failure_from_activity, tool_failure
     from hitl.workflows.inputs import fits
@@ -118,6 +121,9 @@ class Steps:
         self.inp = inp
         self.state = state
         self.busy = 0
+        self.agent_sent = False
+        """A model call named the pinned graph and its worker did not serve it: this run's
+        model calls carry the agent's definition from then on."""
 
     async def local(
         self,
@@ -315,6 +321,21 @@ class Steps:
             inp.transcript_ref = TranscriptRef(
                 workflow_id=info.workflow_id, run_id=info.run_id, end=len(transcript), start=since
             )
+        short = inp if self.agent_sent or self.inp.run_config.model else by_reference(inp, agent)
+        if short is not inp:
+            try:
+                return await self._model_regular(agent, short, timeout)
+            except ActivityError as err:
+                if not _agent_not_served(err):
+                    raise
+                # The model's worker serves another version of this graph (a deploy since the
+                # run started, or a model task queue with other agents): send the definition.
+                self.agent_sent = True
+        return await self._model_regular(agent, inp, timeout)
+
+    async def _model_regular(
+        self, agent: AgentSpec, inp: CallModelInput, timeout: timedelta
+    ) -> ModelResponse:
         response: ModelResponse = await workflow.execute_activity(
             ACT_CALL_MODEL,
             inp,
@@ -358,6 +379,12 @@ class Steps:
                 run_approver=cfg.approver,
                 skip_policy=skip_policy,
                 pre_approval_guardrails=cfg.pre_approval_tool_input_guardrails,
+                policy=self.state.policy,
+                categories=(
+                    {t.name: list(t.categories) for t in agent.tools if t.categories}
+                    if self.state.policy is not None
+                    else {}
+                ),
             ),
             PlanToolsOutput,
             "planning tool calls",
@@ -511,35 +538,27 @@ class Steps:
         return out
 
 
-HANDOFF_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {},
-    "required": [],
-    "additionalProperties": False,
-}
-"""A handoff's tool takes no arguments."""
+def by_reference(inp: CallModelInput, agent: AgentSpec) -> CallModelInput:
+    """The model call's input without the agent's definition (about 300 bytes per call).
+
+    The activity reads the definition from its registry when its agent's has the same digest.
+    An agent whose pinned definition is not the registry's (tools an MCP server listed at the
+    run's start, a run's model override) sends it all.
+    """
+    if any(t.mcp_server for t in agent.tools) or any(
+        getattr(inp, k) != v for k, v in agent_definition(agent).items()
+    ):
+        return inp
+    left_out = {
+        k: CallModelInput.model_fields[k].get_default(call_default_factory=True)
+        for k in agent_definition(agent)
+    }
+    return inp.model_copy(update={**left_out, "definition": definition_digest(agent)})
 
 
-def model_tools(agent: AgentSpec) -> list[ModelTool]:
-    """What the model is offered: the agent's tools, then its handoffs as tools."""
-    tools = [
-        ModelTool(
-            name=t.name,
-            description=t.description,
-            params_json_schema=t.params_json_schema,
-            strict=t.strict_json_schema,
-            builtin=t.builtin,
-        )
-        for t in agent.tools
-    ]
-    return tools + [
-        ModelTool(
-            name=h.tool_name,
-            description=h.tool_description,
-            params_json_schema=HANDOFF_PARAMETERS,
-        )
-        for h in agent.handoffs
-    ]
+def _agent_not_served(err: ActivityError) -> bool:
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type == AGENT_NOT_SERVED
 
 
 def output_text(value: Any) -> str:

@@ -23,9 +23,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from hitl.items import FunctionCall, check_arguments
-from hitl.rules import call_approvers, policy_may_decide, required_approvals
-from hitl.wire import AgentSpec, CallPlan, CallRecord, PlanRequest, RunConfigSpec, ToolSpec
+from hitl.rules import call_approvers, narrow_approvers, policy_may_decide, required_approvals
+from hitl.wire import (
+    AgentSpec,
+    ApproverDirectory,
+    CallPlan,
+    CallRecord,
+    PinnedPolicy,
+    PlanRequest,
+    PolicyVerdict,
+    RunConfigSpec,
+    ToolSpec,
+)
 from hitl.workflows.book import ApprovalBook
+
+MAX_VERDICTS_KEPT = 500
+"""The policy verdicts a run keeps (the latest), so a long run's state stays bounded."""
 
 
 @dataclass
@@ -102,18 +115,34 @@ def open_turn(
     return opened
 
 
-def to_plan(agent: AgentSpec, records: list[CallRecord]) -> list[CallRecord]:
-    """Calls that may need a person (a tool with approval "never" needs no plan)."""
-    return [r for r in records if r.state == "planning" and tool_of(agent, r).approval != "never"]
+def to_plan(
+    agent: AgentSpec, records: list[CallRecord], policy: PinnedPolicy | None = None
+) -> list[CallRecord]:
+    """Calls that may need a person.
+
+    A tool with approval "never" needs no plan, unless the run pinned an approval policy: it
+    may ask about or deny any call.
+    """
+    return [
+        r
+        for r in records
+        if r.state == "planning" and (policy is not None or tool_of(agent, r).approval != "never")
+    ]
 
 
-def plan_request(agent: AgentSpec, book: ApprovalBook, cfg: RunConfigSpec) -> PlanRequest | None:
+def plan_request(
+    agent: AgentSpec, book: ApprovalBook, cfg: RunConfigSpec, policy: PinnedPolicy | None = None
+) -> PlanRequest | None:
     """What the model call's activity needs to plan the calls it returns.
 
     `None`: no tool of `agent` may need a person, or only MCP tools do (planning those needs
     their server).
     """
-    tools = [t for t in agent.tools if t.approval != "never" and t.mcp_server is None]
+    tools = [
+        t
+        for t in agent.tools
+        if (policy is not None or t.approval != "never") and t.mcp_server is None
+    ]
     if not tools:
         return None
     return PlanRequest(
@@ -121,7 +150,14 @@ def plan_request(agent: AgentSpec, book: ApprovalBook, cfg: RunConfigSpec) -> Pl
         run_approver=cfg.approver,
         skip_policy=_ruled(agent, book, cfg, tools),
         pre_approval_guardrails=cfg.pre_approval_tool_input_guardrails,
+        policy=policy,
+        categories=categories(agent) if policy is not None else {},
     )
+
+
+def categories(agent: AgentSpec) -> dict[str, list[str]]:
+    """The pinned categories of `agent`'s tools that declare some (what policy rules match)."""
+    return {t.name: list(t.categories) for t in agent.tools if t.categories}
 
 
 def given_plans(planned: list[CallRecord], plans: list[CallPlan] | None) -> list[CallPlan] | None:
@@ -152,15 +188,25 @@ def _ruled(
 
 
 def apply_plans(
-    opened: OpenedTurn, planned: list[CallRecord], plans: list[CallPlan]
+    opened: OpenedTurn,
+    planned: list[CallRecord],
+    plans: list[CallPlan],
+    verdicts: list[PolicyVerdict] | None = None,
 ) -> dict[str, CallPlan]:
     """Take what `plan_tools` found: refusals, requests, and whether a person is needed.
 
     Returns the plans by the run's call id (plans are made in call order, under the model's).
+    The policy's verdicts are kept on their calls and added to `verdicts` (the run's record).
     """
     by_call = {}
     for rec, plan in zip(planned, plans, strict=True):
         by_call[rec.call_id] = plan
+        if plan.verdict is not None:
+            plan.verdict.call_id = rec.call_id
+            rec.policy = plan.verdict
+            if verdicts is not None:
+                verdicts.append(plan.verdict)
+                del verdicts[:-MAX_VERDICTS_KEPT]
         if plan.refusal is not None:
             # Arguments the tool refuses are the model's mistake; a pre-approval guardrail's
             # refusal is a policy's answer and not a bad turn.
@@ -180,8 +226,13 @@ def settle(
     book: ApprovalBook,
     cfg: RunConfigSpec,
     now: datetime,
+    directory: ApproverDirectory | None = None,
 ) -> list[CallRecord]:
-    """Decide every call still being planned; returns the calls that now wait for a person."""
+    """Decide every call still being planned; returns the calls that now wait for a person.
+
+    A call the run's approval policy asks about (`ask`) waits for people: its approvers are
+    narrowed to the rule's, and approver callbacks and auto-approval may not approve it.
+    """
     waiting = []
     for rec in opened.records:
         if rec.state != "planning":
@@ -195,7 +246,10 @@ def settle(
         rec.approvers = call_approvers(tool, plan, cfg)
         # As with the approval itself, the pinned number is a floor a deploy cannot lower.
         rec.required_approvals = required_approvals(tool, plan)
-        several = rec.required_approvals > 1
+        asked = _policy_asks(rec, opened, directory) if rec.needs_approval else False
+        if asked is None:
+            continue  # refused: no one may decide it
+        several = rec.required_approvals > 1 or asked
         policy = plan.policy if plan is not None else None
         if not rec.needs_approval:
             rec.state = "approved"
@@ -208,11 +262,42 @@ def settle(
         else:
             rec.state = "awaiting_approval"
             rec.requested_at = now
-            timeout = tool.approval_timeout_seconds or cfg.approval_timeout_seconds
+            timeout = _timeout(tool.approval_timeout_seconds or cfg.approval_timeout_seconds, rec)
             if timeout:
                 rec.deadline = now + timedelta(seconds=timeout)
             waiting.append(rec)
     return waiting
+
+
+def _policy_asks(
+    rec: CallRecord, opened: OpenedTurn, directory: ApproverDirectory | None
+) -> bool | None:
+    """Whether the run's policy asks about the call; narrows its approvers to the rule's.
+
+    Refuses the call (`None`) when no one is admitted by both lists: nobody could decide it.
+    """
+    verdict = rec.policy
+    if verdict is None or verdict.effect != "ask":
+        return False
+    narrowed = narrow_approvers(rec.approvers, verdict.approvers, directory)
+    if narrowed is None:
+        refuse(
+            rec,
+            f"The call was not run: policy rule {verdict.rule} names approvers "
+            f"{verdict.approvers} and the tool {rec.approvers}, and no one is in both.",
+        )
+        opened.by_policy.add(rec.call_id)
+        return None
+    rec.approvers = narrowed
+    return True
+
+
+def _timeout(seconds: float | None, rec: CallRecord) -> float | None:
+    """How long the call may wait: the shorter of the code's and its policy rule's."""
+    ruled = rec.policy.approval_timeout_seconds if rec.policy is not None else None
+    if ruled and rec.policy is not None and rec.policy.effect == "ask":
+        return min(seconds, ruled) if seconds else ruled
+    return seconds
 
 
 def bad_turn(opened: OpenedTurn) -> str | None:

@@ -66,7 +66,7 @@ async def run_tool(run: Runs, agent: AgentSpec, rec: CallRecord, tool: ToolSpec)
     """Run an approved call's tool; park it as uncertain as often as its attempts die."""
     while True:
         if rec.state == "awaiting_input":  # (also a call carried over while it asked)
-            await elicitation.wait(rec)
+            await elicitation.wait(run, rec)
         if rec.state != "uncertain":
             try:
                 return await run.steps.execute_tool(agent, rec, tool)

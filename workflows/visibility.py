@@ -87,6 +87,10 @@ def outcomes(book: ApprovalBook) -> tuple[str, ...]:
 STARTED = Visible("running")
 """What a run shows before it first publishes (nothing published yet)."""
 
+UNSET = Visible("")
+"""What a fresh run has of our search attributes: none (a run started with some set is
+`spoofed` and publishes all of them; a continued run publishes all of them once)."""
+
 
 def spoofed() -> bool:
     """Whether the run was started with our search attributes already set (by its starter).
@@ -135,8 +139,11 @@ def publish(
     """Write what operators see (the search attributes in `keys`, the UI's details).
 
     `before`: what this run published last; only the attributes that changed since are sent
-    (`None`: all of them, as a run's first publish must, over whatever it started with).
+    (`None`: all of them, as a run's first publish must over whatever it started with; `UNSET`:
+    a fresh run's first publish, which sends only what is set: an empty list or no time is
+    what the attribute already holds).
     """
+    first = before is None or before is UNSET
     updates: list[tuple[str, bool, SearchAttributeUpdate[Any]]] = [
         (
             SA_OUTCOMES,
@@ -153,7 +160,7 @@ def publish(
             before is None or visible.tools != before.tools,
             PENDING_TOOLS_KEY.value_set(list(visible.tools)),
         ),
-        (SA_AGENT, before is None, AGENT_KEY.value_set(agent)),
+        (SA_AGENT, first, AGENT_KEY.value_set(agent)),
         (
             SA_PENDING_SINCE,
             before is None or visible.since != before.since,
@@ -315,7 +322,9 @@ class Publisher:
                 self.shown = refusals
                 workflow.set_current_details(self.details(visible))
             return
-        before = self.published if self.published is not STARTED else None
+        before = self.published
+        if before is STARTED:
+            before = UNSET if workflow.info().continued_run_id is None else None
         self.published, self.shown = visible, refusals
         run.note_pause()
         publish(visible, run.inp.agent, self.details(visible), kept_attributes(run.state), before)

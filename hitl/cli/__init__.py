@@ -18,6 +18,8 @@
     hitl keys show FILE                        a private key's key id and public key
     hitl watch RUN [--from-offset N]           follow a run until it finishes
     hitl verify RUN | --since 7d [--json]      prove every executed call had its decisions
+    hitl insights [--since 7d] [--json] [--limit N]
+                                               decision counts, time to decide, what waits
     hitl codec-server [--port 8081]            decrypt payloads for the temporal CLI and UI
     hitl console [--port 8090] [--auth link|tokens|header] [--signing-key FILE]
                                                the approval console: a web inbox for people
@@ -58,7 +60,10 @@ from hitl.cli.deciding import cmd_answer, cmd_decide, cmd_extend, cmd_resolve
 from hitl.cli.doctor import add_parser as add_doctor_parser
 from hitl.cli.doctor import cmd_doctor
 from hitl.cli.inbox import cmd_pending, cmd_show
+from hitl.cli.insights import DEFAULT_LIMIT, cmd_insights
 from hitl.cli.keys import cmd_keys
+from hitl.cli.policy import add_parser as add_policy_parser
+from hitl.cli.policy import cmd_policy
 from hitl.cli.running import cmd_run, cmd_watch, format_event
 from hitl.cli.stack import cmd_codec_server, cmd_dev, cmd_setup
 from hitl.cli.verify import add_parser as add_verify_parser
@@ -178,6 +183,10 @@ def _commands() -> list[Subcommand]:
                         "hitl.worker --allow)",
                     },
                 ),
+                (
+                    ("--policy",),
+                    {"metavar": "FILE", "help": "the approval policy the worker's runs pin"},
+                ),
                 (("--port",), {"type": int, "default": None}),
                 (("--ui-port",), {"type": int, "default": None}),
                 (("--state-dir",), {"default": ".hitl"}),
@@ -190,6 +199,7 @@ def _commands() -> list[Subcommand]:
         ("setup", "register the search attributes on the cluster", []),
         add_doctor_parser,
         add_verify_parser,
+        add_policy_parser,
         add_console_parsers,
         (
             "codec-server",
@@ -346,6 +356,36 @@ def _commands() -> list[Subcommand]:
             ],
         ),
         (
+            "insights",
+            "decision figures of a window: counts, time to decide, what waits",
+            [
+                (
+                    ("--since",),
+                    {"default": "7d", "help": "runs open at some point of this span (7d, 12h)"},
+                ),
+                (("--json",), {"action": "store_true", "help": "JSON instead of text"}),
+                (
+                    ("--limit",),
+                    {
+                        "type": int,
+                        "default": DEFAULT_LIMIT,
+                        "help": "at most this many runs, newest first (now %(default)s)",
+                    },
+                ),
+                (
+                    ("--task-queue",),
+                    {
+                        "action": "append",
+                        "dest": "task_queues",
+                        "metavar": "QUEUE",
+                        "help": "a task queue your workers serve (repeatable; default "
+                        "HITL_TASK_QUEUES, else the global --task-queue)",
+                    },
+                ),
+                _timeout("seconds to wait for each run's worker"),
+            ],
+        ),
+        (
             "watch",
             "follow a run's events until it finishes",
             [
@@ -381,6 +421,8 @@ async def _main(args: argparse.Namespace) -> int:
         return await cmd_setup(client, args)
     if args.command == "audit":
         return await cmd_audit(client, args)
+    if args.command == "insights":
+        return await cmd_insights(client, args)
     if args.command == "resolve":
         return await cmd_resolve(client, args)
     if args.command == "answer":
@@ -426,11 +468,13 @@ def _run(argv: Sequence[str] | None) -> int:
         _usage(parser, f"{args.command} needs a CALL_ID or --all (not both)")
     if args.command == "approve" and (args.set or args.args_file) and args.all:
         _usage(parser, "--set and --args-file edit one call: name its CALL_ID, not --all")
-    if args.command in ("audit", "extend"):
+    if args.command in ("audit", "extend", "insights"):
         try:
-            parse_span(args.since if args.command == "audit" else args.span)
+            parse_span(args.span if args.command == "extend" else args.since)
         except ValueError as exc:
             _usage(parser, str(exc))
+    if args.command == "insights" and args.limit < 1:
+        _usage(parser, "--limit must be at least 1")
     try:
         if args.command == "dev":
             return cmd_dev(args)
@@ -442,6 +486,8 @@ def _run(argv: Sequence[str] | None) -> int:
             return cmd_doctor(args)
         if args.command == "verify":
             return cmd_verify(args)
+        if args.command == "policy":
+            return cmd_policy(args)
         if args.command == "console":
             if not args.namespaces and args.namespace:
                 args.namespaces = [args.namespace]

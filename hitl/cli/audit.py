@@ -36,6 +36,7 @@ from hitl.wire import (
     WORKFLOW_TYPE,
     CallAction,
     DecisionRecord,
+    PolicyVerdict,
     RunOutput,
     RunStatus,
 )
@@ -62,6 +63,8 @@ COLUMNS = [
     "original_arguments",
     "outcome",
     "deadline",
+    "policy_rule",
+    "policy_version",
 ]
 """The fields of a row, in the CSV's column order."""
 
@@ -103,37 +106,72 @@ def action_row(status: RunStatus, a: CallAction) -> dict[str, Any]:
         "arguments": json.dumps(a.content, ensure_ascii=False) if a.content else None,
         "outcome": a.outcome,
         "deadline": a.deadline.isoformat() if a.deadline is not None else None,
+        "policy_rule": None,
+        "policy_version": None,
+    }
+
+
+def verdict_row(status: RunStatus, v: PolicyVerdict) -> dict[str, Any]:
+    """What the run's approval policy said about a call (enforced or `log_only`) as a row.
+
+    `kind` is the enforced effect (`none`: no enforced rule matched, the code decided);
+    `reason` names what `log_only` rules would have made it (shadow mode).
+    """
+    shadow = f"log_only: {v.shadow_effect} by {v.shadow_rule}" if v.shadow_effect else None
+    return {
+        **dict.fromkeys(COLUMNS),
+        "run": status.workflow_id,
+        "agent": status.agent,
+        "event": "policy",
+        "at": v.at.isoformat() if v.at is not None else "",
+        "call_id": v.call_id,
+        "kind": v.effect or "none",
+        "source": "policy",
+        "reason": shadow,
+        "message": v.message,
+        "approvals": [],
+        "through": "policy",
+        "verified": False,
+        "expired": False,
+        "outcome": v.outcome,
+        "policy_rule": v.rule,
+        "policy_version": f"{v.policy}@{v.version} {v.digest[:19]}",
+    }
+
+
+def decision_row(status: RunStatus, d: DecisionRecord) -> dict[str, Any]:
+    """A decision as an audit row (with the policy rule and version behind it)."""
+    return {
+        "run": status.workflow_id,
+        "agent": status.agent,
+        "event": "decision",
+        "at": d.decided_at.isoformat(),
+        "call_id": d.call_id,
+        "tool": d.tool_name,
+        "kind": d.kind,
+        "approver": d.approver,
+        "source": d.source,
+        "via": d.via,
+        "reason": d.reason,
+        "message": d.message,
+        "approvals": [a.approver for a in d.approvals],
+        "error_type": None,
+        "through": through(d),
+        "verified": d.verified,
+        "expired": d.kind == "expired",
+        "arguments": d.arguments,
+        "original_arguments": d.original_arguments,
+        "outcome": None,
+        "deadline": None,
+        "policy_rule": d.policy_rule,
+        "policy_version": d.policy_version,
     }
 
 
 def rows_of(status: RunStatus) -> list[dict[str, Any]]:
     """A run's decisions, actions and kept refusals as audit rows, oldest first."""
-    rows = [
-        {
-            "run": status.workflow_id,
-            "agent": status.agent,
-            "event": "decision",
-            "at": d.decided_at.isoformat(),
-            "call_id": d.call_id,
-            "tool": d.tool_name,
-            "kind": d.kind,
-            "approver": d.approver,
-            "source": d.source,
-            "via": d.via,
-            "reason": d.reason,
-            "message": d.message,
-            "approvals": [a.approver for a in d.approvals],
-            "error_type": None,
-            "through": through(d),
-            "verified": d.verified,
-            "expired": d.kind == "expired",
-            "arguments": d.arguments,
-            "original_arguments": d.original_arguments,
-            "outcome": None,
-            "deadline": None,
-        }
-        for d in status.decisions
-    ]
+    rows = [decision_row(status, d) for d in status.decisions]
+    rows += [verdict_row(status, v) for v in status.verdicts if v.matched or v.deferred]
     rows += [action_row(status, a) for a in status.actions]
     rows += [
         {
@@ -158,6 +196,8 @@ def rows_of(status: RunStatus) -> list[dict[str, Any]]:
             "original_arguments": None,
             "outcome": None,
             "deadline": None,
+            "policy_rule": None,
+            "policy_version": None,
         }
         for r in status.refused
     ]

@@ -9,6 +9,7 @@ One line per check, `ok`, `warn` or `fail`, with the fix for each problem:
 - payload encryption: `HITL_ENCRYPTION_KEY` on this machine, and the keys recent runs were
   encrypted with;
 - the blob store (`HITL_STORAGE`);
+- the limit ledgers' key (`HITL_LEDGER_KEY`; every worker serves `HitlLedger`);
 - signed decisions: the approver directory (`HITL_APPROVERS`) and the signing key
   (`HITL_SIGNING_KEY`: readable, and whose key it is).
 
@@ -110,6 +111,7 @@ async def diagnose(
     if client is not None:
         findings += await _runs_encryption(client, keys)
     findings.append(_storage())
+    findings.append(_ledger_key())
     findings += _signing()
     return findings
 
@@ -353,6 +355,23 @@ def _storage() -> Finding:
     except UserError as exc:
         return Finding("fail", "blob store", exc.message)
     return Finding("ok", "blob store", f"HITL_STORAGE: {url}")
+
+
+def _ledger_key() -> Finding:
+    """`HITL_LEDGER_KEY`: what makes a limit's reservations releasable only by its run."""
+    from hitl.ledger import KEY_ENV, LimitLedgerError, key_from_env
+
+    try:
+        key = key_from_env()
+    except LimitLedgerError as exc:
+        return Finding("fail", "ledger key", str(exc), f"set {KEY_ENV} to a longer secret")
+    if key is None:
+        text = (
+            f"{KEY_ENV} not set here: anyone who can read a run's history can release its "
+            "held limit reservations (workers serve limit ledgers either way)"
+        )
+        return Finding("ok", "ledger key", text)
+    return Finding("ok", "ledger key", f"{KEY_ENV} set: reservations are released by claim")
 
 
 # --------------------------------------------------------------------------- signing

@@ -39,6 +39,7 @@ from hitl.rules import (
     call_approvers,
     escalation_targets,
     may_decide,
+    narrow_approvers,
     needs_person,
     policy_may_decide,
     required_approvals,
@@ -99,6 +100,11 @@ class CallProof:
         self.arguments = arguments
         self.requested_at = requested_at
         self.approvers = call_approvers(tool, plan, cfg)
+        verdict = plan.verdict if plan is not None else None
+        narrowed: list[str] | None = self.approvers
+        if verdict is not None and verdict.effect == "ask":  # as the run narrowed them
+            narrowed = narrow_approvers(self.approvers, verdict.approvers, directory)
+            self.approvers = narrowed or self.approvers
         self.required = required_approvals(tool, plan)
         self.signed = signatures_required(tool, cfg)
         self.state: State = "pending"
@@ -121,6 +127,8 @@ class CallProof:
         self.problem: str | None = None
         """Why the call must not have run whatever was decided (a refused or missing plan)."""
         self._open(standing)
+        if narrowed is None:
+            self.problem = "the policy's approvers and the tool's have no one in common"
 
     # --------------------------------------------------------------- when it is planned
 

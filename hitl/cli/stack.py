@@ -163,6 +163,8 @@ def _worker_command(address: str, args: argparse.Namespace, agents: list[str]) -
         cmd += ["--agents", a]
     for a in args.allow or []:
         cmd += ["--allow", a]
+    if getattr(args, "policy", None):
+        cmd += ["--policy", str(Path(args.policy).absolute())]
     return cmd
 
 

@@ -71,6 +71,8 @@ class ChainReplay:
     notes: list[str]
     """Where it says what it could not follow (the report's notes)."""
     graph: AgentGraph | None = None
+    policy: bool = False
+    """The run pinned an approval policy: every call is planned (it may ask about any)."""
     directory: ApproverDirectory | None = None
     config: RunConfigSpec = field(default_factory=RunConfigSpec)
     agent_id: str = ""
@@ -111,7 +113,7 @@ class ChainReplay:
         if inp.carried is not None:
             self._from_carried(inp.carried, run)
         elif inp.graph is not None:
-            self.graph = inp.graph
+            self.graph, self.policy = inp.graph, inp.policy is not None
             self.agent_id = inp.start_agent or inp.graph.root
             self.own_ids = bool(inp.parent and inp.parent.run_call_ids)
             for rule in inp.rules:
@@ -124,6 +126,7 @@ class ChainReplay:
     def _from_carried(self, carried: CarriedState, run: Run) -> None:
         """A chain whose first runs are not available: start from what the run carried."""
         self.graph, self.directory = carried.graph, carried.directory
+        self.policy = carried.policy is not None
         self.agent_id, self.turn = carried.current_agent, carried.turn
         self.own_ids = carried.run_call_ids
         self.model_ids = {
@@ -170,7 +173,7 @@ class ChainReplay:
         assert isinstance(f.data, ResolvedRun)
         if self.graph is None:
             self.graph = f.data.graph
-            self.directory = f.data.directory
+            self.directory, self.policy = f.data.directory, f.data.policy is not None
             self.own_ids = f.data.run_call_ids
             self.agent_id = self.agent_id or f.data.graph.root
 
@@ -283,7 +286,11 @@ class ChainReplay:
 
         When the answer does not plan every such call, they wait for the `plan_tools` marker.
         """
-        planned = [c for c in self.calls if c.tool is not None and c.tool.approval != "never"]
+        planned = [
+            c
+            for c in self.calls
+            if c.tool is not None and (self.policy or c.tool.approval != "never")
+        ]
         if planned and given is not None:
             by_id = {p.call_id: p for p in given}
             if len(by_id) == len(given) and all(c.model_id in by_id for c in planned):

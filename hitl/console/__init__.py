@@ -55,6 +55,8 @@ class ConsoleSettings:
         slack_secret_env: The environment variable holding the Slack app's signing secret.
         chat_reply_hosts: Where outcomes may be posted back (a Slack request's
             `response_url` must start with one; default `https://hooks.slack.com/`).
+        metrics_token_env: The environment variable holding the bearer token `/metrics`
+            answers (unset or empty: `/metrics` is off).
     """
 
     host: str = "127.0.0.1"
@@ -73,6 +75,7 @@ class ConsoleSettings:
     chat_users: str | None = None
     slack_secret_env: str = "HITL_SLACK_SIGNING_SECRET"
     chat_reply_hosts: list[str] = field(default_factory=lambda: ["https://hooks.slack.com/"])
+    metrics_token_env: str = "HITL_CONSOLE_METRICS_TOKEN"
 
 
 async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
@@ -121,7 +124,14 @@ async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
     queues = allowed_queues(settings.task_queues, os.environ.get("HITL_TASK_QUEUE"))
     data = ConsoleData(clients, signing, task_queues=queues)
     chat = _chat_gateway(settings) if settings.chat_users else None
-    app = create_app(data, auth, secure_cookie=settings.secure_cookie, rules=rules, chat=chat)
+    app = create_app(
+        data,
+        auth,
+        secure_cookie=settings.secure_cookie,
+        rules=rules,
+        chat=chat,
+        metrics_token=os.environ.get(settings.metrics_token_env) or None,
+    )
     server = LoopServer(app, settings.host, settings.port)
     auth.base_url = server.url
     return server, auth

@@ -15,9 +15,10 @@ from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
+from starlette.websockets import WebSocket
 
 from hitl.cli.common import _Gone, _Unreadable
 from hitl.console.acts import CHAT_CLIENT as CHAT_CLIENT
@@ -30,6 +31,8 @@ from hitl.console.forms import (
     form_fields,
     one_text_each,
 )
+from hitl.console.insights import INSIGHTS, METRICS, InsightsPages
+from hitl.console.realtime import REALTIME, realtime
 from hitl.console.rules import Rules
 from hitl.console.settled import SETTLED_VIEWS, SettledRow, visible
 from hitl.console.urls import (
@@ -438,6 +441,11 @@ class Console(Acts):
             decisions=decisions,
             refused=refused,
             actions=[a for a in status.actions if viewer or a.call_id in mine],
+            verdicts=[
+                v
+                for v in status.verdicts
+                if (v.matched or v.deferred) and (viewer or v.call_id in mine)
+            ],
             partial=not viewer,
         )
 
@@ -468,8 +476,10 @@ class Guard(BaseHTTPMiddleware):
             person = auth.from_header(request.headers.get(auth.header))
             if person is not None:
                 fresh, request.state.session = auth.sessions.issue(person)
+        # `/metrics` checks its own bearer token (a scraper has no session).
         open_paths = ("/login", "/static/", "/healthz", CHAT_SLACK)
-        if request.state.session is None and not request.url.path.startswith(open_paths):
+        path = request.url.path
+        if request.state.session is None and not (path.startswith(open_paths) or path == METRICS):
             return await self.signed_out(request)
         if request.method == "POST" and request.url.path not in ("/login", CHAT_SLACK):
             problem = await _forged(request)
@@ -515,7 +525,14 @@ class Guard(BaseHTTPMiddleware):
         )
 
 
-def _session(console: Console, request: Request) -> Session | None:
+def _socket_endpoint(console: Console) -> Callable[[WebSocket], Awaitable[None]]:
+    async def endpoint(ws: WebSocket) -> None:
+        await realtime(console, ws)
+
+    return endpoint
+
+
+def _session(console: Console, request: Request | WebSocket) -> Session | None:
     """The request's session; in `header` mode only while the proxy names the same person."""
     session = console.auth.sessions.read(request.cookies.get(COOKIE))
     if console.auth.mode == "header":
@@ -551,14 +568,17 @@ def create_app(
     secure_cookie: bool = False,
     rules: Rules | None = None,
     chat: SlackGateway | None = None,
+    metrics_token: str | None = None,
 ) -> Starlette:
     """The console as an ASGI app.
 
     `rules` say who sees which call (`hitl.console.rules`; default: no directory and no
     viewers, so a call that names approvers is shown to the people it names).
+    `metrics_token`: the bearer token `/metrics` answers (none: `/metrics` is off).
     """
     console = Console(data, auth, secure_cookie=secure_cookie, rules=rules)
     console.chat = chat
+    insights = InsightsPages(console, metrics_token)
     routes = [
         Route("/", console.inbox_page),
         Route("/inbox/rows", console.inbox_rows),
@@ -571,7 +591,10 @@ def create_app(
         Route(RUN, console.run_page),
         Route(DECIDE_RUN, console.decide_run, methods=["POST"]),
         Route("/healthz", console.healthz),
+        Route(INSIGHTS, insights.page),
+        Route(METRICS, insights.metrics),
         Route(CHAT_SLACK, console.chat_slack, methods=["POST"]),
+        WebSocketRoute(REALTIME, _socket_endpoint(console)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes, middleware=[Middleware(Guard, console=console)])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
@@ -12,11 +14,13 @@ from hitl.wire.base import WireModel
 from hitl.wire.decisions import DecisionRecord, InputAnswer
 from hitl.wire.graph import (
     AgentGraph,
+    AgentSpec,
     ApproverDirectory,
     ModelSettings,
     ModelSpec,
     RunConfigSpec,
 )
+from hitl.wire.policy import PinnedPolicy, PolicyVerdict
 from hitl.wire.runs import (
     ApprovalRequestData,
     PolicyDecision,
@@ -39,7 +43,11 @@ __all__ = [
     "HandoffFilterOutput",
     "InputFilterRecord",
     "ModelResponse",
+    "HANDOFF_PARAMETERS",
     "ModelTool",
+    "agent_definition",
+    "definition_digest",
+    "model_tools",
     "NotifierResult",
     "NotifyEvent",
     "NotifyInput",
@@ -89,6 +97,63 @@ class ModelTool(WireModel):
     """A Responses built-in tool (see `ToolSpec.builtin`)."""
 
 
+HANDOFF_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {},
+    "required": [],
+    "additionalProperties": False,
+}
+"""A handoff's tool takes no arguments."""
+
+
+def model_tools(agent: AgentSpec) -> list[ModelTool]:
+    """What the model is offered: the agent's tools, then its handoffs as tools."""
+    tools = [
+        ModelTool(
+            name=t.name,
+            description=t.description,
+            params_json_schema=t.params_json_schema,
+            strict=t.strict_json_schema,
+            builtin=t.builtin,
+        )
+        for t in agent.tools
+    ]
+    return tools + [
+        ModelTool(
+            name=h.tool_name,
+            description=h.tool_description,
+            params_json_schema=HANDOFF_PARAMETERS,
+        )
+        for h in agent.handoffs
+    ]
+
+
+def agent_definition(agent: AgentSpec) -> dict[str, Any]:
+    """The `CallModelInput` fields that come from the agent's definition (see `definition`)."""
+    return {
+        "model": agent.model,
+        "instructions": agent.instructions,
+        "dynamic_instructions": agent.dynamic_instructions,
+        "tools": model_tools(agent),
+        "output_schema": agent.output_schema,
+        "output_type_name": agent.output_type_name,
+    }
+
+
+def definition_digest(agent: AgentSpec) -> str:
+    """A digest of `agent_definition(agent)` (pure: the workflow and the activity agree)."""
+    data = {
+        k: [t.model_dump(mode="json") for t in v]
+        if k == "tools"
+        else v.model_dump(mode="json")
+        if isinstance(v, WireModel)
+        else v
+        for k, v in agent_definition(agent).items()
+    }
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
 class CallModelInput(WireModel):
     """Input of `call_model`.
 
@@ -99,7 +164,15 @@ class CallModelInput(WireModel):
     root_agent: str
     agent_id: str
     agent_name: str
-    model: ModelSpec
+    model: ModelSpec | None = None
+    """`None` with `definition` only: the agent's model, instructions, tools and output schema are
+    the registry's (see `graph`)."""
+    definition: str | None = None
+    """Set when the agent's model, instructions, tools and output schema are left out: the
+    digest of that definition (`definition_digest`). The activity takes them from its
+    registry's agent `agent_id` of `root_agent` when its definition has this digest (else it
+    fails with `AgentNotServed` and the run sends the definition). An older worker cannot read
+    such an input (no `model`): the attempt fails and is retried on a worker that can."""
     settings: ModelSettings = Field(default_factory=ModelSettings)
     instructions: str | None = None
     dynamic_instructions: bool = False
@@ -131,6 +204,13 @@ class CallModelInput(WireModel):
     """Plan the calls the model makes to these tools in the same activity (`None`: no tool of
     the agent may need a person, or an older workflow: the run plans them itself)."""
 
+    @property
+    def model_spec(self) -> ModelSpec:
+        """The model to call (once the activity has the agent's definition)."""
+        if self.model is None:
+            raise ValueError("the model call's input names no model")
+        return self.model
+
 
 class PlanRequest(WireModel):
     """What planning a model call's tool calls needs besides the calls (see `PlanToolsInput`).
@@ -145,6 +225,10 @@ class PlanRequest(WireModel):
     run_approver: str | None = None
     skip_policy: list[str] = Field(default_factory=list)
     pre_approval_guardrails: bool = False
+    policy: PinnedPolicy | None = None
+    """The run's pinned approval policy: planning evaluates it for each call."""
+    categories: dict[str, list[str]] = Field(default_factory=dict)
+    """The pinned categories of the tools that declare some (what policy rules match)."""
 
 
 class InputFilterRecord(WireModel):
@@ -254,6 +338,10 @@ class PlanToolsInput(WireModel):
     skip_policy: list[str] = Field(default_factory=list)
     """Tools with a standing always-rule: their approver callbacks need not run."""
     pre_approval_guardrails: bool = False
+    policy: PinnedPolicy | None = None
+    """The run's pinned approval policy: evaluated for each call."""
+    categories: dict[str, list[str]] = Field(default_factory=dict)
+    """The pinned categories of the tools that declare some."""
 
 
 class CallPlan(WireModel):
@@ -276,6 +364,9 @@ class CallPlan(WireModel):
     approvers: list[str] | None = None
     """Who may decide the call, when the tool's `approvers` is a callable (`None`: the tool's
     list, pinned in the graph)."""
+    verdict: PolicyVerdict | None = None
+    """What the run's approval policy said (its approvers narrow the call's, its count and
+    deadline only make the call stricter; a `deny` is the refusal)."""
 
 
 class PlanToolsOutput(WireModel):
@@ -380,6 +471,8 @@ class ResolvedRun(WireModel):
     """The worker traces with OpenTelemetry (the run records its own spans)."""
     directory: ApproverDirectory | None = None
     """The worker's approver directory (groups, public keys), pinned into the run."""
+    policy: PinnedPolicy | None = None
+    """The worker's approval policy (docs/policies.md), pinned into the run."""
     notify: bool = False
     """The worker has notifiers: the run starts `notify` activities for its waits."""
     outcomes_attribute: bool = False

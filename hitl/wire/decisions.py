@@ -89,8 +89,11 @@ class InputRequest(WireModel):
     message: str
     requested_schema: dict[str, Any]
     """The form's JSON schema: an object of flat string, number, integer, boolean or enum
-    properties."""
+    properties (a client tool's: its result's type)."""
     since: datetime
+    timeout_seconds: float | None = None
+    """Seconds from `since` the run waits; then the tool is called with a `cancel` answer (a
+    client tool's `answer_timeout`; `None`: no limit)."""
 
 
 class InputAnswer(WireModel):
@@ -171,8 +174,6 @@ class CallAction(WireModel):
 class Approval(WireModel):
     """One person's approval of a call that needs several (four eyes)."""
 
-    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
-
     approver: str
     reason: str | None = None
     via: DecisionVia = "update"
@@ -196,8 +197,6 @@ class Approval(WireModel):
 
 class DecisionRecord(WireModel):
     """A recorded decision: who decided what about which call, when, and how."""
-
-    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
 
     call_id: str
     tool_name: str
@@ -230,9 +229,18 @@ class DecisionRecord(WireModel):
     """The key a verified decision was signed with."""
     client: str | None = None
     """What sent the decision, as the sender said (`hitl`, `runner`; unset: another client)."""
+    policy_rule: str | None = None
+    """The approval-policy rule that decided how the call was asked (docs/policies.md)."""
+    policy_version: str | None = None
+    """That policy's `<name>@<version> <digest>`."""
     arguments_sha256: str | None = None
     """SHA-256 (hex) of the call's arguments the decision is about (for an approval: what
     runs; `None`: recorded before decisions named their arguments)."""
+    requested_at: datetime | None = None
+    """When the call began to wait for this decision (`decided_at - requested_at` is its time to
+    decision; `None`: recorded before decisions kept it, or decided without waiting)."""
+    escalated_at: datetime | None = None
+    """When the call was escalated while it waited (`None`: it was not)."""
 
     @model_validator(mode="after")
     def _expiry_is_a_kind(self) -> Self:

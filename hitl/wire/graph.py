@@ -120,6 +120,10 @@ class ToolSpec(WireModel):
     """Seconds a call waits before it escalates (`None`: the run's setting)."""
     escalate_to: list[str] = Field(default_factory=list)
     """Approvers or `group:<name>`s added to a call's approvers when it escalates."""
+    categories: list[str] = Field(default_factory=list)
+    """What the tool declares it is (`payments`): approval policies match on it."""
+    defers_to_policy: bool = False
+    """`needs_approval="policy"`: the run's approval policy decides whether a call asks."""
     retry_safe: bool = True
     """`False`: one attempt; an attempt that dies midway makes the call uncertain."""
     local_activity: bool = False

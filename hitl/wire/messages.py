@@ -17,6 +17,7 @@ from hitl.wire.decisions import (
     UncertainCall,
 )
 from hitl.wire.names import DecisionKind, Phase
+from hitl.wire.policy import PinnedPolicy, PolicyVerdict
 from hitl.wire.runs import (
     ApprovalRequestData,
     RefusedDecision,
@@ -209,12 +210,14 @@ class DecideInput(WireModel):
     wait: bool = True
     context: RunContextData | None = None
     """A new run context for the rest of the run (`RunState.from_string_with_context`)."""
+    brief: bool = False
+    """`True`: when the run has completed by the time it answers, the answer says only that
+    (the caller reads the run's result, as `Runner.run` does): its output, decisions and usage
+    are not stored a second time in history."""
 
 
 class InboxEntry(WireModel):
     """A pending call as a paused run's memo lists it (no arguments; the title cut)."""
-
-    _sparse: ClassVar[bool] = False
 
     call_id: str
     tool_name: str
@@ -236,8 +239,6 @@ class InboxEntry(WireModel):
 
 class InboxMemo(WireModel):
     """The memo field `hitl_inbox`: what a paused run waits on, readable from visibility."""
-
-    _sparse: ClassVar[bool] = False
 
     calls: list[InboxEntry] = Field(default_factory=list)
     total: int = 0
@@ -428,6 +429,10 @@ class RunStatus(WireModel):
     error: RunErrorInfo | None = None
     continued_as_new: bool = False
     actions: list[CallAction] = Field(default_factory=list)
+    policy: PinnedPolicy | None = None
+    """The approval policy the run pinned (its document too: `hitl policy explain` reads it)."""
+    verdicts: list[PolicyVerdict] = Field(default_factory=list)
+    """What that policy said about each call it matched."""
     """Every `resolve`, `extend` and `answer` of the run, also of calls whose turn is over."""
     last_response_id: str | None = None
     """The id of the run's latest Responses API response (for `previous_response_id`)."""

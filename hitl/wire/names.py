@@ -11,6 +11,7 @@ from typing import Literal
 
 __all__ = [
     "ACT_CALL_MODEL",
+    "AGENT_NOT_SERVED",
     "ACT_EXECUTE_TOOL",
     "ACT_FILTER_HANDOFF",
     "ACT_HANDLE_RUN_ERROR",
@@ -81,6 +82,8 @@ DEFAULT_TASK_QUEUE = "hitl"
 # Activity names (explicit, so renaming Python code never breaks a stored history).
 ACT_RESOLVE_AGENT = "resolve_agent"
 ACT_CALL_MODEL = "call_model"
+AGENT_NOT_SERVED = "AgentNotServed"
+"""The error type of a `call_model` that names a pinned graph its worker does not serve."""
 ACT_PLAN_TOOLS = "plan_tools"
 ACT_EXECUTE_TOOL = "execute_tool"
 ACT_REJECTION_TEXT = "rejection_text"

@@ -7,7 +7,7 @@ What people do to a call (decisions, approvals, edits, resolutions, answers) is 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
@@ -29,6 +29,7 @@ from hitl.wire.decisions import expiry_text as expiry_text
 from hitl.wire.decisions import text_digest as text_digest
 from hitl.wire.graph import AgentGraph, ApproverDirectory, RunConfigSpec
 from hitl.wire.names import DecisionKind
+from hitl.wire.policy import PinnedPolicy, PolicyVerdict
 
 __all__ = [
     "ApprovalRequestData",
@@ -205,6 +206,9 @@ class CallRecord(WireModel):
     deadline: datetime | None = None
     required_approvals: int = 1
     """Distinct people who must approve before the call runs (four eyes: 2)."""
+    policy: PolicyVerdict | None = None
+    """What the run's pinned approval policy said about the call (`None`: no policy, or no
+    rule matched)."""
     approvals: list[Approval] = Field(default_factory=list)
     """Approvals so far, while more are needed."""
     extensions: list[Extension] = Field(default_factory=list)
@@ -307,6 +311,10 @@ class CarriedState(WireModel):
     """A nested run: the last `FromRoot.seq` it applied."""
     directory: ApproverDirectory | None = None
     """The worker's approver directory (groups, keys) when the run started: pinned."""
+    policy: PinnedPolicy | None = None
+    """The worker's approval policy when the run started (docs/policies.md): pinned."""
+    verdicts: list[PolicyVerdict] = Field(default_factory=list)
+    """What the pinned policy said about each call it matched (enforced or `log_only`)."""
     notify: bool = False
     """The worker that started the run has notifiers: tell them about waits and decisions."""
     outcomes_attribute: bool = False
@@ -381,6 +389,8 @@ class RunInput(WireModel):
     """Nested runs: the standing rules of their root when they start."""
     directory: ApproverDirectory | None = None
     """Nested runs: the approver directory their root pinned (groups and keys)."""
+    policy: PinnedPolicy | None = None
+    """Nested runs: the approval policy their root pinned (internal, like `directory`)."""
     previous_response_id: str | None = None
     """Continue the provider's conversation from this response (OpenAI Responses API): model
     calls send only what is new. Exclusive with `conversation_id` and `session`."""
@@ -391,8 +401,6 @@ class RunInput(WireModel):
 
 class RunOutput(WireModel):
     """Result of a completed `AgentRun`."""
-
-    _sparse: ClassVar[bool] = False  # read by operators as JSON: complete
 
     final_output: Any = None
     last_agent: str

@@ -68,7 +68,7 @@ async def test_a_healthy_namespace_is_all_ok(dev_server: DevServer, dev_client: 
     for name, kind in SEARCH_ATTRIBUTES.items():
         assert line(lines, "ok", "search attribute", f"{name} ({kind})")
     assert line(lines, "ok", "workers", f"queue {tq!r}: 1 workflow poller(s), 1 activity")
-    for topic in ("encryption", "blob store", "approvers", "signing key"):
+    for topic in ("encryption", "blob store", "ledger key", "approvers", "signing key"):
         # (encryption: this machine's key, and how the latest runs, if any, were encrypted)
         assert [x for x in lines if x.split()[0] == "ok" and f" {topic} " in x], topic
     assert lines[-1].startswith("0 failed")

@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 
 from hitl import Agent, Runner, RunState, ScriptedModel, UserError
 from hitl.examples.mcp_desk import mcp_desk_script, refund_request
-from hitl.mcp import MCPServerStdio, MCPServerStreamableHttp
+from hitl.mcp import MCPServerSse, MCPServerStdio, MCPServerStreamableHttp
 from hitl.wire import AnswerInput, DecisionInput, RunOutput, RunStatus
 from hitl.worker.devserver import DevServer, free_port
 from tests.e2e.cli_support import hitl
@@ -71,19 +71,25 @@ def stdio_server(db: Path, **options: Any) -> MCPServerStdio:
 
 
 class HttpServer:
-    """`python -m hitl.examples.mcp_server --http` on a free loopback port."""
+    """`python -m hitl.examples.mcp_server --http` (or `--sse`) on a free loopback port."""
 
-    def __init__(self, db: Path, port: int | None = None) -> None:
-        self.db, self.port = db, port or free_port()
+    def __init__(self, db: Path, port: int | None = None, sse: bool = False) -> None:
+        self.db, self.port, self.sse = db, port or free_port(), sse
         self.process: subprocess.Popen[str] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return f"http://127.0.0.1:{self.port}/{'sse' if self.sse else 'mcp'}"
+
+    def client(self, name: str = "probe", **options: Any) -> Any:
+        if self.sse:
+            return MCPServerSse(name, params={"url": self.url}, **options)
+        return MCPServerStreamableHttp(name, url=self.url, **options)
 
     def start(self) -> HttpServer:
+        flag = "--sse" if self.sse else "--http"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "hitl.examples.mcp_server", "--http", "--port", str(self.port)],
+            [sys.executable, "-m", "hitl.examples.mcp_server", flag, "--port", str(self.port)],
             cwd=ROOT,
             env={**os.environ, "HITL_BACKOFFICE_DB": str(self.db)},
             stdout=subprocess.DEVNULL,
@@ -93,7 +99,7 @@ class HttpServer:
         return self
 
     async def ready(self) -> None:
-        probe = MCPServerStreamableHttp("probe", url=self.url, connect_timeout=2)
+        probe = self.client(connect_timeout=2)
 
         async def answers() -> bool:
             try:
@@ -149,6 +155,34 @@ async def test_stdio_tools_are_gated_like_function_tools(
         1001,
         250.0,
     )
+
+
+async def test_sse_tools_are_gated_like_function_tools(dev_client: Client, tmp_path: Path) -> None:
+    # The seeds' `MCPServerSse(params={"url": ...}, require_approval=...)`.
+    server = HttpServer(tmp_path / "backoffice.sqlite", sse=True).start()
+    try:
+        await server.ready()
+        gated = server.client(
+            "backoffice",
+            require_approval={"find_order": "never", "close_account": "never", "*": "always"},
+        )
+        agent = desk(gated, name="SSE desk")
+        async with serving(dev_client, agent) as tq:
+            result = await Runner.run(agent, REFUND, client=dev_client, task_queue=tq, serve=False)
+            [item] = result.interruptions
+            assert item.name == "refund_order"
+            hist = await history(dev_client.get_workflow_handle(result.workflow_id))
+            assert tool_activity_count(hist, "find_order") == 1
+            assert tool_activity_count(hist, "refund_order") == 0
+            assert operations(server.db) == []
+            state = result.to_state()
+            state.approve(item, approver="ops")
+            result = await Runner.run(agent, state, client=dev_client, task_queue=tq, serve=False)
+    finally:
+        server.stop()
+    assert "Refunded $250.00 for order 1001" in str(result.final_output)
+    [(key, kind, *_)] = operations(server.db)
+    assert (key, kind) == (f"{result.workflow_id}:{item.call_id}", "mcp-refund")
 
 
 async def test_a_rejected_mcp_call_never_reaches_the_server(

@@ -127,6 +127,51 @@ async def test_any_object_with_the_session_protocol_is_a_session(dev_client: Cli
     assert session.items == done.to_input_list()
 
 
+async def test_session_input_callback_chooses_what_the_run_starts_from(
+    dev_client: Client,
+) -> None:
+    # The SDK's `RunConfig(session_input_callback=...)`: here it runs on the client, before the
+    # run starts; the session keeps every turn whatever the run was given.
+    from hitl import RunConfig, UserError
+
+    async def forget(history: list[Any], new: list[Any]) -> list[Any]:
+        return new  # the run starts from nothing of the session
+
+    def last_turn(history: list[Any], new: list[Any]) -> list[Any]:
+        return [*history[-2:], *new]
+
+    session = ListSession("callback")
+    async with serving(dev_client, concierge) as tq:
+        opts: dict[str, Any] = {"client": dev_client, "task_queue": tq, "serve": False}
+        await Runner.run(concierge, "Hi, my name is Ada", session=session, **opts)
+        await Runner.run(concierge, "Hi, my name is Bob", session=session, **opts)
+        kept = RunConfig(session_input_callback=last_turn)
+        paused = await Runner.run(
+            concierge, "Please book a table", session=session, run_config=kept, **opts
+        )
+        assert paused.interruptions[0].arguments == '{"name": "Bob"}', "only the last turn"
+        assert [i.get("content") for i in paused.input if i.get("role") == "user"] == [
+            "Hi, my name is Bob",
+            "Please book a table",
+        ]
+        blank = RunConfig(session_input_callback=forget)
+        forgot = await Runner.run(
+            concierge, "Please book a table", session=session, run_config=blank, **opts
+        )
+        assert forgot.interruptions[0].arguments == '{"name": "nobody"}'
+        state = forgot.to_state()
+        state.approve(state.interruptions[0])
+        done = await Runner.run(concierge, state, session=session, **opts)
+        assert done.final_output == "Booked a table for nobody"
+        bad = RunConfig(session_input_callback=lambda history, new: history)
+        with pytest.raises(UserError, match="must keep the new input items"):
+            await Runner.run(concierge, "Book again", session=session, run_config=bad, **opts)
+    users = [i.get("content") for i in session.items if i.get("role") == "user"]
+    assert users == ["Hi, my name is Ada", "Hi, my name is Bob", "Please book a table"], (
+        "every finished turn is in the session once; the paused one is not written yet"
+    )
+
+
 RESUME = """
 import asyncio, sys
 from hitl import Runner, RunState, SQLiteSession

@@ -16,12 +16,14 @@ from hitl.wire import (
     CallAction,
     DecisionRecord,
     PendingApproval,
+    PolicyVerdict,
     RefusedDecision,
     RunSnapshot,
     RunStatus,
 )
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+DIGEST = "sha256:" + "b" * 64
 
 
 def _snapshot() -> RunSnapshot:
@@ -41,7 +43,8 @@ def _snapshot() -> RunSnapshot:
             workflow_id="w", run_id="r", phase="awaiting_approval", agent="A", pending=[waiting],
             decisions=[
                 DecisionRecord(call_id="t1.1", tool_name="pay", kind="approve", approver="ann",
-                               decided_at=NOW),
+                               decided_at=NOW, policy_rule="four-eyes",
+                               policy_version="desk@1 sha256:aaaaaaaaaaaa"),
                 expiry,
             ],
             actions=[
@@ -49,6 +52,13 @@ def _snapshot() -> RunSnapshot:
                            approver="<b>ann</b>", outcome="happened", text="paid-ref-77"),
                 CallAction(kind="extend", call_id="t1.2", tool_name="note", at=NOW,
                            approver="cy", previous=NOW, deadline=NOW, reason="cy-extended"),
+            ],
+            verdicts=[
+                PolicyVerdict(call_id="t1.2", policy="desk", version="1", digest=DIGEST,
+                              rule="<i>ask-cy</i>", effect="ask", matched=["<i>ask-cy</i>"],
+                              shadow_effect="deny", shadow_rule="would-deny", outcome="asked"),
+                PolicyVerdict(call_id="t1.3", policy="desk", version="1", digest=DIGEST,
+                              rule="secret-rule", effect="ask", matched=["secret-rule"]),
             ],
             refused=[
                 RefusedDecision(received_at=NOW, name="approve", payload="{}",
@@ -92,3 +102,12 @@ def test_a_person_sees_the_actions_of_the_calls_they_may_see() -> None:
     assert "paid-ref-77" in ann and "cy-extended" not in ann
     cy = _page("cy")  # her call waits (no decision yet): its extension, nothing of ann's
     assert "paid-ref-77" not in cy and "cy-extended" in cy
+
+
+def test_the_audit_page_names_the_policy_rule_and_version_of_the_calls_one_may_see() -> None:
+    olga = _page("olga")
+    assert "policy rule four-eyes · desk@1 sha256:aaaaaaaaaaaa" in olga
+    assert "&lt;i&gt;ask-cy&lt;/i&gt;" in olga and "<i>ask-cy</i>" not in olga, "escaped"
+    assert "deny (would-deny)" in olga, "what a log-only rule would have decided"
+    cy = _page("cy")  # t1.2 is hers; t1.3's verdict is not
+    assert "would-deny" in cy and "secret-rule" not in cy

@@ -62,3 +62,15 @@ def test_unset_settings_are_ok_and_broken_ones_fail(monkeypatch: pytest.MonkeyPa
     assert findings[0].level == "fail" and findings[0].fix == "a new key: python -m hitl.codec"
     monkeypatch.setenv("HITL_STORAGE", "ftp://somewhere")
     assert _storage().level == "fail"
+
+
+def test_the_ledger_key_is_reported_and_a_short_one_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hitl.cli.doctor import _ledger_key
+
+    monkeypatch.delenv("HITL_LEDGER_KEY", raising=False)
+    unset = _ledger_key()
+    assert unset.level == "ok" and "can release" in unset.text
+    monkeypatch.setenv("HITL_LEDGER_KEY", "short")
+    assert _ledger_key().level == "fail"
+    monkeypatch.setenv("HITL_LEDGER_KEY", "a-long-enough-ledger-key")
+    assert _ledger_key().level == "ok"

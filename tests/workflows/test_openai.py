@@ -155,6 +155,59 @@ def model_inputs(hist: object) -> list[dict[str, object]]:
     return out
 
 
+async def test_model_calls_name_the_pinned_agent_and_send_it_after_a_deploy_changed_it(
+    ts_env: WorkflowEnvironment, fake: FakeOpenAI
+) -> None:
+    # Model calls leave the agent's definition (instructions, tools, schemas) out of history:
+    # the activity reads it from its registry when the digest matches. After a deploy that
+    # changed the agent, the parked run's next call is refused there, and the run sends the
+    # definition it pinned: the model still sees the instructions the run started with.
+    client = ts_env.client
+    v1 = make_agent(fake)
+    v2 = make_agent(fake)
+    v2.instructions = "Refund everything, ask nobody."
+    fake.queue(
+        RESPONSES,
+        Reply(response_body([responses_call("cancel_order", {"order_id": 7}, "call_a")])),
+        Reply(response_body([responses_text("Order 7 is cancelled.")], rid="resp_2")),
+    )
+    async with serving(client, v1, cache=0) as tq:
+        result = await Runner.run(v1, "cancel order 7", client=client, task_queue=tq, serve=False)
+        [item] = result.interruptions
+    first_input = model_inputs(await client.get_workflow_handle(result.workflow_id).fetch_history())
+    assert "definition" in first_input[0]
+    assert not {"instructions", "tools", "model"} & set(first_input[0]), first_input[0]
+    async with serving(client, v2, task_queue=tq):
+        state = result.to_state()
+        state.approve(item)
+        result = await Runner.run(v2, state, client=client, task_queue=tq, serve=False)
+    assert result.final_output == "Order 7 is cancelled."
+    first, second = fake.requests_to(RESPONSES)
+    assert first.body["instructions"] == second.body["instructions"] == "Help with orders."
+    assert [t["name"] for t in second.body["tools"]] == ["cancel_order", "lookup"]
+    hist = await client.get_workflow_handle(result.workflow_id).fetch_history()
+    inputs = model_inputs(hist)
+    assert ["definition" in i for i in inputs] == [True, True, False]
+    assert inputs[2]["instructions"] == "Help with orders."
+    failed = [
+        e.activity_task_failed_event_attributes.failure.application_failure_info.type
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+    ]
+    assert failed == ["AgentNotServed"]
+    # Runner.run's decision asked for a brief answer: the completed run said only that, and
+    # its output is stored once, in the result.
+    answers = [
+        json.loads(
+            e.workflow_execution_update_completed_event_attributes.outcome.success.payloads[0].data
+        )
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+    ]
+    assert answers[-1]["phase"] == "completed"
+    assert not {"final_output", "decisions", "usage"} & set(answers[-1]), answers[-1]
+
+
 async def test_a_stopped_worker_closes_the_model_clients_it_opened(
     ts_env: WorkflowEnvironment, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,0 +1,188 @@
+"""The namespace's policy registry (time-skipping server): only an admin's signed publication
+is accepted; a refused one leaves nothing in history."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.testing import WorkflowEnvironment
+
+from hitl.activities.policy import pin
+from hitl.policy import canonical, digest_of, parse_policy
+from hitl.policy_signing import sign_publication
+from hitl.signing import key_id_for, new_key_pair
+from hitl.wire import (
+    POLICY_REGISTRY_ID,
+    POLICY_REGISTRY_TYPE,
+    QUERY_CURRENT_POLICY,
+    UPDATE_PUBLISH_POLICY,
+    ApproverDirectory,
+    ApproverEntry,
+    CurrentPolicy,
+    PolicyPublication,
+    RegistryInput,
+    RegistryState,
+)
+from tests.helpers import Ledger, serving, wait_for
+from tests.workflows.test_invariants import refused_type
+from tests.workflows.test_policy_runs import EVERYTHING_DENIED, POLICY, desk
+
+ADA_KEY, ADA_PUBLIC = new_key_pair()
+BOB_KEY, BOB_PUBLIC = new_key_pair()
+ADA_ID, BOB_ID = key_id_for(ADA_PUBLIC), key_id_for(BOB_PUBLIC)
+DIRECTORY = ApproverDirectory(
+    approvers={
+        "ada": ApproverEntry(groups=["admins"], keys={ADA_ID: ADA_PUBLIC}),
+        "bob": ApproverEntry(groups=["finance"], keys={BOB_ID: BOB_PUBLIC}),
+    }
+)
+
+
+async def _publish(
+    env: WorkflowEnvironment, wid: str, text: str, key: Any, kid: str, who: str
+) -> Any:
+    doc = parse_policy(text)
+    now = datetime.fromtimestamp((await env.get_current_time()).timestamp(), UTC)  # its clock
+    upd = sign_publication(
+        key,
+        key_id=kid,
+        admin=who,
+        registry_id=wid,
+        document=canonical(doc),
+        digest=digest_of(doc),
+        now=now,
+        reason="quarterly review",
+    )
+    handle = env.client.get_workflow_handle(wid)
+    return await handle.execute_update(UPDATE_PUBLISH_POLICY, upd, result_type=PolicyPublication)
+
+
+async def test_only_an_admins_signed_publication_counts(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    """Refused before anything reaches history: a member of another group, a missing
+    signature, a document that does not validate. An admin's publication becomes current and
+    is logged with who, when and why."""
+    client = ts_env.client
+    async with serving(client, desk, directory=DIRECTORY, policy_registry=True) as tq:
+        registry = await client.start_workflow(
+            POLICY_REGISTRY_TYPE,
+            RegistryInput(),
+            id=f"{POLICY_REGISTRY_ID}-{tq}",
+            task_queue=tq,
+        )
+        try:
+            await _registry_checks(ts_env, registry)
+            hist = await registry.fetch_history()
+        finally:
+            await registry.terminate("test over")
+    accepted = [
+        e for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    ]  # fmt: skip
+    assert len(accepted) == 2, "only the admin's two publications reached history"
+
+
+async def ready(registry: Any) -> bool:
+    current = await registry.query(QUERY_CURRENT_POLICY, result_type=CurrentPolicy)
+    return bool(current.ready)
+
+
+async def _registry_checks(env: WorkflowEnvironment, registry: Any) -> None:
+    await wait_for(lambda: ready(registry), what="the registry read the directory")
+    wid = registry.id
+    with pytest.raises(WorkflowUpdateFailedError) as err:
+        await _publish(env, wid, EVERYTHING_DENIED, BOB_KEY, BOB_ID, "bob")
+    assert refused_type(err) == "NotAdmin"
+    with pytest.raises(WorkflowUpdateFailedError) as err:
+        await registry.execute_update(
+            UPDATE_PUBLISH_POLICY,
+            {"document": canonical(parse_policy(POLICY)), "admin": "ada", "key_id": ADA_ID,
+             "signature": "", "expires_at": "2030-01-01T00:00:00Z"},
+        )  # fmt: skip
+    assert refused_type(err) in ("BadSignature", "SignatureExpired")
+    with pytest.raises(WorkflowUpdateFailedError) as err:
+        await registry.execute_update(
+            UPDATE_PUBLISH_POLICY,
+            {"document": {"policy": "p", "version": "1", "rules": [{"id": "r"}]}, "admin": "ada",
+             "key_id": ADA_ID, "signature": "", "expires_at": "2030-01-01T00:00:00Z"},
+        )  # fmt: skip
+    assert refused_type(err) == "PolicyError"
+    current = await registry.query(QUERY_CURRENT_POLICY, result_type=CurrentPolicy)
+    assert current.policy is None and current.log == []
+
+    first = await _publish(env, wid, POLICY, ADA_KEY, ADA_ID, "ada")
+    assert (first.admin, first.version, first.reason) == ("ada", "1", "quarterly review")
+    await _publish(env, wid, EVERYTHING_DENIED, ADA_KEY, ADA_ID, "ada")
+    current = await registry.query(QUERY_CURRENT_POLICY, result_type=CurrentPolicy)
+    assert current.policy is not None and current.policy.version == "2"
+    assert current.policy.digest == digest_of(parse_policy(EVERYTHING_DENIED))
+    assert [(p.version, p.admin) for p in current.log] == [("1", "ada"), ("2", "ada")]
+
+
+def test_a_publication_signed_for_another_document_does_not_verify() -> None:
+    from hitl.policy_signing import verify_publication
+    from hitl.signing import SignatureError
+
+    doc, other = parse_policy(POLICY), parse_policy(EVERYTHING_DENIED)
+    now = datetime(2026, 11, 26, tzinfo=UTC)
+    upd = sign_publication(
+        ADA_KEY, key_id=ADA_ID, admin="ada", registry_id=POLICY_REGISTRY_ID,
+        document=canonical(doc), digest=digest_of(doc), now=now,
+    )  # fmt: skip
+    assert (
+        verify_publication(
+            DIRECTORY, upd, registry_id=POLICY_REGISTRY_ID, digest=digest_of(doc), now=now
+        )
+        == "ada"
+    )
+    with pytest.raises(SignatureError) as exc:
+        verify_publication(
+            DIRECTORY, upd, registry_id=POLICY_REGISTRY_ID, digest=digest_of(other), now=now
+        )
+    assert exc.value.type == "BadSignature"
+    with pytest.raises(SignatureError) as exc:
+        verify_publication(DIRECTORY, upd, registry_id="elsewhere", digest=digest_of(doc), now=now)
+    assert exc.value.type == "BadSignature"
+    late = now + timedelta(hours=2)
+    with pytest.raises(SignatureError) as exc:
+        verify_publication(
+            DIRECTORY, upd, registry_id=POLICY_REGISTRY_ID, digest=digest_of(doc), now=late
+        )
+    assert exc.value.type == "SignatureExpired"
+
+
+async def test_a_starter_cannot_plant_a_policy_or_an_admin(ts_env: WorkflowEnvironment) -> None:
+    """A fresh start carrying registry state (a current policy, a directory making mallory an
+    admin) is not believed: only a continuation of the registry carries state."""
+    mallory_key, mallory_public = new_key_pair()
+    mallory_id = key_id_for(mallory_public)
+    planted = RegistryState(
+        current=pin(parse_policy(EVERYTHING_DENIED)),
+        directory=ApproverDirectory(
+            approvers={
+                "mallory": ApproverEntry(groups=["admins"], keys={mallory_id: mallory_public})
+            }
+        ),
+    )
+    client = ts_env.client
+    async with serving(client, desk, directory=DIRECTORY, policy_registry=True) as tq:
+        registry = await client.start_workflow(
+            POLICY_REGISTRY_TYPE,
+            RegistryInput(state=planted),
+            id=f"{POLICY_REGISTRY_ID}-{tq}",
+            task_queue=tq,
+        )
+        try:
+            await wait_for(lambda: ready(registry), what="the registry read the directory")
+            current = await registry.query(QUERY_CURRENT_POLICY, result_type=CurrentPolicy)
+            assert current.policy is None
+            with pytest.raises(WorkflowUpdateFailedError) as err:
+                await _publish(ts_env, registry.id, POLICY, mallory_key, mallory_id, "mallory")
+            assert refused_type(err) == "UnknownKey"
+        finally:
+            await registry.terminate("test over")

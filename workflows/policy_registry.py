@@ -1,0 +1,150 @@
+"""`PolicyRegistry`: a namespace's approval policy, published by admins with signed updates.
+
+One long-lived workflow (`POLICY_REGISTRY_ID`) holds the current policy and the log of who
+published which version when (served by workers built with `policy_registry=True`). Runs do not
+pin from it yet: a run's policy is still its worker's file (docs/policies.md, "Not built
+yet"). The registry reads the worker's approver directory once when it
+starts (an activity): a publication counts only if a key that directory gives a member of group
+`admins` signed exactly that document for this registry (`hitl.policy_signing`). Validators
+refuse everything else before it reaches history: an unsigned or non-admin publication, a
+document that does not validate, a malformed payload.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from hitl.policy import PolicyError, canonical, digest_of, from_data
+    from hitl.policy.loading import MAX_DOCUMENT_BYTES
+    from hitl.policy_signing import verify_publication
+    from hitl.signing import SignatureError
+    from hitl.wire import (
+        ACT_REGISTRY_DIRECTORY,
+        POLICY_REGISTRY_TYPE,
+        QUERY_CURRENT_POLICY,
+        UPDATE_PUBLISH_POLICY,
+        ApproverDirectory,
+        CurrentPolicy,
+        PinnedPolicy,
+        PolicyPublication,
+        PublishPolicy,
+        RegistryInput,
+        RegistryState,
+    )
+    from hitl.workflows.inputs import read_one
+
+MAX_LOG_KEPT = 200
+CONTINUE_AFTER = 500
+"""Publications (accepted or not) before the registry continues as new."""
+PUBLISH_EXAMPLE = '{"document": {...}, "admin": "...", "key_id": "...", "signature": "..."}'
+
+
+@workflow.defn(name=POLICY_REGISTRY_TYPE)
+class PolicyRegistry:
+    """The current policy of a namespace and who published it."""
+
+    @workflow.init
+    def __init__(self, *args: Any) -> None:
+        try:
+            inp = read_one(
+                args,
+                RegistryInput,
+                what="the registry input",
+                example="{}",
+                max_bytes=4 * MAX_DOCUMENT_BYTES,
+                error_type="UserError",
+                optional=True,
+            )
+        except ApplicationError:
+            inp = RegistryInput()
+        # Carried state is believed only from a continuation of this registry.
+        carried = inp.state if workflow.info().continued_run_id is not None else None
+        self.state = carried or RegistryState()
+        self.updates = 0
+
+    @workflow.run
+    async def run(self, *args: Any) -> None:
+        """Hold the policy until continuing as new; read the directory first."""
+        if self.state.directory is None:
+            self.state.directory = await workflow.execute_activity(
+                ACT_REGISTRY_DIRECTORY,
+                result_type=ApproverDirectory,
+                start_to_close_timeout=timedelta(seconds=30),
+            )
+        await workflow.wait_condition(
+            lambda: self.updates >= CONTINUE_AFTER or workflow.info().is_continue_as_new_suggested()
+        )
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(RegistryInput(state=self.state))
+
+    @workflow.update(name=UPDATE_PUBLISH_POLICY)
+    async def publish(self, *args: Any) -> PolicyPublication:
+        """Make a signed document the current policy (validated first).
+
+        The validator checks everything once the registry has its directory; a publication
+        that arrives before (or while a replay has not reached it yet) is checked here, after
+        waiting for it.
+        """
+        await workflow.wait_condition(lambda: self.state.directory is not None)
+        p, doc_pin = self._checked(args)
+        self.updates += 1
+        self.state.current = doc_pin
+        entry = PolicyPublication(
+            name=doc_pin.name,
+            version=doc_pin.version,
+            digest=doc_pin.digest,
+            admin=p.admin,
+            at=workflow.now(),
+            reason=p.reason,
+        )
+        self.state.log = [*self.state.log, entry][-MAX_LOG_KEPT:]
+        return entry
+
+    @publish.validator
+    def _validate(self, *args: Any) -> None:
+        self._checked(args, ready=self.state.directory is not None)
+
+    def _checked(
+        self, args: tuple[Any, ...], ready: bool = True
+    ) -> tuple[PublishPolicy, PinnedPolicy]:
+        p = read_one(
+            args,
+            PublishPolicy,
+            what="a policy publication",
+            example=PUBLISH_EXAMPLE,
+            max_bytes=MAX_DOCUMENT_BYTES * 2,
+            error_type="InvalidPublication",
+        )
+        try:
+            doc = from_data(p.document, source="the published policy")
+        except PolicyError as exc:
+            raise ApplicationError(str(exc), type="PolicyError") from None
+        digest = digest_of(doc)
+        pinned = PinnedPolicy(
+            name=doc.policy, version=doc.version, digest=digest, document=canonical(doc)
+        )
+        if not ready or self.state.directory is None:
+            return p, pinned
+        try:
+            verify_publication(
+                self.state.directory,
+                p,
+                registry_id=workflow.info().workflow_id,
+                digest=digest,
+                now=workflow.now(),
+            )
+        except SignatureError as exc:
+            raise ApplicationError(exc.message, type=exc.type) from None
+        return p, pinned
+
+    @workflow.query(name=QUERY_CURRENT_POLICY)
+    def current(self) -> CurrentPolicy:
+        """The current policy (with its document) and the publication log."""
+        return CurrentPolicy(
+            policy=self.state.current, log=self.state.log, ready=self.state.directory is not None
+        )
