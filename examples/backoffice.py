@@ -16,6 +16,7 @@ ORDERS = {
     1001: {"customer": "Ada Lovelace", "item": "Espresso machine", "total": 250.0},
     1002: {"customer": "Ada Lovelace", "item": "Milk frother", "total": 40.0},
     1003: {"customer": "Alan Turing", "item": "Kettle", "total": 35.0},
+    1004: {"customer": "Grace Hopper", "item": "Standing desk", "total": 1250.0},
 }
 
 

@@ -282,3 +282,47 @@ def directory_from_env() -> ApproverDirectory | None:
     """The directory in the file `HITL_APPROVERS` names (`load_directory`); `None` if unset."""
     path = os.environ.get("HITL_APPROVERS")
     return load_directory(path) if path else None
+
+
+# --------------------------------------------------------------------------- a local directory
+
+
+LOCAL_PEOPLE = {"ann": ["finance"], "bob": ["finance"], "lee": ["finance-leads"]}
+"""The people of a stack on this machine (`make demo`, `hitl dev`): two of `finance` and a
+finance lead, the groups the refund desk's rules name."""
+
+
+def local_directory(
+    folder: str | Path,
+    people: dict[str, list[str]] | None = None,
+    gateway: str | None = "console",
+) -> Path:
+    """An approver directory for a stack on this machine (the demo, `hitl dev`): its file.
+
+    Each person in `people` (name -> groups; default `LOCAL_PEOPLE`), and the approval
+    `gateway` (the console, whose key signs for the people it signs in), gets a private key
+    `folder/keys/NAME.key` (0600), made on first use and kept after, so a run started earlier
+    still knows their keys. The
+    directory `folder/approvers.json` lists exactly these people and the gateway. Raises
+    `UserError` for a name that is not a plain file name.
+    """
+    keys = Path(folder) / "keys"
+    keys.mkdir(parents=True, exist_ok=True)
+    entries: dict[str, dict[str, Any]] = {}
+    members = {**(LOCAL_PEOPLE if people is None else people), **({gateway: []} if gateway else {})}
+    for name, groups in members.items():
+        if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+            raise UserError(f"'{shown(name)}' is not a plain file name for a key")
+        path = keys / f"{name}.key"
+        if not path.exists():
+            key, _ = new_key_pair()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(private_key_pem(key))
+        public = public_key_b64(load_private_key(path))
+        entries[name] = {"groups": list(groups), "keys": {key_id_for(public): public}}
+        if name == gateway:
+            entries[name]["gateway"] = True
+    directory = Path(folder) / "approvers.json"
+    directory.write_text(json.dumps({"approvers": entries}, indent=2) + "\n", encoding="utf-8")
+    return directory

@@ -31,12 +31,14 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from hitl._keys import (
     CRYPTO_EXTRA,
+    LOCAL_PEOPLE,
     MAX_NAME_CHARS,
     SHOWN_CHARS,
     directory_from_env,
     key_id_for,
     load_directory,
     load_private_key,
+    local_directory,
     new_key_pair,
     private_key_pem,
     public_key_b64,
@@ -409,6 +411,7 @@ def signing_available() -> bool:
 
 
 __all__ = [
+    "LOCAL_PEOPLE",
     "CRYPTO_EXTRA",
     "DOMAIN",
     "MAX_NAME_CHARS",
@@ -425,6 +428,7 @@ __all__ = [
     "kind_of",
     "load_directory",
     "load_private_key",
+    "local_directory",
     "new_key_pair",
     "private_key_pem",
     "public_key_b64",

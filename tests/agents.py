@@ -404,6 +404,34 @@ holding_agent: Agent[None] = Agent(
     model=ScriptedModel(holding_script, "tests.holding"),
 )
 
+
+@function_tool(needs_approval=True, approval_timeout=12.0)
+def reserve_stock(order_id: int) -> str:
+    """Reserve stock for an order; the approval lapses after 12 s (long enough to be listed
+    in an inbox first, on a loaded machine).
+
+    Args:
+        order_id: The order whose stock to reserve.
+    """
+    return f"Reserved stock for order {order_id}"
+
+
+def reserving_script(req: ModelRequest) -> ModelReply:
+    """Reserve stock for the order in the message, then report the tool's output."""
+    results = req.results_for("reserve_stock")
+    if results:
+        return ModelReply.say(results[0].output or "")
+    order = re.search(r"\d+", req.last_user_text())
+    return ModelReply.call("reserve_stock", {"order_id": int(order.group()) if order else 0})
+
+
+reserving_agent: Agent[None] = Agent(
+    name="Stock reserver",
+    instructions="Reserve stock when asked; a person has 12 s to approve.",
+    tools=[reserve_stock],
+    model=ScriptedModel(reserving_script, "tests.reserving"),
+)
+
 # ----------------------------------------------------------------------------- four eyes
 
 

@@ -434,15 +434,32 @@ def local_markers(hist: WorkflowHistory, activity: str | None = None) -> list[An
     ]
 
 
-def hitl_cli(address: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run the `hitl` console script against a server, from the repository's root."""
+def hitl_cli(
+    address: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the `hitl` console script against a server, from the repository's root (`env`:
+    variables to set for it, e.g. `HITL_SIGNING_KEY`)."""
     return subprocess.run(
         [sys.executable, "-m", "hitl.cli", "--address", address, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=ROOT,
+        env={**os.environ, **(env or {})},
     )
+
+
+def desk_approvers(folder: Path) -> dict[str, str]:
+    """The refund desk's approver directory in `folder` (ann and bob of finance, lee of
+    finance-leads, the console's gateway; keys in `folder/keys`), as a worker's environment."""
+    from hitl.signing import local_directory
+
+    return {"HITL_APPROVERS": str(local_directory(folder))}
+
+
+def signed_as(folder: Path, name: str) -> dict[str, str]:
+    """The environment that makes `hitl` sign as `name` of `desk_approvers(folder)`."""
+    return {"HITL_SIGNING_KEY": str(folder / "keys" / f"{name}.key")}
 
 
 def process_alive(pid: int) -> bool:

@@ -97,11 +97,15 @@ def cmd_dev(args: argparse.Namespace) -> int:
     )
     # Large payloads by reference, in the state dir (`hitl.storage`), unless configured.
     storage = os.environ.get("HITL_STORAGE") or (state / "blobs").absolute().as_uri()
+    approvers, console_args, approver_lines = _approvers(state)
     worker = subprocess.Popen(
-        _worker_command(server.address, args, agents), env={**os.environ, "HITL_STORAGE": storage}
+        _worker_command(server.address, args, agents),
+        env={**os.environ, "HITL_STORAGE": storage, "HITL_APPROVERS": approvers},
     )
-    console, console_lines = _start_console(server.address, args.console_port, args.task_queue)
-    lines = [*console_lines]
+    console, console_lines = _start_console(
+        server.address, args.console_port, args.task_queue, console_args
+    )
+    lines = [*console_lines, *approver_lines]
     if codec_server is not None:
         lines.append(
             f"Codec server         {codec_server.url}  (the UI decodes payloads through it)"
@@ -121,6 +125,34 @@ def cmd_dev(args: argparse.Namespace) -> int:
             codec_server.shutdown()
         server.stop()
         print("stopped")
+
+
+def _approvers(state: Path) -> tuple[str, list[str], list[str]]:
+    """The approver directory of the stack: its file, the console's options, the lines to print.
+
+    `HITL_APPROVERS` when set (the console reads it too); else a local one in the state folder
+    (`hitl.signing.local_directory`: ann and bob of finance, lee of finance-leads, keys under
+    `keys/`), whose gateway key the console signs with, signing in ann: the refund desk's rules
+    (group:finance, signed decisions) can then be met on this machine.
+    """
+    from hitl.signing import LOCAL_PEOPLE, local_directory
+
+    given = os.environ.get("HITL_APPROVERS")
+    if given:
+        return given, [], [f"Approvers            {given}  (HITL_APPROVERS)"]
+    path = local_directory(state)
+    keys = state / "keys"
+    user = next(iter(LOCAL_PEOPLE))
+    people = ", ".join(f"{name} ({', '.join(groups)})" for name, groups in LOCAL_PEOPLE.items())
+    console = ["--approvers", str(path), "--signing-key", str(keys / "console.key")]
+    return (
+        str(path),
+        [*console, "--user", user],
+        [
+            f"Approvers            {people}: {path}",
+            f"{'':21}decide as one: HITL_SIGNING_KEY={keys}/NAME.key hitl ... --as NAME",
+        ],
+    )
 
 
 def _worker_command(address: str, args: argparse.Namespace, agents: list[str]) -> list[str]:
@@ -191,7 +223,9 @@ def _codec_for_ui(ui_port: int) -> Any:
     return serve_codec(codec, "127.0.0.1", 0, (f"http://127.0.0.1:{ui_port}",))
 
 
-def _start_console(address: str, port: int | None, task_queue: str) -> tuple[Any, list[str]]:
+def _start_console(
+    address: str, port: int | None, task_queue: str, extra: list[str]
+) -> tuple[Any, list[str]]:
     """The approval console as a child process (port 0: none); the lines that present it.
 
     It lists the runs of the task queue the stack's worker serves (the console lists only
@@ -214,6 +248,7 @@ def _start_console(address: str, port: int | None, task_queue: str) -> tuple[Any
             "console",
             "--port",
             str(port),
+            *extra,
         ],
         stdout=subprocess.PIPE,
         text=True,

@@ -34,6 +34,7 @@ from hitl.console.forms import (
 from hitl.console.insights import INSIGHTS, METRICS, InsightsPages
 from hitl.console.realtime import REALTIME, realtime
 from hitl.console.rules import Rules
+from hitl.console.settled import SETTLED_VIEWS, SettledRow, visible
 from hitl.console.urls import (
     AUDIT,
     CALL,
@@ -57,8 +58,10 @@ VIEWS = {
     "others": "Waiting for others",
     "uncertain": "Uncertain",
     "questions": "Questions",
+    **SETTLED_VIEWS,
 }
-"""The inbox's status views (besides all): by what the call waits for, and from whom."""
+"""The inbox's status views (besides all): by what the call waits for, and from whom; then
+calls settled recently (`hitl.console.settled`)."""
 PAGE_SIZE = 50
 """Inbox rows per page."""
 CSP = (
@@ -151,16 +154,17 @@ class Console(Acts):
         return self.render(request, "_inbox.html", rows_html=html, version=version, **ctx)
 
     def rows_html(
-        self, request: Request, rows: list[Row], ctx: dict[str, Any]
+        self, request: Request, rows: list[Any], ctx: dict[str, Any]
     ) -> tuple[Markup, str]:
         """The rows as the page shows them, and a short digest naming that version."""
         session: Session = request.state.session
-        html = self.env.get_template("_rows.html").render(
+        name = "_settled.html" if ctx["filters"]["view"] in SETTLED_VIEWS else "_rows.html"
+        html = self.env.get_template(name).render(
             rows=rows, person=session.person, namespaces=list(self.data.clients), **ctx
         )
         return Markup(html), hashlib.sha256(html.encode()).hexdigest()[:16]
 
-    async def filtered(self, request: Request) -> tuple[list[Row], dict[str, Any]]:
+    async def filtered(self, request: Request) -> tuple[list[Any], dict[str, Any]]:
         """The inbox rows the query string asks for, and what the page needs to show the filters.
 
         Only rows the person may see are counted, filtered or named in the filters' choices.
@@ -169,14 +173,44 @@ class Console(Acts):
         person = request.state.session.person
         inbox: Inbox = await self.data.inbox()
         mine = [r for r in inbox.rows if self.may_see_row(person, r)]
+        done = [r for r in await self.settled.rows() if visible(self.rules, person, r)]
         agent, tool, group = q.get("agent", ""), q.get("tool", ""), q.get("group", "")
         text, age = q.get("q", "").strip().lower(), q.get("age", "")
         sort = q.get("sort", "oldest") if q.get("sort") in SORTS else "oldest"
-        min_age = AGES.get(age, 0)
-        now = datetime.now(UTC)
         view = q.get("view", "") if q.get("view") in VIEWS else ""
         counts = {v: sum(1 for r in mine if self.in_view(person, r, v)) for v in VIEWS}
-        rows = [
+        counts |= {v: sum(1 for r in done if r.view == v) for v in SETTLED_VIEWS}
+        rows: list[Any]
+        if view in SETTLED_VIEWS:  # newest first: what was settled lately
+            rows = [
+                r
+                for r in done
+                if r.view == view
+                and (not agent or r.agent == agent)
+                and (not tool or r.record.tool_name == tool)
+                and (not text or text in r.haystack())
+            ]
+        else:
+            rows = self.pending(person, mine, view, (agent, tool, group, text), AGES.get(age, 0))
+            rows.sort(key=lambda r: r.since, reverse=sort == "newest")
+        matched = len(rows)
+        pages = max(1, -(-matched // PAGE_SIZE))
+        page = int(q["page"]) if q.get("page", "").isdigit() else 1
+        page = min(max(page, 1), pages)
+        rows = rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+        shown = {k: q.get(k, "") for k in ("agent", "tool", "group", "q", "age")}
+        shown |= {"sort": sort, "view": view}
+        return rows, self.inbox_context(mine, done, shown, counts, page, pages, matched) | {
+            "left_out": inbox.left_out
+        }
+
+    def pending(
+        self, person: str, mine: list[Row], view: str, by: tuple[str, str, str, str], min_age: int
+    ) -> list[Row]:
+        """The pending rows of `view` that match the filters (agent, tool, group, text; age)."""
+        agent, tool, group, text = by
+        now = datetime.now(UTC)
+        return [
             r
             for r in mine
             if self.in_view(person, r, view)
@@ -186,19 +220,24 @@ class Console(Acts):
             and (not text or text in r.haystack())
             and (not min_age or (now - r.since).total_seconds() >= min_age)
         ]
-        rows.sort(key=lambda r: r.since, reverse=sort == "newest")
-        matched = len(rows)
-        pages = max(1, -(-matched // PAGE_SIZE))
-        page = int(q["page"]) if q.get("page", "").isdigit() else 1
-        page = min(max(page, 1), pages)
-        rows = rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
-        shown = {k: q.get(k, "") for k in ("agent", "tool", "group", "q", "age")}
-        shown |= {"sort": sort, "view": view}
+
+    def inbox_context(
+        self,
+        mine: list[Row],
+        done: list[SettledRow],
+        shown: dict[str, str],
+        counts: dict[str, int],
+        page: int,
+        pages: int,
+        matched: int,
+    ) -> dict[str, Any]:
+        """What the inbox page needs besides its rows: the filters' choices, views, pages."""
         calls = [r for r in mine if r.confirmed]
-        return rows, {
+        return {
             "total": len(mine),
-            "agents": sorted({r.agent for r in calls}),
-            "tools": sorted({r.tool_name for r in calls}),
+            "settled_total": sum(1 for r in done if r.view == shown["view"]),
+            "agents": sorted({r.agent for r in calls} | {r.agent for r in done}),
+            "tools": sorted({r.tool_name for r in calls} | {r.record.tool_name for r in done}),
             "groups": sorted({g for r in calls for g in r.groups}),
             "filters": shown,
             "query": urlencode(
@@ -212,7 +251,6 @@ class Console(Acts):
             "pages": pages,
             "matched": matched,
             "first": (page - 1) * PAGE_SIZE + 1,
-            "left_out": inbox.left_out,
             "task_queues": self.data.task_queues,
         }
 
@@ -220,6 +258,8 @@ class Console(Acts):
         """Whether row `r` belongs in the inbox's status view `view` for `person` (`""`: all)."""
         if not view:
             return True
+        if view in SETTLED_VIEWS:
+            return False  # settled calls are not pending rows
         if view == "uncertain" or view == "questions":
             return r.confirmed and r.kind == ("uncertain" if view == "uncertain" else "input")
         deciding = r.confirmed and self.rules.may_decide(person, r.approvers) and not r.viewers_only

@@ -16,6 +16,7 @@ from hitl.console.auth import COOKIE, Authenticator, Session
 from hitl.console.chat import SlackGateway
 from hitl.console.data import ConsoleData, Row
 from hitl.console.rules import Rules
+from hitl.console.settled import Settled
 from hitl.console.view import _env
 from hitl.wire import PendingApproval, RunSnapshot
 
@@ -35,6 +36,8 @@ class ConsoleCore:
         self.rules = rules or Rules()
         self.env = _env()
         self.chat: SlackGateway | None = None
+        self.settled = Settled(data)
+        """Calls settled lately (the *Decided* and *Expired* views)."""
 
     def render(self, request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         """A page (or a fragment) for this request, with the session's person and CSRF token."""

@@ -233,6 +233,9 @@ class ConsoleData:
         """The task queues our workers serve: runs on others are not listed."""
         self._inbox = Inbox()
         self._lock = asyncio.Lock()
+        self.approvers_seen: dict[tuple[str, str, str], list[str]] = {}
+        """(namespace, run, call) -> who could decide it, as last listed pending (for the
+        settled views, `hitl.console.settled`; the latest 50,000)."""
 
     # ------------------------------------------------------------------------ reading
 
@@ -248,10 +251,13 @@ class ConsoleData:
         self._inbox.read_at = 0.0
 
     async def _read_inbox(self) -> Inbox:
-        inbox = Inbox(read_at=time.monotonic())
+        inbox = Inbox()
         semaphore = asyncio.Semaphore(16)  # runs asked at once, across namespaces
         for ns, client in self.clients.items():
             await self._read_namespace(inbox, ns, client, semaphore)
+        # Served for INBOX_SECONDS from when it is ready: stamped when it began, a reading that
+        # took longer (10,000 calls: seconds) was stale on arrival and every request read again.
+        inbox.read_at = time.monotonic()
         return inbox
 
     async def _read_namespace(
@@ -292,6 +298,12 @@ class ConsoleData:
                 inbox.unavailable.append((ns, w.id, why))
                 inbox.rows.append(Row.unconfirmed(ns, w.id, agent, w.task_queue, why, memo))
         await _mark_unserved([r for r in inbox.rows if r.namespace == ns], pollers)
+        for r in inbox.rows:
+            if r.namespace == ns and r.confirmed and not r.viewers_only:
+                self.approvers_seen.pop((ns, r.workflow_id, r.call_id), None)  # now the newest
+                self.approvers_seen[(ns, r.workflow_id, r.call_id)] = list(r.approvers)
+        while len(self.approvers_seen) > 50_000:
+            del self.approvers_seen[next(iter(self.approvers_seen))]
 
     async def snapshot(self, namespace: str, workflow_id: str) -> RunSnapshot:
         """A run's status and transcript (`_Gone` / `_Unreadable` when it cannot say).

@@ -30,6 +30,7 @@ from hitl.worker.devserver import DevServer
 from tests.agents import (
     closing_agent,
     notes_agent,
+    reserving_agent,
     signed_treasury,
     support_agent,
     treasury_agent,
@@ -93,7 +94,8 @@ async def console(
 ) -> AsyncIterator[Console]:
     users = tmp_path_factory.mktemp("console") / "users.json"
     tokens = {name: add_user(users, name) for name in ("ann", "bob", "cy")}
-    async with serving(dev_client, support_agent, treasury_agent, closing_agent, notes_agent) as tq:
+    agents = (support_agent, treasury_agent, closing_agent, notes_agent, reserving_agent)
+    async with serving(dev_client, *agents) as tq:
         server, _ = await start_console(
             ConsoleSettings(
                 port=0,

@@ -14,7 +14,7 @@ import pytest
 from hitl.worker.devserver import DevServer, free_port
 from tests.browser.conftest import shot
 from tests.e2e.test_cli import hitl
-from tests.helpers import WorkerProcess, queue_name
+from tests.helpers import WorkerProcess, desk_approvers, queue_name
 
 INBOX = "?query=HitlStatus%3D%22awaiting_approval%22%20AND%20ExecutionStatus%3D%22Running%22"
 
@@ -35,7 +35,7 @@ async def test_current_details_render_amounts_literally_and_payloads_whole(
 ) -> None:
     server, tmp = ui_server
     tq, wid = queue_name("ui"), "ui-refund-1001"
-    env = {"HITL_BACKOFFICE_DB": str(Path(tmp) / "backoffice.sqlite")}
+    env = {"HITL_BACKOFFICE_DB": str(Path(tmp) / "backoffice.sqlite"), **desk_approvers(Path(tmp))}
     with WorkerProcess(server.address, tq, agents="hitl.examples.refund_desk:agent", env=env):
         started = await asyncio.to_thread(
             hitl,

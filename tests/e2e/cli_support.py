@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import WorkerProcess, hitl_cli, wait_for
+from tests.helpers import WorkerProcess, desk_approvers, hitl_cli, wait_for
 
 hitl = hitl_cli
 """Run the `hitl` console script (`tests.helpers.hitl_cli`)."""
@@ -26,6 +26,7 @@ def start_worker(address: str, tq: str, tmp: Path) -> WorkerProcess:
             "HITL_WORKSPACE": str(tmp / "workspace"),
             "HITL_BACKOFFICE_DB": str(tmp / "backoffice.sqlite"),
             "HITL_TEST_LEDGER": str(tmp / "ledger.db"),
+            **desk_approvers(tmp),  # the refund desk's: finance, signed decisions
         },
     )
     return worker.start()

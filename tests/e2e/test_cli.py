@@ -30,9 +30,18 @@ from hitl.wire import (
 )
 from hitl.worker.devserver import DevServer, free_port, port_free
 from tests.e2e.cli_support import hitl, pending_json, start, start_worker, timed
-from tests.helpers import ROOT, Ledger, process_alive, queue_name, temporal_cli, wait_for
+from tests.helpers import (
+    ROOT,
+    Ledger,
+    process_alive,
+    queue_name,
+    signed_as,
+    temporal_cli,
+    wait_for,
+)
 
 
+@pytest.mark.timeout(120)  # a dozen `hitl` processes: near a minute on a loaded 2-core box
 async def test_operator_flow_pending_show_approve_reject(
     cli_stack: tuple[str, str, Path], dev_client: Client
 ) -> None:
@@ -119,7 +128,19 @@ async def test_operator_flow_pending_show_approve_reject(
     assert rej.returncode == 0, rej.stderr
     again = hitl(address, "approve", refund_run, str(cancel))
     assert again.returncode == 1 and "AlreadyDecided" in again.stderr
-    rest = hitl(address, "approve", refund_run, "--all", "--always", "--as", "bob")
+    # The refund takes only signed decisions from finance: bob's own key.
+    unsigned = hitl(address, "approve", refund_run, "--all", "--as", "bob")
+    assert unsigned.returncode == 1 and "(Unsigned)" in unsigned.stderr
+    rest = hitl(
+        address,
+        "approve",
+        refund_run,
+        "--all",
+        "--always",
+        "--as",
+        "bob",
+        env=signed_as(tmp, "bob"),
+    )
     assert rest.returncode == 0, rest.stderr
     out = await dev_client.get_workflow_handle(refund_run, result_type=RunOutput).result()
     assert 'cancel_order({"order_id": 1002}): 1002 already shipped.' in out.final_output

@@ -123,13 +123,51 @@ def test_make_demo_runs_end_to_end_without_a_terminal(tmp_path: Path) -> None:
         r"http://127\.0\.0\.1:\d+/login\?token=[\w-]+&next=%2Fcall%3Fns%3Ddefault%26run%3D",
         out.stdout,
     )
-    assert out.stdout.count("temporal workflow update execute") == 2
-    assert out.stdout.count("--name reject") == 2
-    # The printed command is the decision that was sent: same approver, same message.
-    assert '"approver": "demo", "message": "The reviewer declined this."' in out.stdout
+    # The printed command is the decision that was sent: same approver, same message. The
+    # refund takes signed decisions from finance: `hitl` with ann's key; the cancellation the
+    # plain `temporal` CLI.
+    assert out.stdout.count("temporal workflow update execute") == 1
+    assert out.stdout.count("--name reject") == 1
+    assert '"approver": "ann", "message": "The reviewer declined this."' in out.stdout
+    keys = re.escape(str(tmp_path / "keys"))
+    assert re.search(
+        rf"HITL_SIGNING_KEY={keys}/ann\.key \S+ --address \S+ reject \S+ t\d+\.\d+ --as ann "
+        r"--message 'The reviewer declined this\.'",
+        out.stdout,
+    ), out.stdout
     assert 'cancel_order({"order_id": 1002}): The reviewer declined this.' in out.stdout
-    assert "by demo (person)" in out.stdout
+    assert re.search(r"refund t\d+\.\d+: reject by ann \(person, signed\)", out.stdout)
+    assert re.search(r"cancel_order t\d+\.\d+: reject by ann \(person\)", out.stdout)
     assert (tmp_path / "dev.sqlite").exists(), "the server persisted to the state folder"
+    for pid in _demo_pids(out.stdout):
+        assert not _alive(pid), f"the demo left process {pid} behind"
+
+
+def test_make_demo_refund_over_a_thousand_takes_two_people_of_finance(tmp_path: Path) -> None:
+    """The refund desk's four eyes, unattended: ann approves, the call still waits, bob
+    approves; both signed with their own keys from the demo's approver directory."""
+    out = subprocess.run(
+        [sys.executable, "-m", "hitl.examples.demo", "--request",
+         "Order 1004 arrived broken: please refund $1,250.00."],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "HITL_DEMO_STATE_DIR": str(tmp_path), "HITL_DEMO_DECISION": "approve"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Refund $1,250.00 to Grace Hopper (order 1004)" in out.stdout
+    assert "needs 2 different approvers; approved so far by ann" in out.stdout
+    assert "-> approved by ann" in out.stdout and "-> approved by bob" in out.stdout
+    assert re.search(r"refund t\d+\.\d+: approve by ann, bob \(person, signed\)", out.stdout)
+    assert re.search(r"REFUND-1004-\d{4}: refund order 1004 \$1250.00", out.stdout), out.stdout
+    directory = json.loads((tmp_path / "approvers.json").read_text())["approvers"]
+    assert {n: e["groups"] for n, e in directory.items() if not e.get("gateway")} == {
+        "ann": ["finance"],
+        "bob": ["finance"],
+        "lee": ["finance-leads"],
+    }
     for pid in _demo_pids(out.stdout):
         assert not _alive(pid), f"the demo left process {pid} behind"
 
@@ -200,8 +238,9 @@ def test_make_demo_asks_on_a_terminal(tmp_path: Path) -> None:
         os.close(primary)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("[y/N]:") == 2
-    assert "--name approve" in out.stdout and "--name reject" in out.stdout
-    assert re.search(r"refund t\d+\.\d+", out.stdout) and ": approve by demo (person)" in out.stdout
+    assert "Approve refund as ann? [y/N]:" in out.stdout
+    assert " approve refund-desk-" in out.stdout and "--name reject" in out.stdout
+    assert re.search(r"refund t\d+\.\d+: approve by ann \(person, signed\)", out.stdout)
     assert 'cancel_order({"order_id": 1002}): The reviewer declined this.' in out.stdout
     for pid in _demo_pids(out.stdout):
         assert not _alive(pid), f"the demo left process {pid} behind"

@@ -17,7 +17,14 @@ from hitl import connect
 from hitl.codec import KEY_ENV, new_key
 from hitl.worker.devserver import DevServer
 from tests.e2e.cli_support import hitl
-from tests.helpers import WorkerProcess, queue_name, temporal_cli, wait_for
+from tests.helpers import (
+    WorkerProcess,
+    desk_approvers,
+    queue_name,
+    signed_as,
+    temporal_cli,
+    wait_for,
+)
 
 
 async def test_refusals_and_details_read_well_in_the_temporal_cli_and_ui(
@@ -27,7 +34,11 @@ async def test_refusals_and_details_read_well_in_the_temporal_cli_and_ui(
     monkeypatch.setenv(KEY_ENV, key)  # `hitl` and our client hold the key; `temporal` does not
     address, tq = dev_server.address, queue_name("ui")
     wid = f"{tq}-refund"
-    env = {KEY_ENV: key, "HITL_BACKOFFICE_DB": str(tmp_path / "backoffice.sqlite")}
+    env = {
+        KEY_ENV: key,
+        "HITL_BACKOFFICE_DB": str(tmp_path / "backoffice.sqlite"),
+        **desk_approvers(tmp_path),
+    }
     with WorkerProcess(address, tq, agents="hitl.examples.refund_desk:agent", env=env):
         started = await asyncio.to_thread(
             hitl,
@@ -113,7 +124,9 @@ async def test_refusals_and_details_read_well_in_the_temporal_cli_and_ui(
         assert "refused: unknown call id 'zzz' (UnknownCall)" in rejected.stderr
 
         # `hitl show`: a call that ran while its sibling waits says so (not "pending").
-        done = await asyncio.to_thread(hitl, address, "approve", wid, call_id, "--as", "ops")
+        done = await asyncio.to_thread(
+            hitl, address, "approve", wid, call_id, "--as", "ann", env=signed_as(tmp_path, "ann")
+        )
         assert done.returncode == 0, done.stderr
 
         async def shows_it_ran() -> bool:

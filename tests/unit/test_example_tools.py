@@ -4,6 +4,7 @@ what the person sees, and that a repeated call has one effect."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from hitl import ModelRequest, RunConfig
 from hitl.examples import backoffice, email_desk, refund_desk
 from hitl.testing import ToolCheck
+from tests.helpers import ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -58,6 +60,13 @@ async def test_the_refund_desk_asks_above_its_limit() -> None:
     large = await refund.decide({"order_id": 1001, "amount": 250, "reason": "broken"})
     assert large.outcome == "waits"
     assert large.request is not None and large.request.title.startswith("Refund $250.00")
+    # One person of finance up to $1,000; two different ones above (four eyes).
+    assert (large.approvers, large.required_approvals) == (["group:finance"], 1)
+    edge = await refund.decide({"order_id": 1004, "amount": 1000, "reason": "broken"})
+    assert edge.required_approvals == 1
+    four = await refund.decide({"order_id": 1004, "amount": 1000.01, "reason": "broken"})
+    assert (four.outcome, four.required_approvals) == ("waits", 2)
+    assert four.request is not None and "two different ones" in four.request.message
     cancel = await ToolCheck(refund_desk.cancel_order, agent=refund_desk.agent).decide(
         {"order_id": 1002}
     )
@@ -96,6 +105,34 @@ def test_the_refund_desk_reads_the_demos_request() -> None:
     assert refund_desk.read_amounts_and_orders("cancel 1003, 1004 and 1003") == ([], [1003, 1004])
 
 
+@pytest.mark.parametrize(
+    ("text", "calls"),
+    [
+        # Once both were cancelled: "cancel" was anywhere in the sentence naming 1004.
+        (
+            "Cancel order 9999 and refund $5,000 on order 1004.",
+            [("cancel_order", 9999, None), ("refund", 1004, 5000.0)],
+        ),
+        (
+            "Order 1001 arrived broken: please refund $250. Also cancel order 1002, it is a "
+            "duplicate.",
+            [("refund", 1001, 250.0), ("cancel_order", 1002, None)],
+        ),
+        (
+            "Refund $40 on order 1002 and $1,250.00 on order 1004.",
+            [("refund", 1002, 40.0), ("refund", 1004, 1250.0)],
+        ),
+        ("Order 1003 was late, please refund it.", [("refund", 1003, 35.0)]),
+        ("What is the status of order 1001?", []),
+    ],
+)
+def test_the_refund_desk_does_to_each_order_what_is_asked_for_it(
+    text: str, calls: list[tuple[str, int, float | None]]
+) -> None:
+    planned = refund_desk.planned_calls(text)
+    assert [(n, a["order_id"], a.get("amount")) for n, a in planned] == calls
+
+
 def test_the_refund_desk_makes_one_call_per_order_named() -> None:
     text = "Cancel order 1003. Yes, cancel 1003 for sure."
     assert desk_turn(text, []) == [("lookup_order", {"order_id": 1003})]
@@ -107,3 +144,13 @@ def test_a_refund_whose_amount_is_not_a_plain_number_asks_a_person(amount: objec
     predicate = refund_desk.refund_needs_approval
     assert predicate(None, {"order_id": 1001, "amount": amount}, "c") is True  # type: ignore[arg-type]
     assert predicate(None, {"order_id": 1001, "amount": 40}, "c") is False  # type: ignore[arg-type]
+
+
+def test_the_governance_page_shows_the_shipped_refund_desk_word_for_word() -> None:
+    page = (ROOT / "docs" / "governance.md").read_text()
+    intro = page.split("\n## ", 1)[0]  # the desk, before the first section
+    blocks = re.findall(r"```python\n(.*?)```", intro, re.S)
+    shipped = (ROOT / "examples" / "refund_desk.py").read_text()
+    assert len(blocks) == 3 and "signed_decisions=True" in blocks[2]
+    for block in blocks:
+        assert block in shipped, block

@@ -1,0 +1,100 @@
+"""The settled views' rules (who sees a decided or expired call) and their page, hostile text
+included: pure, no server (the browser tests `tests/browser/test_console_settled.py` read real
+runs)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from starlette.testclient import TestClient
+
+from hitl.console.app import create_app
+from hitl.console.auth import Authenticator
+from hitl.console.data import ConsoleData, Inbox
+from hitl.console.rules import Rules
+from hitl.console.settled import Settled, SettledRow, visible
+from hitl.wire import Approval, ApproverDirectory, ApproverEntry, DecisionRecord
+
+NOW = datetime.now(UTC)
+DIRECTORY = ApproverDirectory(
+    approvers={"ann": ApproverEntry(groups=["finance"]), "bob": ApproverEntry(groups=["finance"])}
+)
+
+
+def record(**kw: object) -> DecisionRecord:
+    fields: dict[str, object] = {"call_id": "t2.1", "tool_name": "refund", "kind": "approve"}
+    fields |= {"approver": "bob", "decided_at": NOW, "source": "person"}
+    return DecisionRecord.model_validate(fields | kw)
+
+
+def test_who_sees_a_settled_call() -> None:
+    rules = Rules.of(DIRECTORY, ["vic"])
+    listed = SettledRow("default", "w", "Desk", record(), ["group:finance"])
+    assert visible(rules, "ann", listed), "she could have decided it when it was listed"
+    assert not visible(rules, "mallory", listed)
+    assert visible(rules, "vic", listed), "a viewer"
+    never = SettledRow("default", "w", "Desk", record(), None)  # never listed pending here
+    assert visible(rules, "bob", never), "he decided it"
+    assert not visible(rules, "ann", never)
+    four = SettledRow("default", "w", "Desk", record(approvals=[
+        Approval(approver="ann", approved_at=NOW), Approval(approver="bob", approved_at=NOW)
+    ]), None)  # fmt: skip
+    assert visible(rules, "ann", four) and four.who == "ann, bob"
+    expired = SettledRow("default", "w", "Desk", record(kind="expired", approver=None,
+                                                        source="deadline"), [])  # fmt: skip
+    assert expired.view == "expired" and visible(rules, "anyone", expired), "named nobody"
+
+
+def test_the_settled_views_render_hostile_text_inert(monkeypatch: pytest.MonkeyPatch) -> None:
+    evil = '<img src=x onerror="alert(1)">'
+    rows = [
+        SettledRow("default", "run<b>1", "Desk", record(kind="reject", message=evil), []),
+        SettledRow("default", "run2", "Desk", record(call_id="t3.1", kind="expired",
+                                                     approver=None, source="deadline"), []),
+    ]  # fmt: skip
+
+    async def canned(self: Settled) -> list[SettledRow]:
+        return rows
+
+    class NoPending(ConsoleData):
+        async def inbox(self) -> Inbox:
+            return Inbox(read_at=1e12)
+
+    monkeypatch.setattr(Settled, "rows", canned)
+    auth = Authenticator(mode="link", user="ann")
+    app = create_app(NoPending({"default": None}), auth)  # type: ignore[dict-item]
+    with TestClient(app, base_url="http://127.0.0.1:8090") as client:
+        client.get(auth.login_link("http://127.0.0.1:8090"))
+        decided = client.get("/?view=decided").text
+        assert "Rejected by bob" in decided and "run&lt;b&gt;1" in decided
+        assert evil not in decided and "&lt;img src=x" in decided
+        assert "Decided (1)" in decided and "Expired (1)" in decided
+        assert "t3.1" not in decided, "the expired call is in its own view"
+        expired = client.get("/?view=expired").text
+        assert "Expired: nobody decided before its deadline" in expired and "t3.1" in expired
+        assert "Nothing waits for a decision" in client.get("/").text
+
+
+async def test_a_slow_inbox_reading_is_served_after_it_arrives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 10,000 pending calls took seconds to read (bench/console_live.py): stamped when it began,
+    # the reading was stale on arrival and every request read everything again.
+    import asyncio
+
+    from hitl.console import data as console_data
+
+    monkeypatch.setattr(console_data, "INBOX_SECONDS", 0.2)
+    reads = 0
+
+    async def slow(self: ConsoleData, *args: object) -> None:
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.3)  # longer than the reading is served for
+
+    monkeypatch.setattr(ConsoleData, "_read_namespace", slow)
+    data = ConsoleData({"default": None})  # type: ignore[dict-item]
+    await data.inbox()
+    await data.inbox()
+    assert reads == 1
