@@ -33,7 +33,11 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import Client, WithStartWorkflowOperation
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.common import WorkflowIDConflictPolicy
 
 from hitl.client import data_converter
@@ -133,17 +137,7 @@ async def park(
         # with the start, as `Runner.run` sends it). Fire-and-forget starts outrun the server:
         # at 20,000 they piled up 6,000 unstarted workflow tasks and parking fell to 1 run/s.
         for k in numbers:
-            op: WithStartWorkflowOperation[Any, RunOutput] = WithStartWorkflowOperation(
-                WORKFLOW_TYPE,
-                RunInput(agent=shipping_agent.name, input=f"ship order {k}"),
-                id=f"{tq}-{k}",
-                task_queue=tq,
-                result_type=RunOutput,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            )
-            status = await client.execute_update_with_start_workflow(
-                "wait", WaitInput(), start_workflow_operation=op, result_type=RunStatus
-            )
+            status = await park_one(client, tq, k)
             assert status.phase == "awaiting_approval" and len(status.pending) == 1, status
 
     async def parked() -> int:
@@ -178,6 +172,28 @@ async def park(
         "worker_rss_mb_final": rss_mb(wpid),
         "curve": curve,
     }
+
+
+async def park_one(client: Client, tq: str, k: int) -> RunStatus:
+    """Start run `k` with a `wait` update (as `Runner.run` does); asked again (the same run:
+    `USE_EXISTING`) when a loaded server lets the request go before the run parked."""
+    for _ in range(10):
+        op: WithStartWorkflowOperation[Any, RunOutput] = WithStartWorkflowOperation(
+            WORKFLOW_TYPE,
+            RunInput(agent=shipping_agent.name, input=f"ship order {k}"),
+            id=f"{tq}-{k}",
+            task_queue=tq,
+            result_type=RunOutput,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        try:
+            status: RunStatus = await client.execute_update_with_start_workflow(
+                "wait", WaitInput(), start_workflow_operation=op, result_type=RunStatus
+            )
+            return status
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            continue
+    raise AssertionError(f"run {k} did not park after 10 tries")
 
 
 AWAITING = "HitlStatus='awaiting_approval' AND ExecutionStatus='Running'"
