@@ -35,10 +35,10 @@ def _wall(argv: list[str]) -> tuple[float, str, str]:
     return time.perf_counter() - t0, done.stdout, done.stderr
 
 
-def import_times(repeat: int) -> dict[str, Any]:
+def import_times(repeat: int, profile: bool = True) -> dict[str, Any]:
     """Per module: the median import alone and the whole `python -c "import M"` process over
     `repeat` fresh interpreters (runs interleaved, so each module sees the same noise), the
-    modules it loads, and its slowest imports by `-X importtime` (one more run)."""
+    modules it loads, and (`profile`) its slowest imports by `-X importtime` (one more run)."""
     samples: dict[str, dict[str, list[float]]] = {
         m: {"import": [], "process": []} for m in ("(none)", *MODULES)
     }
@@ -63,7 +63,7 @@ def import_times(repeat: int) -> dict[str, Any]:
             "process_ms": statistics.median(samples[mod]["process"]),
             "hitl_modules": loaded[mod][0],
             "modules": loaded[mod][1],
-            "slowest": slowest_imports(mod),
+            "slowest": slowest_imports(mod) if profile else [],
         }
     return result
 
@@ -90,7 +90,7 @@ def console_pages(repeat: int, rows: int = CONSOLE_ROWS) -> dict[str, Any]:
 
 def measure(quick: bool) -> dict[str, Any]:
     return {
-        "imports": import_times(3 if quick else 5),
+        "imports": import_times(3 if quick else 5, profile=not quick),
         "console": console_pages(3 if quick else 9),
     }
 
