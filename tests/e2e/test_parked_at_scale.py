@@ -299,7 +299,7 @@ async def decide(
 
 def check_effects(ledger: Path, chosen: list[str]) -> dict[str, Any]:
     """Every decided call's effect happened exactly once, no other call's tool ran at all, and
-    no call was scheduled twice (a second body of one call is a retry: attempt 2, 3, ...)."""
+    no call was scheduled twice (a second body of one call is a retry: attempt 2 or later)."""
     attempts = Ledger(ledger).attempts("ship_order")
     effects = Counter(key.split(":", 1)[0] for key, _, _, _ in Ledger(ledger).rows("ship_order"))
     # The idempotency key is `workflow_id:call_id`: one key per decided call.
@@ -308,7 +308,9 @@ def check_effects(ledger: Path, chosen: list[str]) -> dict[str, Any]:
         by_run.setdefault(a.key.split(":", 1)[0], []).append(a.attempt)
     assert set(by_run) == set(effects) == set(chosen), "a tool ran for a run nobody decided"
     assert all(v == 1 for v in effects.values()), "an effect twice"
-    assert all(sorted(v) == list(range(1, len(v) + 1)) for v in by_run.values()), by_run
+    # A retry's attempt may be lost before the body runs (attempts 1 and 3): no call may have
+    # two bodies of one attempt, nor two first attempts.
+    assert all(len(set(v)) == len(v) and v.count(1) == 1 for v in by_run.values()), by_run
     retried = sorted(k for k, v in by_run.items() if len(v) > 1)
     return {"tool_attempts": len(attempts), "effects": sum(effects.values()), "retried": retried}
 
