@@ -53,6 +53,7 @@ def worker(address: str, queue: str) -> subprocess.Popen[str]:
 async def park(client: Any, queue: str, n: int) -> dict[str, str]:
     """Park `n` runs, ten at a time; their pending call ids."""
     from temporalio.client import WithStartWorkflowOperation
+    from temporalio.common import WorkflowIDConflictPolicy
 
     from hitl.wire import WORKFLOW_TYPE, RunInput, RunOutput, RunStatus, WaitInput
 
@@ -63,6 +64,7 @@ async def park(client: Any, queue: str, n: int) -> dict[str, str]:
         op: WithStartWorkflowOperation[Any, RunOutput] = WithStartWorkflowOperation(
             WORKFLOW_TYPE, RunInput(agent="Bench desk", input="Refund order 1001"), id=wid,
             task_queue=queue, result_type=RunOutput,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )  # fmt: skip
         status: RunStatus = await client.execute_update_with_start_workflow(
             "wait", WaitInput(), start_workflow_operation=op, result_type=RunStatus
