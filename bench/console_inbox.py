@@ -4,8 +4,10 @@ The inbox page (filters, counts, one row per pending call) is rendered from one 
 runs, which the console keeps for two seconds and shares between browsers. This measures the
 page itself over HTTP (Starlette's test client: routing, session check, filtering, sorting, the
 Jinja2 template, escaping) with N pending calls in memory, so the figure is the console's own
-cost, apart from how long Temporal takes to answer the reading. Not part of `make bench`; the
-docs quote its output (`docs/console.md`).
+cost, apart from how long Temporal takes to answer the reading (the scale soak,
+`tests/e2e/test_parked_at_scale.py`, measures that against a dev server). The call page is
+rendered from a run's snapshot held in memory likewise. `make bench` runs `measure` at 10,000
+calls (`bench.client_costs`); the docs quote this module's output (`docs/console.md`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from starlette.testclient import TestClient
 
@@ -21,23 +24,42 @@ from hitl.console.app import PAGE_SIZE, create_app
 from hitl.console.auth import COOKIE, Authenticator
 from hitl.console.data import ConsoleData, Inbox, Row
 from hitl.console.rules import Rules
-from hitl.wire import ApprovalRequestData, PendingApproval
+from hitl.console.urls import CALL
+from hitl.wire import ApprovalRequestData, PendingApproval, RunSnapshot, RunStatus
 
 
 class Canned(ConsoleData):
-    """A console data layer whose inbox is `rows` (no Temporal)."""
+    """A console data layer whose inbox is `rows` and whose runs are `runs` (no Temporal)."""
 
-    def __init__(self, rows: list[Row]) -> None:
+    def __init__(self, rows: list[Row], runs: dict[str, list[PendingApproval]]) -> None:
         super().__init__({"default": None})  # type: ignore[dict-item]
         self.rows = rows
+        self.runs = runs
 
     async def inbox(self) -> Inbox:
         return Inbox(rows=self.rows, read_at=time.monotonic())
 
+    async def snapshot(self, namespace: str, workflow_id: str) -> RunSnapshot:
+        pending = self.runs[workflow_id]
+        status = RunStatus(
+            workflow_id=workflow_id,
+            run_id="r-" + workflow_id,
+            phase="awaiting_approval",
+            agent="Refund desk",
+            turn=1,
+            pending=pending,
+        )
+        first = pending[0].request
+        said = first.title if first else ""
+        return RunSnapshot(
+            status=status, input_items=[{"role": "user", "content": said}], new_items=[]
+        )
 
-def rows(n: int) -> list[Row]:
+
+def rows(n: int) -> tuple[list[Row], dict[str, list[PendingApproval]]]:
+    """`n` pending calls, two per run: the inbox's rows and each run's calls."""
     now = datetime.now(UTC)
-    out = []
+    out, runs = [], {}
     for i in range(n):
         call = PendingApproval(
             call_id=f"t1.{i % 2 + 1}",
@@ -55,6 +77,49 @@ def rows(n: int) -> list[Row]:
         )
         run = f"refund-{i // 2}"  # two calls per parked run
         out.append(Row.of_pending("default", run, "Refund desk", "hitl", call))
+        runs.setdefault(run, []).append(call)
+    return out, runs
+
+
+def pages_for(n: int) -> dict[str, str]:
+    """The pages measured, by name: the inbox's (first, searches, a view, last) and a call's."""
+    run = f"refund-{n // 4}"
+    return {
+        "first page": "/",
+        "search (one order)": f"/?q=order+{1000 + n // 2}",
+        "search (many), newest first": "/?q=refund&sort=newest",
+        "waiting for me": "/?view=mine",
+        "last page": f"/?page={-(-n // PAGE_SIZE)}",
+        "call page": f"{CALL}?ns=default&run={run}&call=t1.1",
+    }
+
+
+def measure(n: int, repeat: int, only: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Median and max milliseconds, and bytes, of each page with `n` pending calls."""
+    auth = Authenticator(mode="link", user="ann")
+    cookie, _ = auth.sessions.issue("ann")
+    # The bench's person sees every row (a viewer): rows name approver groups it is not in.
+    app = create_app(Canned(*rows(n)), auth, rules=Rules(viewers=frozenset({"ann"})))
+    pages = {k: v for k, v in pages_for(n).items() if only is None or k in only}
+    out: dict[str, Any] = {}
+    with TestClient(app, base_url="http://127.0.0.1:8090", cookies={COOKIE: cookie}) as client:
+        for query in pages.values():
+            assert client.get(query).status_code == 200, query
+        first = client.get("/").text
+        assert first.count("<tr data-call=") == min(n, PAGE_SIZE)
+        for what, query in pages.items():
+            times, size = [], 0
+            for _ in range(repeat):
+                started = time.perf_counter()
+                page = client.get(query)
+                times.append(1000 * (time.perf_counter() - started))
+                size = len(page.content)
+            out[what] = {
+                "median_ms": statistics.median(times),
+                "max_ms": max(times),
+                "repeat": repeat,
+                "bytes": size,
+            }
     return out
 
 
@@ -63,34 +128,12 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=10_000)
     p.add_argument("--repeat", type=int, default=20)
     args = p.parse_args()
-    auth = Authenticator(mode="link", user="ann")
-    cookie, _ = auth.sessions.issue("ann")
-    # The bench's person sees every row (a viewer): rows name approver groups it is not in.
-    app = create_app(Canned(rows(args.rows)), auth, rules=Rules(viewers=frozenset({"ann"})))
-    pages = {
-        "first page": "/",
-        "search (one order)": f"/?q=order+{1000 + args.rows // 2}",
-        "search (many), newest first": "/?q=refund&sort=newest",
-        "waiting for me": "/?view=mine",
-        "last page": f"/?page={-(-args.rows // PAGE_SIZE)}",
-    }
-    with TestClient(app, base_url="http://127.0.0.1:8090", cookies={COOKIE: cookie}) as client:
-        for query in pages.values():
-            assert client.get(query).status_code == 200
-        first = client.get("/").text
-        assert first.count("<tr data-call=") == min(args.rows, PAGE_SIZE)
-        for what, query in pages.items():
-            times, size = [], 0
-            for _ in range(args.repeat):
-                started = time.perf_counter()
-                page = client.get(query)
-                times.append(1000 * (time.perf_counter() - started))
-                size = len(page.content)
-            print(
-                f"{what} of {args.rows} pending calls ({args.rows // 2} runs): median "
-                f"{statistics.median(times):.0f} ms, max {max(times):.0f} ms over {args.repeat}, "
-                f"{size / 1024:.0f} KiB"
-            )
+    for what, m in measure(args.rows, args.repeat).items():
+        print(
+            f"{what} of {args.rows} pending calls ({args.rows // 2} runs): median "
+            f"{m['median_ms']:.0f} ms, max {m['max_ms']:.0f} ms over {args.repeat}, "
+            f"{m['bytes'] / 1024:.0f} KiB"
+        )
 
 
 if __name__ == "__main__":

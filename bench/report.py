@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from bench import client_costs
+
 START = "<!-- bench:results:start -->"
 END = "<!-- bench:results:end -->"
 DOCS_PAGE = Path(__file__).parent.parent / "docs" / "benchmarks.md"
@@ -627,6 +629,9 @@ def markdown(res: dict[str, Any]) -> str:
     extra = notes(res)
     if extra:
         parts += ["", *extra]
+    costs = client_costs.markdown(res["meta"])
+    if costs:
+        parts += ["", *costs]
     hb = bytes_table(res)
     if hb:
         parts += [

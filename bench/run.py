@@ -8,7 +8,9 @@ tool that needs approval, one final answer) against the same dev server process,
 
 Sections: latency (start -> pending, decision -> completed), throughput (N runs at once, CPU per
 run), parked runs (worker RSS, storage, listing), history (events and bytes; growth over a long
-run), the floor (the SDK in-process, the raw update round trip). Results go to
+run), the floor (the SDK in-process, the raw update round trip); first, what a client pays
+before any run (`bench.client_costs`: `import hitl`, `hitl.worker` and `hitl.console` in fresh
+interpreters, the console's pages with 10,000 pending calls). Results go to
 `bench/results/latest.{json,md}` (`--quick`: `bench/results/quick.*.tmp`) and the table into
 docs/benchmarks.md. Benchmarks measure; they never assert times.
 """
@@ -31,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import charts, report
+from bench import charts, client_costs, report
 from bench.procs import (
     ROOT,
     BenchError,
@@ -288,27 +290,6 @@ def make_plan(args: argparse.Namespace) -> Plan:
     return plan
 
 
-IMPORT_PROBE = (
-    "import sys, time; t = time.perf_counter(); import hitl; "
-    "print(time.perf_counter() - t, sum(m.startswith('hitl') for m in sys.modules))"
-)
-
-
-def client_import(repeat: int = 9) -> dict[str, Any]:
-    """What `import hitl` costs a client script: wall time (median of fresh interpreters, the
-    import alone) and the number of `hitl` modules it loads (client code only)."""
-    times, modules = [], 0
-    for _ in range(repeat):
-        out = subprocess.run(
-            [sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True, check=True
-        )
-        seconds, count = out.stdout.split()
-        times.append(float(seconds) * 1000)
-        modules = int(count)
-    times.sort()
-    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "hitl_modules": modules}
-
-
 async def amain(args: argparse.Namespace) -> int:
     plan = make_plan(args)
     started = time.monotonic()
@@ -325,8 +306,9 @@ async def amain(args: argparse.Namespace) -> int:
         "variants": {k: v.__dict__ for k, v in VARIANTS.items()},
         "quick": bool(args.quick),
     }
-    meta["client_import"] = client_import()
-    log(f"bench: import hitl {json.dumps(meta['client_import'])}")
+    # Startup and the console's pages (about 30 s; 10 s with --quick).
+    meta |= client_costs.measure(args.quick)
+    log(f"bench: import hitl {json.dumps(meta['imports']['hitl'])}")
     if "peer" in plan.sides():
         t0 = time.monotonic()
         meta["versions"]["peer"] = ensure_peer_venv(logs / "peer-install.log")

@@ -25,4 +25,10 @@ def test_bench_runs_our_side(tmp_path: Path) -> None:
     assert tuned["latency"]["ours"]["start_pending_ms"]["n"] == 3
     assert tuned["history_one_approval"]["ours"]["events"] > 0
     assert tuned["long_run"]["ours"]["final_output"] == "Read 20 chunks."
-    assert "| start → pending visible" in out.with_name("smoke.md").read_text()
+    md = out.with_name("smoke.md").read_text()
+    assert "| start → pending visible" in md
+    meta = result["meta"]
+    imports = meta["imports"]
+    assert imports["hitl"]["hitl_modules"] < imports["hitl.worker.build"]["hitl_modules"]
+    assert set(meta["console"]["pages"]) == {"first page", "search (one order)", "call page"}
+    assert "| `import hitl.console.app` |" in md and "| call page |" in md
