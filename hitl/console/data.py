@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -73,8 +74,12 @@ from hitl.wire import (
 
 Bound = TypeVar("Bound", AnswerInput, ExtendInput)
 
+log = logging.getLogger("hitl.console")
+
 INBOX_SECONDS = 2.0
 """How long one reading of the inbox serves every browser asking."""
+INBOX_STALE_SECONDS = 30.0
+"""How old a reading may be and still be served while the next is read in the background."""
 QUERY_TIMEOUT = 5.0
 CLIENT = "console"
 CHANGED = "This call changed since you opened it: look again"
@@ -233,6 +238,8 @@ class ConsoleData:
         """The task queues our workers serve: runs on others are not listed."""
         self._inbox = Inbox()
         self._lock = asyncio.Lock()
+        self._refresh: asyncio.Task[None] | None = None
+        self._forgotten = 0
         self.approvers_seen: dict[tuple[str, str, str], list[str]] = {}
         """(namespace, run, call) -> who could decide it, as last listed pending (for the
         settled views, `hitl.console.settled`; the latest 50,000)."""
@@ -240,15 +247,38 @@ class ConsoleData:
     # ------------------------------------------------------------------------ reading
 
     async def inbox(self) -> Inbox:
-        """Every pending call (read at most every `INBOX_SECONDS`)."""
+        """Every pending call (read at most every `INBOX_SECONDS`).
+
+        A reading up to `INBOX_STALE_SECONDS` old is served at once while a new one is read
+        in the background (10,000 calls take seconds to read: nobody waits for that but the
+        first request, or the first after a decision or a long quiet spell).
+        """
         async with self._lock:
-            if time.monotonic() - self._inbox.read_at > INBOX_SECONDS:
-                self._inbox = await self._read_inbox()
+            age = time.monotonic() - self._inbox.read_at
+            if age <= INBOX_SECONDS:
+                return self._inbox
+            if age <= INBOX_STALE_SECONDS and self._inbox.read_at:
+                if self._refresh is None or self._refresh.done():
+                    self._refresh = asyncio.create_task(self._read_later())
+                return self._inbox
+            self._inbox = await self._read_inbox()
             return self._inbox
+
+    async def _read_later(self) -> None:
+        began = self._forgotten
+        try:
+            inbox = await self._read_inbox()
+        except Exception:  # the next request reads (and reports) it
+            log.warning("reading the inbox in the background failed", exc_info=True)
+            return
+        # A decision since it began (`forget`) makes it old news; a newer reading stays.
+        if began == self._forgotten and inbox.read_at > self._inbox.read_at:
+            self._inbox = inbox
 
     def forget(self) -> None:
         """Read again on the next request (after a decision)."""
         self._inbox.read_at = 0.0
+        self._forgotten += 1
 
     async def _read_inbox(self) -> Inbox:
         inbox = Inbox()

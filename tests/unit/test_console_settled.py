@@ -98,3 +98,37 @@ async def test_a_slow_inbox_reading_is_served_after_it_arrives(
     await data.inbox()
     await data.inbox()
     assert reads == 1
+
+
+async def test_a_stale_reading_is_served_while_the_next_is_read_and_a_decision_reads_anew(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # At 10,000 calls a reading takes seconds: a page is answered from the last reading (up to
+    # INBOX_STALE_SECONDS old) while the next one is read; after a decision (`forget`) the next
+    # request reads anew, and a background reading begun before the decision is dropped.
+    import asyncio
+
+    from hitl.console import data as console_data
+
+    monkeypatch.setattr(console_data, "INBOX_SECONDS", 0.0)
+    gates: list[asyncio.Event] = []
+
+    async def gated(self: ConsoleData, inbox: object, *args: object) -> None:
+        gate = asyncio.Event()
+        gates.append(gate)
+        inbox.left_out = len(gates)  # type: ignore[attr-defined]  # which reading this is
+        if len(gates) != 2:
+            gate.set()
+        await gate.wait()
+
+    monkeypatch.setattr(ConsoleData, "_read_namespace", gated)
+    data = ConsoleData({"default": None})  # type: ignore[dict-item]
+    assert (await data.inbox()).left_out == 1
+    served = await asyncio.wait_for(data.inbox(), 1.0)  # reading 2 is held back
+    assert served.left_out == 1 and len(gates) == 2, "the last reading, at once"
+    data.forget()  # a decision
+    assert (await data.inbox()).left_out == 3, "read anew, not served stale"
+    gates[1].set()
+    assert data._refresh is not None
+    await data._refresh
+    assert (await data.inbox()).left_out in (3, 4), "reading 2 (from before) was dropped"
