@@ -78,6 +78,8 @@ log = logging.getLogger("hitl.console")
 
 INBOX_SECONDS = 2.0
 """How long one reading of the inbox serves every browser asking."""
+INBOX_QUICK_SECONDS = 1.0
+"""A reading quicker than this is read again at once after a decision (else in the background)."""
 INBOX_STALE_SECONDS = 30.0
 """How old a reading may be and still be served while the next is read in the background."""
 QUERY_TIMEOUT = 5.0
@@ -208,6 +210,8 @@ class Inbox:
     left_out: int = 0
     """Paused runs on task queues outside the console's list (not listed)."""
     read_at: float = 0.0
+    took: float = 0.0
+    """Seconds the reading took."""
 
 
 @dataclass
@@ -259,13 +263,13 @@ class ConsoleData:
                 return self._inbox
             if age <= INBOX_STALE_SECONDS and self._inbox.read_at:
                 if self._refresh is None or self._refresh.done():
-                    self._refresh = asyncio.create_task(self._read_later())
+                    self._refresh = asyncio.create_task(self._read_later(self._forgotten))
                 return self._inbox
             self._inbox = await self._read_inbox()
             return self._inbox
 
-    async def _read_later(self) -> None:
-        began = self._forgotten
+    async def _read_later(self, began: int) -> None:
+        """A reading in the background; kept unless a decision came since `began` (`forget`)."""
         try:
             inbox = await self._read_inbox()
         except Exception:  # the next request reads (and reports) it
@@ -276,11 +280,19 @@ class ConsoleData:
             self._inbox = inbox
 
     def forget(self) -> None:
-        """Read again on the next request (after a decision)."""
-        self._inbox.read_at = 0.0
+        """Read again after a decision (a reading begun before it is dropped).
+
+        On the next request when a reading is quick; else in the background from the next
+        request on, which is served the reading it has meanwhile.
+        """
         self._forgotten += 1
+        if self._inbox.took <= INBOX_QUICK_SECONDS:
+            self._inbox.read_at = 0.0
+        else:
+            self._inbox.read_at = min(self._inbox.read_at, time.monotonic() - INBOX_SECONDS - 1e-3)
 
     async def _read_inbox(self) -> Inbox:
+        began = time.monotonic()
         inbox = Inbox()
         semaphore = asyncio.Semaphore(16)  # runs asked at once, across namespaces
         for ns, client in self.clients.items():
@@ -288,6 +300,7 @@ class ConsoleData:
         # Served for INBOX_SECONDS from when it is ready: stamped when it began, a reading that
         # took longer (10,000 calls: seconds) was stale on arrival and every request read again.
         inbox.read_at = time.monotonic()
+        inbox.took = inbox.read_at - began
         return inbox
 
     async def _read_namespace(

@@ -126,9 +126,19 @@ async def test_a_stale_reading_is_served_while_the_next_is_read_and_a_decision_r
     assert (await data.inbox()).left_out == 1
     served = await asyncio.wait_for(data.inbox(), 1.0)  # reading 2 is held back
     assert served.left_out == 1 and len(gates) == 2, "the last reading, at once"
-    data.forget()  # a decision
+    data.forget()  # a decision; readings here are quick
     assert (await data.inbox()).left_out == 3, "read anew, not served stale"
     gates[1].set()
     assert data._refresh is not None
     await data._refresh
     assert (await data.inbox()).left_out in (3, 4), "reading 2 (from before) was dropped"
+    # A slow reading (10,000 calls: seconds) is not waited for after a decision either.
+    await data._refresh  # (the one the line above may have begun)
+    data._inbox.took = 5.0
+    before = data._inbox
+    data.forget()
+    assert await asyncio.wait_for(data.inbox(), 1.0) is before, "served what it has"
+    assert data._refresh is not None
+    await data._refresh
+    after = await asyncio.wait_for(data.inbox(), 1.0)
+    assert after.left_out > before.left_out, "and read anew in the background"
