@@ -34,6 +34,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     c.add_argument("--signing-key", metavar="FILE", help="sign decisions with this gateway key")
     c.add_argument("--secure-cookie", action="store_true", help="served over HTTPS")
     c.add_argument(
+        "--max-runs",
+        type=int,
+        default=5000,
+        metavar="N",
+        help="paused runs one reading of the inbox lists per namespace (default 5000; the "
+        "inbox says when there are more)",
+    )
+    c.add_argument(
         "--task-queue",
         dest="task_queues",
         action="append",
@@ -108,6 +116,7 @@ def cmd_console(args: argparse.Namespace) -> int:
         viewers=args.viewers,
         chat_users=args.chat_users,
         slack_secret_env=args.slack_secret_env,
+        max_runs=args.max_runs,
     )
 
     async def main() -> None:

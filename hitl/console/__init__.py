@@ -57,6 +57,8 @@ class ConsoleSettings:
             `response_url` must start with one; default `https://hooks.slack.com/`).
         metrics_token_env: The environment variable holding the bearer token `/metrics`
             answers (unset or empty: `/metrics` is off).
+        max_runs: Paused runs one reading of the inbox lists per namespace (the inbox says
+            when there are more).
     """
 
     host: str = "127.0.0.1"
@@ -76,6 +78,7 @@ class ConsoleSettings:
     slack_secret_env: str = "HITL_SLACK_SIGNING_SECRET"
     chat_reply_hosts: list[str] = field(default_factory=lambda: ["https://hooks.slack.com/"])
     metrics_token_env: str = "HITL_CONSOLE_METRICS_TOKEN"
+    max_runs: int = 5000
 
 
 async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
@@ -122,7 +125,7 @@ async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:
     directory = load_directory(settings.approvers) if settings.approvers else directory_from_env()
     rules = Rules.of(directory, settings.viewers)
     queues = allowed_queues(settings.task_queues, os.environ.get("HITL_TASK_QUEUE"))
-    data = ConsoleData(clients, signing, task_queues=queues)
+    data = ConsoleData(clients, signing, limit=settings.max_runs, task_queues=queues)
     chat = _chat_gateway(settings) if settings.chat_users else None
     app = create_app(
         data,

@@ -201,7 +201,8 @@ class Console(Acts):
         shown = {k: q.get(k, "") for k in ("agent", "tool", "group", "q", "age")}
         shown |= {"sort": sort, "view": view}
         return rows, self.inbox_context(mine, done, shown, counts, page, pages, matched) | {
-            "left_out": inbox.left_out
+            "left_out": inbox.left_out,
+            "cut_at": inbox.cut_at,
         }
 
     def pending(

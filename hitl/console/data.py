@@ -209,6 +209,8 @@ class Inbox:
     """(namespace, workflow id, why) of paused runs that could not be asked for their calls."""
     left_out: int = 0
     """Paused runs on task queues outside the console's list (not listed)."""
+    cut_at: int = 0
+    """A namespace had more paused runs than one reading lists (`limit`): listed up to this."""
     read_at: float = 0.0
     took: float = 0.0
     """Seconds the reading took."""
@@ -314,7 +316,8 @@ class ConsoleData:
 
         async def listing(query: list[str]) -> list[Any]:
             text = " AND ".join([*query, within] if within else query)
-            return [w async for w in client.list_workflows(text, limit=self.limit)]
+            # One more than listed: whether there are more than `limit` is then known.
+            return [w async for w in client.list_workflows(text, limit=self.limit + 1)]
 
         degraded = False
         try:
@@ -322,6 +325,8 @@ class ConsoleData:
         except RPCError:  # our search attributes are not registered: ask every run
             degraded, clauses = True, ["ExecutionStatus = 'Running'", kind]
             found = await listing(clauses)
+        if len(found) > self.limit:
+            inbox.cut_at, found = self.limit, found[: self.limit]
         found = [w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in queues]
         inbox.left_out += await left_out(client, clauses, queues) or 0
         pollers = _Pollers(client)

@@ -149,3 +149,25 @@ async def test_a_form_for_one_call_cannot_decide_another(dev_client: Client, que
     assert [(d.kind, d.approver) for d in out.decisions] == [("approve", "ann")]
     assert await recorded(dev_client, second) == []
     await dev_client.get_workflow_handle(second).terminate("test over")
+
+
+async def test_an_inbox_with_more_runs_than_one_reading_lists_says_so(
+    dev_client: Client,
+) -> None:
+    # The console lists at most `max_runs` paused runs per namespace (`hitl console --max-runs`):
+    # past that it says some are not shown, instead of silently leaving them out.
+    async with serving(dev_client, support_agent) as tq:
+        for n in range(3):
+            await park(dev_client, tq, f"cancel order {60 + n}")
+        auth = Authenticator(mode="tokens", users={n: token_digest(t) for n, t in TOKENS.items()})
+        pages = []
+        for limit in (2, 3):
+            data = ConsoleData({dev_client.namespace: dev_client}, limit=limit, task_queues=[tq])
+            app = create_app(data, auth)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url=BASE) as web:
+                await signed_in(web, "ann")
+                pages.append((await web.get("/inbox/rows")).text)
+    cut, whole = pages
+    assert 'data-testid="cut"' in cut and "the 2 listed first" in cut
+    assert 'data-testid="cut"' not in whole
