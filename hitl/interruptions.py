@@ -72,6 +72,11 @@ class ToolApprovalItem:
         return self.name
 
     @property
+    def type(self) -> str:
+        """The SDK's item type name (`tool_approval_item`)."""
+        return "tool_approval_item"
+
+    @property
     def raw_item(self) -> dict[str, Any]:
         """The call item as the model produced it.
 

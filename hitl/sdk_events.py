@@ -14,10 +14,10 @@ What the run publishes maps one way: `model_text_delta` -> `RawResponsesStreamEv
 `ResponseTextDeltaEvent`; text deltas are the raw events a durable run streams), `message`,
 `reasoning`, `tool_called` and `tool_finished` -> `RunItemStreamEvent`s with the SDK's names
 (`message_output_created`, `reasoning_item_created`, `tool_called` / `handoff_requested`,
-`tool_output` / `handoff_occured`), the first agent and every `handoff` ->
-`AgentUpdatedStreamEvent`. The rest (approvals requested and decided, pauses, deadlines) has no
-SDK event, as in the SDK, where a pending approval is an interruption read after the stream
-ends: `RunResultStreaming.run_events()` yields every `RunEvent`.
+`tool_output` / `handoff_occured`), `approval_requested` -> `tool_approval_requested` (its
+item a `ToolApprovalItem`, as in the SDK; decide it from `result.interruptions` once the stream
+ends), the first agent and every `handoff` -> `AgentUpdatedStreamEvent`. The rest (decisions,
+pauses, deadlines) has no SDK event: `RunResultStreaming.run_events()` yields every `RunEvent`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any, Literal, TypeAlias
 
 from hitl.agent import Agent, capture_graph
 from hitl.items import message_text
-from hitl.state import AgentRef
+from hitl.state import AgentRef, ToolApprovalItem
 from hitl.wire import RunEvent
 
 RunItemEventName = Literal[
@@ -38,6 +38,7 @@ RunItemEventName = Literal[
     "tool_called",
     "tool_output",
     "reasoning_item_created",
+    "tool_approval_requested",
 ]
 
 
@@ -125,6 +126,7 @@ StreamItem: TypeAlias = (
     | ToolCallOutputItem
     | HandoffCallItem
     | HandoffOutputItem
+    | ToolApprovalItem
 )
 
 
@@ -239,6 +241,8 @@ class SdkEvents:
             raw = raw if isinstance(raw, dict) else {"type": "reasoning", "summary": []}
             return RunItemStreamEvent("reasoning_item_created", ReasoningItem(agent, raw))
         model_id = data.get("model_call_id") or event.call_id
+        if event.type == "approval_requested":
+            return RunItemStreamEvent("tool_approval_requested", self._approval(event, agent))
         if event.type == "tool_called":
             if not isinstance(raw, dict):  # too large to ride on the event: its preview
                 raw = {
@@ -262,6 +266,21 @@ class SdkEvents:
             output = ToolCallOutputItem(agent, raw, raw.get("output"), event.call_id)
             return RunItemStreamEvent("tool_output", output)
         return None
+
+
+    def _approval(self, event: RunEvent, agent: Agent[Any] | AgentRef) -> ToolApprovalItem:
+        """The call waiting for a person, as the SDK's `ToolApprovalItem`."""
+        data = event.data
+        model_id = data.get("model_call_id")
+        arguments = data.get("arguments")
+        return ToolApprovalItem(
+            call_id=event.call_id or "",
+            name=event.tool or "",
+            arguments=arguments if isinstance(arguments, str) else "",
+            agent=agent,
+            agent_id=str(data.get("agent_id") or ""),
+            model_call_id=model_id if isinstance(model_id, str) else None,
+        )
 
 
 def _message(text: str) -> dict[str, Any]:

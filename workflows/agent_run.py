@@ -334,7 +334,7 @@ class AgentRun:
                     raise RunFailure(t.type, t.message, t.details)
             plans = turn.apply_plans(opened, planned, ready, s.verdicts)
         for rec in turn.settle(agent, opened, plans, self.book, cfg, workflow.now(), s.directory):
-            self.events.announce_request(rec.call_id, rec.tool_name, rec.request)
+            self.events.announce_request(rec.call_id, rec.tool_name, rec.request, rec)
             self.trace.open_wait(rec)
         self.events.announce_decisions()
         why = turn.bad_turn(opened)
@@ -595,6 +595,6 @@ class AgentRun:
         agent = graph.agents.get(self.state.current_agent) if graph else None
         return agent.name if agent else None
 
-    def announce_request(self, call_id: str, tool: str, request: Any) -> None:
+    def announce_request(self, call_id: str, tool: str, request: Any, call: Any = None) -> None:
         """An `approval_requested` event, once per call (for nested runs' calls)."""
-        self.events.announce_request(call_id, tool, request)
+        self.events.announce_request(call_id, tool, request, call)

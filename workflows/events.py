@@ -169,19 +169,30 @@ class Events:
             self.emit("resumed")
         self.paused = paused
 
-    def announce_request(self, call_id: str, tool: str, request: Any) -> None:
-        """An `approval_requested` event, once per call."""
+    def announce_request(
+        self, call_id: str, tool: str, request: Any, call: Any | None = None
+    ) -> None:
+        """An `approval_requested` event, once per call.
+
+        `call` (a `CallRecord` or `PendingApproval`): its agent, arguments (a preview) and the
+        model's call id ride along, for the SDK's `tool_approval_requested` stream event.
+        """
         if call_id in self.announced:
             return
         self.announced.add(call_id)
         if SEP not in call_id:
             self.metrics.requested(tool)
+        data: dict[str, Any] = {"message": request.message} if request is not None else {}
+        if call is not None:
+            data["arguments"] = preview(call.arguments)
+            data["agent_id"] = call.agent_id
+            data["model_call_id"] = getattr(call, "model_call_id", None) or None
         self.emit(
             "approval_requested",
             call_id=call_id,
             tool=tool,
             text=request.title if request is not None else None,
-            data={"message": request.message} if request is not None else {},
+            data=data,
         )
 
     def announce_decisions(self) -> None:

@@ -78,7 +78,7 @@ class Host(Protocol):
         """Agents and agent tools from the root down to this run."""
         ...
 
-    def announce_request(self, call_id: str, tool: str, request: Any) -> None:
+    def announce_request(self, call_id: str, tool: str, request: Any, call: Any = None) -> None:
         """Publish an `approval_requested` event once per call."""
         ...
 
@@ -161,7 +161,7 @@ async def _exchange(host: Host, view: ChildView, handle: ChildWorkflowHandle[Any
             if out.report is not None and not view.done:
                 view.report = out.report
                 for p in view.pending():
-                    host.announce_request(f"{view.call_id}/{p.call_id}", p.tool_name, p.request)
+                    host.announce_request(f"{view.call_id}/{p.call_id}", p.tool_name, p.request, p)
         if view.seq != poked[0]:
             poked[0] = view.seq
             await handle.signal(SIGNAL_FROM_ROOT, {})

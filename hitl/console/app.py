@@ -32,7 +32,7 @@ from hitl.console.forms import (
     one_text_each,
 )
 from hitl.console.insights import INSIGHTS, METRICS, InsightsPages
-from hitl.console.realtime import REALTIME, realtime
+from hitl.console.realtime import REALTIME, socket_endpoint
 from hitl.console.rules import Rules
 from hitl.console.settled import SETTLED_VIEWS, SettledRow, visible
 from hitl.console.urls import (
@@ -526,13 +526,6 @@ class Guard(BaseHTTPMiddleware):
         )
 
 
-def _socket_endpoint(console: Console) -> Callable[[WebSocket], Awaitable[None]]:
-    async def endpoint(ws: WebSocket) -> None:
-        await realtime(console, ws)
-
-    return endpoint
-
-
 def _session(console: Console, request: Request | WebSocket) -> Session | None:
     """The request's session; in `header` mode only while the proxy names the same person."""
     session = console.auth.sessions.read(request.cookies.get(COOKIE))
@@ -595,7 +588,7 @@ def create_app(
         Route(INSIGHTS, insights.page),
         Route(METRICS, insights.metrics),
         Route(CHAT_SLACK, console.chat_slack, methods=["POST"]),
-        WebSocketRoute(REALTIME, _socket_endpoint(console)),
+        WebSocketRoute(REALTIME, socket_endpoint(console)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes, middleware=[Middleware(Guard, console=console)])

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -196,3 +197,12 @@ async def realtime(console: Console, ws: WebSocket) -> None:
         log.info("realtime socket on %s closed: %r", ids[1], exc)
     finally:
         follower.cancel()
+
+
+def socket_endpoint(console: Console) -> Callable[[WebSocket], Awaitable[None]]:
+    """The `/ws/run` endpoint of `console` (a function: Starlette calls it per socket)."""
+
+    async def endpoint(ws: WebSocket) -> None:
+        await realtime(console, ws)
+
+    return endpoint

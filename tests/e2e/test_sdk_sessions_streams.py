@@ -458,8 +458,8 @@ async def test_sdk_streaming_hitl_example_runs_with_its_imports_changed(
 
 
 async def test_stream_events_are_the_sdks_classes_and_names(dev_client: Client) -> None:
-    """Handoffs, reasoning, tool calls and outputs as the SDK names them; the run's own events
-    (approvals, pauses) stay available from `run_events()`."""
+    """Handoffs, reasoning, tool calls, outputs and the approval a call waits for as the SDK
+    names them; the run's own events (decisions, pauses) stay available from `run_events()`."""
     from hitl import (
         AgentUpdatedStreamEvent,
         HandoffCallItem,
@@ -498,7 +498,18 @@ async def test_stream_events_are_the_sdks_classes_and_names(dev_client: Client) 
         "handoff_occured",
         "agent:Data agent",
         "tool_called",
+        "tool_approval_requested",
     ]
+    # The call that waits, as the SDK's `ToolApprovalItem` (what `interruptions` will hold).
+    asked = events[5]
+    assert isinstance(asked, RunItemStreamEvent) and asked.item.type == "tool_approval_item"
+    [waiting] = streamed.interruptions
+    assert (asked.item.call_id, asked.item.name, asked.item.arguments) == (  # type: ignore[union-attr]
+        waiting.call_id,
+        waiting.name,
+        waiting.arguments,
+    )
+    assert asked.item.agent is data_agent  # type: ignore[union-attr]
     assert isinstance(events[0], AgentUpdatedStreamEvent) and events[0].new_agent is weather_agent
     assert events[3].new_agent is data_agent  # type: ignore[union-attr]
     handoff = events[1]

@@ -242,7 +242,13 @@ def test_run_events_become_the_sdks_stream_events() -> None:
             data={"item_type": "handoff_output_item", "raw_item": out},
         ),
         _ev("handoff", agent="Helper", data={"from": "Root", "to": "Helper"}),
-        _ev("approval_requested", agent="Helper", call_id="c2", tool="act"),
+        _ev(
+            "approval_requested",
+            agent="Helper",
+            call_id="c2",
+            tool="act",
+            data={"arguments": '{"x": 1}', "agent_id": "Helper", "model_call_id": "m2"},
+        ),
         _ev(
             "message",
             agent="Helper",
@@ -260,8 +266,12 @@ def test_run_events_become_the_sdks_stream_events() -> None:
         "RunItemStreamEvent",
         "AgentUpdatedStreamEvent",
         "RunItemStreamEvent",
+        "RunItemStreamEvent",
     ]
-    first, delta, reasoning, hcall, hout, updated, message = events
+    first, delta, reasoning, hcall, hout, updated, asked, message = events
+    assert isinstance(asked, RunItemStreamEvent) and asked.name == "tool_approval_requested"
+    assert asked.item.type == "tool_approval_item" and asked.item.agent is helper
+    assert (asked.item.call_id, asked.item.name, asked.item.arguments) == ("c2", "act", '{"x": 1}')  # type: ignore[union-attr]
     assert isinstance(first, AgentUpdatedStreamEvent) and first.new_agent is root
     assert isinstance(delta, RawResponsesStreamEvent) and delta.type == "raw_response_event"
     from openai.types.responses import ResponseTextDeltaEvent
