@@ -267,7 +267,6 @@ class SdkEvents:
             return RunItemStreamEvent("tool_output", output)
         return None
 
-
     def _approval(self, event: RunEvent, agent: Agent[Any] | AgentRef) -> ToolApprovalItem:
         """The call waiting for a person, as the SDK's `ToolApprovalItem`."""
         data = event.data
