@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hitl.worker.devserver import DevServer
 from tests.e2e.cli_support import hitl, pending_json
-from tests.helpers import ROOT, WorkerProcess, queue_name
+from tests.helpers import ROOT, WorkerProcess, desk_approvers, queue_name
 
 POLICY = """
 policy: refund-desk-e2e
@@ -42,7 +42,7 @@ def test_a_worker_serves_the_shipped_policy_with_its_limits(
         queue_name("limits"),
         agents="hitl.examples.refund_desk:agent",
         extra_args=["--policy", str(ROOT / "examples" / "policies" / "refund_desk.yaml")],
-        env={"HITL_BACKOFFICE_DB": str(tmp_path / "backoffice.sqlite")},
+        env={"HITL_BACKOFFICE_DB": str(tmp_path / "backoffice.sqlite"), **desk_approvers(tmp_path)},
     ).start()
     try:
         assert worker.process is not None and worker.process.poll() is None
@@ -59,7 +59,8 @@ async def test_explain_names_the_pinned_rule_and_why(dev_server: DevServer, tmp_
         tq,
         agents="hitl.examples.refund_desk:agent",
         extra_args=["--policy", str(policy)],
-        env={"HITL_BACKOFFICE_DB": str(tmp_path / "backoffice.sqlite")},
+        # The shipped refund desk: finance decides, signed (its approver directory).
+        env={"HITL_BACKOFFICE_DB": str(tmp_path / "backoffice.sqlite"), **desk_approvers(tmp_path)},
     ).start()
     try:
         wid = f"{tq}-run"
