@@ -95,9 +95,13 @@ async def test_a_slow_inbox_reading_is_served_after_it_arrives(
 
     monkeypatch.setattr(ConsoleData, "_read_namespace", slow)
     data = ConsoleData({"default": None})  # type: ignore[dict-item]
-    await data.inbox()
-    await data.inbox()
-    assert reads == 1
+    import time
+
+    first = await data.inbox()
+    age = time.monotonic() - first.read_at
+    assert reads == 1 and first.took >= 0.3
+    assert age < first.took, "stamped when it arrived, not when it began"
+    assert await data.inbox() is first, "and served to the next request"
 
 
 async def test_a_stale_reading_is_served_while_the_next_is_read_and_a_decision_reads_anew(
