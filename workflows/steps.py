@@ -545,13 +545,13 @@ def by_reference(inp: CallModelInput, agent: AgentSpec) -> CallModelInput:
     An agent whose pinned definition is not the registry's (tools an MCP server listed at the
     run's start, a run's model override) sends it all.
     """
+    definition = agent_definition(agent)
     if any(t.mcp_server for t in agent.tools) or any(
-        getattr(inp, k) != v for k, v in agent_definition(agent).items()
+        getattr(inp, k) != v for k, v in definition.items()
     ):
         return inp
     left_out = {
-        k: CallModelInput.model_fields[k].get_default(call_default_factory=True)
-        for k in agent_definition(agent)
+        k: CallModelInput.model_fields[k].get_default(call_default_factory=True) for k in definition
     }
     return inp.model_copy(update={**left_out, "definition": definition_digest(agent)})
 

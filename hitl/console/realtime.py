@@ -11,9 +11,8 @@ signing and refusals of every other decision path:
   a call stops waiting, and `{"type": "run_settled", "phase": ...}` when the run ends;
 - the client sends `{"type": "approve_tool_call" | "reject_tool_call", "call_id": ...,
   "seen_sha256": ..., "message"?: ..., "reason"?: ...}`; the decision is the session's
-  person's, checked as a chat click is (the call still waits, the person may decide it, the
-  arguments are those the socket announced), signed by the console's gateway key and sent
-  as the run's own update, whose checks apply again. Every answer is a `decided` or an
+  person's, bound to the arguments the socket announced, signed by the console's gateway
+  key and sent as the run's own update, whose checks (still waiting, who may decide) apply. Every answer is a `decided` or an
   `error` message; a refusal changes nothing; the socket stays open.
 
 Messages are at most 16 KB; anything else (not JSON, another type, missing fields) is an
