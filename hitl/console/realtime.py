@@ -13,7 +13,8 @@ signing and refusals of every other decision path:
   "seen_sha256": ..., "message"?: ..., "reason"?: ...}`; the decision is the session's
   person's, bound to the arguments the socket announced, signed by the console's gateway
   key and sent as the run's own update, whose checks (still waiting, who may decide)
-  apply. Every answer is a `decided` or an `error` message; a refusal changes nothing; the socket stays open.
+  apply. Every answer is a `decided` or an `error` message; a refusal changes nothing; the
+  socket stays open.
 
 Messages are at most 16 KB; anything else (not JSON, another type, missing fields) is an
 `error` message and decides nothing.
