@@ -76,6 +76,11 @@ class PolicyRegistry:
                 result_type=ApproverDirectory,
                 start_to_close_timeout=timedelta(seconds=30),
             )
+            # A command in the task that stored it. Without one, a worker replaying from the
+            # start (no cache, or after an eviction) was handed the directory and the next
+            # update in one activation, and the SDK validates updates before `run` resumes:
+            # the validator never saw the directory (and refuses without it, below).
+            workflow.upsert_memo({"hitl_registry": {"directory_read": True}})
         await workflow.wait_condition(
             lambda: self.updates >= CONTINUE_AFTER or workflow.info().is_continue_as_new_suggested()
         )
@@ -86,9 +91,9 @@ class PolicyRegistry:
     async def publish(self, *args: Any) -> PolicyPublication:
         """Make a signed document the current policy (validated first).
 
-        The validator checks everything once the registry has its directory; a publication
-        that arrives before (or while a replay has not reached it yet) is checked here, after
-        waiting for it.
+        The validator checks everything and refuses a publication that arrives before the
+        registry has its directory (`RegistryNotReady`); the handler checks again (in a replay,
+        where validators do not run, after waiting for the directory).
         """
         await workflow.wait_condition(lambda: self.state.directory is not None)
         p, doc_pin = self._checked(args)
@@ -107,11 +112,14 @@ class PolicyRegistry:
 
     @publish.validator
     def _validate(self, *args: Any) -> None:
-        self._checked(args, ready=self.state.directory is not None)
+        if self.state.directory is None:
+            raise ApplicationError(
+                "the registry has not read its approver directory yet: publish again shortly",
+                type="RegistryNotReady",
+            )
+        self._checked(args)
 
-    def _checked(
-        self, args: tuple[Any, ...], ready: bool = True
-    ) -> tuple[PublishPolicy, PinnedPolicy]:
+    def _checked(self, args: tuple[Any, ...]) -> tuple[PublishPolicy, PinnedPolicy]:
         p = read_one(
             args,
             PublishPolicy,
@@ -128,11 +136,14 @@ class PolicyRegistry:
         pinned = PinnedPolicy(
             name=doc.policy, version=doc.version, digest=digest, document=canonical(doc)
         )
-        if not ready or self.state.directory is None:
-            return p, pinned
+        directory = self.state.directory
+        if directory is None:  # (the validator refused it; a replay waits for it)
+            raise ApplicationError(
+                "the registry has no approver directory", type="RegistryNotReady"
+            )
         try:
             verify_publication(
-                self.state.directory,
+                directory,
                 p,
                 registry_id=workflow.info().workflow_id,
                 digest=digest,

@@ -88,13 +88,14 @@ async def test_a_slow_inbox_reading_is_served_after_it_arrives(
     monkeypatch.setattr(console_data, "INBOX_SECONDS", 0.2)
     reads = 0
 
-    async def slow(self: ConsoleData, *args: object) -> None:
+    async def slow(*args: object) -> None:
         nonlocal reads
         reads += 1
         await asyncio.sleep(0.3)  # longer than the reading is served for
 
-    monkeypatch.setattr(ConsoleData, "_read_namespace", slow)
     data = ConsoleData({"default": None})  # type: ignore[dict-item]
+    # On this instance only: a console another test left serving reads through the class.
+    monkeypatch.setattr(data, "_read_namespace", slow)
     import time
 
     first = await data.inbox()
@@ -117,7 +118,7 @@ async def test_a_stale_reading_is_served_while_the_next_is_read_and_a_decision_r
     monkeypatch.setattr(console_data, "INBOX_SECONDS", 0.0)
     gates: list[asyncio.Event] = []
 
-    async def gated(self: ConsoleData, inbox: object, *args: object) -> None:
+    async def gated(inbox: object, *args: object) -> None:
         gate = asyncio.Event()
         gates.append(gate)
         inbox.left_out = len(gates)  # type: ignore[attr-defined]  # which reading this is
@@ -125,8 +126,8 @@ async def test_a_stale_reading_is_served_while_the_next_is_read_and_a_decision_r
             gate.set()
         await gate.wait()
 
-    monkeypatch.setattr(ConsoleData, "_read_namespace", gated)
     data = ConsoleData({"default": None})  # type: ignore[dict-item]
+    monkeypatch.setattr(data, "_read_namespace", gated)  # this instance only
     assert (await data.inbox()).left_out == 1
     served = await asyncio.wait_for(data.inbox(), 1.0)  # reading 2 is held back
     assert served.left_out == 1 and len(gates) == 2, "the last reading, at once"
