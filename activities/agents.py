@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from temporalio import activity
@@ -150,7 +150,8 @@ class AgentActivities:
         tracing: The worker traces with OpenTelemetry.
         directory: The approver directory (groups, public keys) pinned into each run.
         notify: The worker has notifiers: runs start `notify` activities.
-        policy: The worker's approval policy, pinned into each run (docs/policies.md).
+        policy: The worker's approval policy, pinned into each run (docs/policies.md), or
+            what gives the policy a run starting now pins (the policy registry's watch).
     """
 
     RECHECK_SECONDS = 60.0
@@ -162,7 +163,7 @@ class AgentActivities:
         tracing: bool = False,
         directory: ApproverDirectory | None = None,
         notify: bool = False,
-        policy: PinnedPolicy | None = None,
+        policy: PinnedPolicy | Callable[[], PinnedPolicy | None] | None = None,
     ) -> None:
         self.registry = registry
         self.policy = policy
@@ -209,7 +210,7 @@ class AgentActivities:
             attributes=attributes,
             tracing=self.tracing,
             directory=self.directory,
-            policy=self.policy,
+            policy=self.policy() if callable(self.policy) else self.policy,
             notify=self.notify,
             inbox_memo=True,
             run_call_ids=True,

@@ -34,6 +34,7 @@ from hitl.policy import LimitLedger, PolicyDocument
 from hitl.registry import AgentRegistry
 from hitl.signing import directory_from_env, signing_available
 from hitl.wire import DEFAULT_TASK_QUEUE, ApproverDirectory, PinnedPolicy
+from hitl.worker.policy_watch import RegistryWatch, WatchRegistry, registry_watch
 from hitl.workflows.agent_run import AgentRun
 from hitl.workflows.ledger import HitlLedger
 from hitl.workflows.policy_registry import PolicyRegistry
@@ -174,7 +175,7 @@ def build_worker(
     notifiers: Iterable[Any] | None = None,
     policy: str | Path | PolicyDocument | None = None,
     ledger: LimitLedger | None = None,
-    policy_registry: bool = False,
+    policy_registry: bool | str | RegistryWatch = False,
 ) -> Worker:
     """A worker for `agents` on `options.task_queue` (not started: use `async with` or `run()`).
 
@@ -183,8 +184,10 @@ def build_worker(
     own code (`hitl.refs`). Runs started here pin the approver `directory` (`None`: the file
     `HITL_APPROVERS` names) and the approval `policy` (a file or a `PolicyDocument`; `None`:
     `HITL_POLICY`), whose limit rules the `ledger` answers (default: the namespace's
-    `HitlLedger` workflows, served here); `policy_registry=True` also serves the policy
-    registry. `notifiers` (`hitl.notify`) hear about waiting, reminded, escalated, decided,
+    `HitlLedger` workflows, served here). `policy_registry=True` (or the registry's workflow
+    id, or a `RegistryWatch`) also serves the namespace's policy registry, and runs started
+    here pin its current policy (the file's while it has none; `hitl.worker.policy_watch`).
+    `notifiers` (`hitl.notify`) hear about waiting, reminded, escalated, decided,
     expired and uncertain calls.
     """
     opts = options or WorkerOptions()
@@ -197,15 +200,21 @@ def build_worker(
         registry = AgentRegistry(agents, allow=allow)
     ledger = ledger if ledger is not None else TemporalLimitLedger()
     pinned = worker_policy(policy, ledger)
+    watch = None if opts.activities_only else registry_watch(policy_registry)
+    plugins: list[SimplePlugin] = []
+    if watch is not None:
+        watch.fallback = pinned
+        plugins.append(WatchRegistry(watch, client, opts.task_queue))
     model = ModelActivities(registry, ledger=ledger)
-    activities = _activities(client, registry, model, opts, directory, notifiers, pinned)
+    source = watch.policy if watch is not None else pinned
+    activities = _activities(client, registry, model, opts, directory, notifiers, source)
     kwargs: dict[str, Any] = {}
     if identity:
         kwargs["identity"] = identity
     return Worker(
         client,
         task_queue=opts.task_queue,
-        workflows=[] if opts.activities_only else _workflows(policy_registry),
+        workflows=[] if opts.activities_only else _workflows(watch is not None),
         activities=activities,
         workflow_runner=workflow_runner(),
         max_cached_workflows=opts.max_cached_workflows,
@@ -220,7 +229,7 @@ def build_worker(
         disable_payload_error_limit=True,
         # Model clients hold connection pools: closed when the worker stops, not left for the
         # garbage collector (which would schedule their close on whatever loop runs then).
-        plugins=[ReleaseOnStop(model.aclose)],
+        plugins=[ReleaseOnStop(model.aclose), *plugins],
         **kwargs,
     )
 
@@ -237,7 +246,7 @@ def _activities(
     opts: WorkerOptions,
     directory: ApproverDirectory | None,
     notifiers: Iterable[Any] | None,
-    policy: PinnedPolicy | None = None,
+    policy: PinnedPolicy | Callable[[], PinnedPolicy | None] | None = None,
 ) -> list[Callable[..., Any]]:
     """Every activity of ours, for the agents in `registry` (any worker can run any of them).
 

@@ -11,6 +11,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
+from hitl import Runner
 from hitl.activities.policy import pin
 from hitl.policy import canonical, digest_of, parse_policy
 from hitl.policy_signing import sign_publication
@@ -23,11 +24,16 @@ from hitl.wire import (
     ApproverDirectory,
     ApproverEntry,
     CurrentPolicy,
+    DecisionInput,
+    DecisionRecord,
     PolicyPublication,
     RegistryInput,
     RegistryState,
+    RunOutput,
+    RunStatus,
 )
-from tests.helpers import Ledger, serving, wait_for
+from hitl.worker.policy_watch import RegistryWatch
+from tests.helpers import Ledger, queue_name, serving, tool_activity_count, wait_for
 from tests.workflows.test_invariants import refused_type
 from tests.workflows.test_policy_runs import EVERYTHING_DENIED, POLICY, desk
 
@@ -67,19 +73,18 @@ async def test_only_an_admins_signed_publication_counts(
     """Refused before anything reaches history: a member of another group, a missing
     signature, a document that does not validate. An admin's publication becomes current and
     is logged with who, when and why."""
-    client = ts_env.client
-    async with serving(client, desk, directory=DIRECTORY, policy_registry=True) as tq:
-        registry = await client.start_workflow(
-            POLICY_REGISTRY_TYPE,
-            RegistryInput(),
-            id=f"{POLICY_REGISTRY_ID}-{tq}",
-            task_queue=tq,
-        )
-        try:
+    client, tq = ts_env.client, queue_name()
+    registry = await client.start_workflow(
+        POLICY_REGISTRY_TYPE, RegistryInput(), id=f"{POLICY_REGISTRY_ID}-{tq}", task_queue=tq
+    )
+    try:
+        async with serving(
+            client, desk, task_queue=tq, directory=DIRECTORY, policy_registry=registry.id
+        ):
             await _registry_checks(ts_env, registry)
             hist = await registry.fetch_history()
-        finally:
-            await registry.terminate("test over")
+    finally:
+        await registry.terminate("test over")
     accepted = [
         e for e in hist.events
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
@@ -169,20 +174,70 @@ async def test_a_starter_cannot_plant_a_policy_or_an_admin(ts_env: WorkflowEnvir
             }
         ),
     )
-    client = ts_env.client
-    async with serving(client, desk, directory=DIRECTORY, policy_registry=True) as tq:
-        registry = await client.start_workflow(
-            POLICY_REGISTRY_TYPE,
-            RegistryInput(state=planted),
-            id=f"{POLICY_REGISTRY_ID}-{tq}",
-            task_queue=tq,
-        )
-        try:
+    client, tq = ts_env.client, queue_name()
+    registry = await client.start_workflow(
+        POLICY_REGISTRY_TYPE,
+        RegistryInput(state=planted),
+        id=f"{POLICY_REGISTRY_ID}-{tq}",
+        task_queue=tq,
+    )
+    watch = RegistryWatch(registry.id, interval=0.1)
+    try:
+        async with serving(client, desk, task_queue=tq, directory=DIRECTORY, policy_registry=watch):
             await wait_for(lambda: ready(registry), what="the registry read the directory")
             current = await registry.query(QUERY_CURRENT_POLICY, result_type=CurrentPolicy)
             assert current.policy is None
+            await watch.wait_for(None)
+            assert watch.policy() is None, "workers pin nothing planted either"
             with pytest.raises(WorkflowUpdateFailedError) as err:
                 await _publish(ts_env, registry.id, POLICY, mallory_key, mallory_id, "mallory")
             assert refused_type(err) == "UnknownKey"
-        finally:
-            await registry.terminate("test over")
+    finally:
+        await registry.terminate("test over")
+
+
+async def test_runs_pin_the_registrys_version_when_they_start(
+    ts_env: WorkflowEnvironment, ledger: Ledger, cache_size: int
+) -> None:
+    """Run A starts while the registry has no policy: it pins the worker's file (version 1) and
+    parks. An admin publishes version 2 (everything denied); the worker's watch reads it; run B
+    pins version 2 and is refused without a tool, while A keeps version 1 and runs once
+    approved. Also with a worker that caches no workflow (the registry is read outside any
+    workflow task, so nothing deadlocks)."""
+    client, tq = ts_env.client, queue_name()
+    watch = RegistryWatch(f"{POLICY_REGISTRY_ID}-{tq}", interval=0.1)
+    async with serving(
+        client,
+        desk,
+        task_queue=tq,
+        cache=cache_size,
+        directory=DIRECTORY,
+        policy=parse_policy(POLICY),
+        policy_registry=watch,
+    ):
+        await watch.wait_for(None)
+        a = await Runner.run(desk, "refund:7:5000", client=client, task_queue=tq, serve=False)
+        [item] = a.interruptions
+        registry = client.get_workflow_handle(watch.registry_id)
+        await wait_for(lambda: ready(registry), what="the registry read the directory")
+        await _publish(ts_env, watch.registry_id, EVERYTHING_DENIED, ADA_KEY, ADA_ID, "ada")
+        await watch.wait_for(digest_of(parse_policy(EVERYTHING_DENIED)))
+        b = await Runner.run(desk, "refund:8:20", client=client, task_queue=tq, serve=False)
+        b_handle = client.get_workflow_handle(b.workflow_id, result_type=RunOutput)
+        b_status = await b_handle.query("status", result_type=RunStatus)
+        a_handle = client.get_workflow_handle(a.workflow_id, result_type=RunOutput)
+        for who in ("ann", "bob"):
+            await a_handle.execute_update(
+                "approve", DecisionInput(call_id=item.call_id, approver=who),
+                result_type=DecisionRecord,
+            )  # fmt: skip
+        a_out = await a_handle.result()
+        a_status = await a_handle.query("status", result_type=RunStatus)
+        b_hist = await b_handle.fetch_history()
+        await registry.terminate("test over")
+    assert b.final_output == "The desk is closed."
+    assert tool_activity_count(b_hist) == 0
+    assert b_status.policy is not None and b_status.policy.version == "2"
+    assert a_status.policy is not None and a_status.policy.version == "1"
+    assert a_out.final_output == "refunded $5000.0 on order 7"
+    assert ledger.count("refund") == 1
