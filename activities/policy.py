@@ -18,10 +18,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from hitl.policy import (
     CallFacts,
+    LimitAnswer,
     LimitCheck,
     LimitLedger,
     PolicyDocument,
@@ -33,7 +35,14 @@ from hitl.policy import (
     from_data,
     load_policy,
 )
-from hitl.wire import LimitHold, PinnedPolicy, PolicyVerdict
+from hitl.wire import (
+    ACT_REEVALUATE_POLICY,
+    LimitHold,
+    PinnedPolicy,
+    PolicyVerdict,
+    ReevaluateInput,
+    ReevaluateOutput,
+)
 
 log = logging.getLogger("hitl.activities")
 
@@ -169,3 +178,47 @@ def worker_policy(
             source=f"policy {doc.policy}",
         )
     return pin(doc)
+
+
+class LookOnly:
+    """A ledger that only looks: re-evaluating a parked call reserves nothing new.
+
+    The call keeps the reservations it was planned with (released if it is now rejected); a
+    limit rule the new version adds is checked against the key's totals, this call included.
+    """
+
+    def __init__(self, inner: LimitLedger) -> None:
+        self.inner = inner
+
+    async def check_and_reserve(self, check: LimitCheck) -> LimitAnswer:
+        """The inner ledger's answer to `check`, asked without reserving."""
+        return await self.inner.check_and_reserve(check.model_copy(update={"reserve": False}))
+
+    async def release(self, check: LimitCheck, reason: str) -> None:
+        """Nothing to give back: nothing was reserved here."""
+
+    async def commit(self, check: LimitCheck) -> None:
+        """Nothing to commit: nothing was reserved here."""
+
+
+class PolicyActivities:
+    """`reevaluate_policy`: what a new policy version says about a run's pending calls."""
+
+    def __init__(self, ledger: LimitLedger | None) -> None:
+        self.ledger = LookOnly(ledger) if ledger is not None else None
+
+    @activity.defn(name=ACT_REEVALUATE_POLICY)
+    async def reevaluate_policy(self, inp: ReevaluateInput) -> ReevaluateOutput:
+        """The verdict of `inp.policy` (checked against its digest) on each call, in order."""
+        verdicts = []
+        for call in inp.calls:
+            plan = PlanPolicy(
+                pinned=inp.policy,
+                categories={call.tool: list(call.categories)},
+                ledger=self.ledger,
+                workflow_id=inp.workflow_id,
+            )
+            verdicts.append(
+                await verdict_for(plan, call.agent, call.tool, call.call_id, call.arguments)
+            )
+        return ReevaluateOutput(verdicts=verdicts)

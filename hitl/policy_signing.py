@@ -22,17 +22,26 @@ if TYPE_CHECKING:
 
 DOMAIN = b"hitl-policy-publication\n"
 """Prefix of every signed publication: a decision's signature never verifies as one."""
+APPLY_DOMAIN = b"hitl-policy-apply\n"
+"""Prefix of every signed `apply_policy` (to one run, named in place of the registry): a
+publication never verifies as an apply, nor an apply as a publication."""
 
 
-def publication_message(registry_id: str, digest: str, admin: str, expires_at: datetime) -> bytes:
-    """The bytes an admin signs to publish the document whose digest is `digest`."""
+def publication_message(
+    registry_id: str, digest: str, admin: str, expires_at: datetime, domain: bytes = DOMAIN
+) -> bytes:
+    """The bytes an admin signs to publish the document whose digest is `digest`.
+
+    With `APPLY_DOMAIN`, `registry_id` is the run's workflow id: what an admin signs to apply
+    the document to that run.
+    """
     body = {
         "registry": registry_id,
         "digest": digest,
         "admin": admin,
         "expires_at": expires_at.astimezone(UTC).isoformat(),
     }
-    return DOMAIN + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return domain + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
 def sign_publication(
@@ -46,10 +55,15 @@ def sign_publication(
     now: datetime,
     lifetime: timedelta = timedelta(hours=1),
     reason: str | None = None,
+    domain: bytes = DOMAIN,
 ) -> PublishPolicy:
-    """A `publish_policy` update for `document` (whose digest is `digest`), signed by `admin`."""
+    """A `publish_policy` update for `document` (whose digest is `digest`), signed by `admin`.
+
+    With `domain=APPLY_DOMAIN` and a run's workflow id as `registry_id`: the fields of an
+    `apply_policy` update to that run (`hitl.wire.ApplyPolicy`).
+    """
     expires = (now + lifetime).astimezone(UTC)
-    signature = key.sign(publication_message(registry_id, digest, admin, expires))
+    signature = key.sign(publication_message(registry_id, digest, admin, expires, domain))
     return PublishPolicy(
         document=dict(document),
         admin=admin,
@@ -61,7 +75,13 @@ def sign_publication(
 
 
 def verify_publication(
-    directory: ApproverDirectory, p: PublishPolicy, *, registry_id: str, digest: str, now: datetime
+    directory: ApproverDirectory,
+    p: PublishPolicy,
+    *,
+    registry_id: str,
+    digest: str,
+    now: datetime,
+    domain: bytes = DOMAIN,
 ) -> str:
     """The admin who signed publication `p` of the document with `digest`, or `SignatureError`.
 
@@ -84,7 +104,7 @@ def verify_publication(
         signature = base64.b64decode(p.signature, validate=True)
     except (ValueError, binascii.Error):
         raise SignatureError("BadSignature", "the signature is not base64") from None
-    message = publication_message(registry_id, digest, p.admin, expires)
+    message = publication_message(registry_id, digest, p.admin, expires, domain)
     if len(signature) != 64 or not _verifies(public, signature, message):
         raise SignatureError("BadSignature", "the signature does not match this document")
     return owner

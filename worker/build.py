@@ -23,7 +23,7 @@ from hitl.activities.hooks import HookActivities
 from hitl.activities.ledger import LedgerActivities
 from hitl.activities.model import ModelActivities
 from hitl.activities.notify import NotifyActivities
-from hitl.activities.policy import worker_policy
+from hitl.activities.policy import PolicyActivities, worker_policy
 from hitl.activities.runs import read_run
 from hitl.activities.sessions import SessionActivities
 from hitl.admin import search_attributes_ready
@@ -269,6 +269,7 @@ def _activities(
         agent_acts.registry_directory,
         agent_acts.resolve_agent,
         agent_acts.handle_run_error,
+        PolicyActivities(tools.ledger).reevaluate_policy,
         model.call_model,
         tools.plan_tools,
         tools.execute_tool,

@@ -6,11 +6,9 @@ calls (activities, side by side), and loop until the model gives a final output.
 needs a person waits on `workflow.wait_condition` until a decision arrives (update `approve` /
 `reject` / `decide`, or the same-named signals) or its deadline passes.
 
-This class holds the handlers and the loop. A run's whole state is one model (`CarriedState`,
-also what continue-as-new carries); the rest has its own module: the approval book (`book`),
-the turn's decisions (`turn`), arriving decisions (`decisions`), activities (`steps`), hooks
-around the loop (`hooks`), nested runs (`nested`), what operators see (`visibility`), events
-(`events`) and the reading of payloads from anyone (`inputs`). No user code runs here.
+The class holds the handlers and the loop; the state is one model (`CarriedState`, what
+continue-as-new carries); the rest has its own module (`book`, `turn`, `decisions`, `steps`,
+`hooks`, `nested`, `visibility`, `events`, `inputs`, `policy_apply`). No user code runs here.
 """
 
 from __future__ import annotations
@@ -83,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
         elicitation,
         hooks,
         nested,
+        policy_apply,
         previews,
         tracing,
         turn,
@@ -157,6 +156,7 @@ class AgentRun:
         self._no_compaction = False
         self.trace = tracing.RunTracer(False, {})
         self.published = visibility.Publisher(self)
+        policy_apply.install(self)  # the `apply_policy` update (an admin's new version)
 
     # ================================================================= main loop
 

@@ -77,6 +77,7 @@ def status(run: Reads, kind: type[RunStatus] = RunStatus, *, full: bool = True) 
         last_response_id=s.last_response_id,
         policy=s.policy if full else None,
         verdicts=s.verdicts if full else [],
+        policy_changes=s.policy_changes if full else [],
     )
 
 
@@ -122,6 +123,7 @@ def settled_status(
         assert isinstance(whole, SettledStatus)
         whole.refused, whole.actions, whole.final_output = [], [], None
         whole.policy, whole.verdicts = None, []  # (the `status` query has them)
+        whole.policy_changes = []
         whole.input_items, whole.new_items = run.state.input_items, run.state.new_items
         if encoded_size(whole) <= TRANSCRIPT_INLINE_BYTES:
             return whole

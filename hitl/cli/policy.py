@@ -6,6 +6,8 @@
   diff per case).
 - `hitl policy explain RUN CALL`: which rule decided a call of a run and why, from the policy
   version the run pinned.
+- `hitl policy publish FILE`, `hitl policy apply FILE RUN...`: an admin's signed changes
+  (`hitl.cli.policy_admin`).
 
 Every input is hostile: files are size-bounded and parsed without building objects; names read
 from a run are printed through the CLI's escaping stream.
@@ -19,6 +21,7 @@ import contextlib
 import json
 from typing import Any
 
+from hitl.cli import policy_admin
 from hitl.cli.common import EXIT_FAILED, EXIT_OK, Refused, _handle, _query
 from hitl.policy import (
     CallFacts,
@@ -40,7 +43,9 @@ EXIT_CASES_FAILED = 1
 
 def add_parser(sub: Any) -> None:
     """The `policy` subcommand and its own subcommands."""
-    p = sub.add_parser("policy", help="approval policies: schema, check, test, explain")
+    p = sub.add_parser(
+        "policy", help="approval policies: schema, check, test, explain, publish, apply"
+    )
     ps = p.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
     ps.add_parser("schema", help="print the JSON Schema of a policy document")
     c = ps.add_parser("check", help="validate a policy and report conflicts")
@@ -54,6 +59,7 @@ def add_parser(sub: Any) -> None:
     e.add_argument("run")
     e.add_argument("call_id")
     e.add_argument("--timeout", type=float, default=10.0)
+    policy_admin.add_parsers(ps)
 
 
 def cmd_policy(args: argparse.Namespace) -> int:
@@ -66,7 +72,18 @@ def cmd_policy(args: argparse.Namespace) -> int:
         return _check(args.file, args.strict)
     if args.policy_command == "test":
         return asyncio.run(_test(args.file, args.cases, args.verbose))
+    if args.policy_command in ("publish", "apply"):
+        return asyncio.run(_admin(args))
     return asyncio.run(_explain(args))
+
+
+async def _admin(args: argparse.Namespace) -> int:
+    from hitl.client import connect
+
+    client = await connect(profile=args.profile, address=args.address, namespace=args.namespace)
+    if args.policy_command == "publish":
+        return await policy_admin.publish(client, args)
+    return await policy_admin.apply(client, args)
 
 
 def _check(path: str, strict: bool) -> int:

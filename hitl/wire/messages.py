@@ -17,7 +17,7 @@ from hitl.wire.decisions import (
     UncertainCall,
 )
 from hitl.wire.names import DecisionKind, Phase
-from hitl.wire.policy import PinnedPolicy, PolicyVerdict
+from hitl.wire.policy import PinnedPolicy, PolicyChange, PolicyVerdict
 from hitl.wire.runs import (
     ApprovalRequestData,
     RefusedDecision,
@@ -433,6 +433,9 @@ class RunStatus(WireModel):
     """The approval policy the run pinned (its document too: `hitl policy explain` reads it)."""
     verdicts: list[PolicyVerdict] = Field(default_factory=list)
     """What that policy said about each call it matched."""
+    policy_changes: list[PolicyChange] = Field(default_factory=list)
+    """Admins' `apply_policy` updates: who changed the pinned policy, when, why, and what each
+    did to the pending calls."""
     """Every `resolve`, `extend` and `answer` of the run, also of calls whose turn is over."""
     last_response_id: str | None = None
     """The id of the run's latest Responses API response (for `previous_response_id`)."""

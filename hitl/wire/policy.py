@@ -11,17 +11,25 @@ from hitl.wire.base import WireModel
 from hitl.wire.graph import ApproverDirectory
 
 __all__ = [
+    "ACT_REEVALUATE_POLICY",
     "ACT_REGISTRY_DIRECTORY",
     "ADMINS_GROUP",
     "POLICY_REGISTRY_ID",
     "POLICY_REGISTRY_TYPE",
     "QUERY_CURRENT_POLICY",
+    "UPDATE_APPLY_POLICY",
     "UPDATE_PUBLISH_POLICY",
+    "ApplyPolicy",
+    "CallChange",
     "CurrentPolicy",
     "LimitHold",
     "PinnedPolicy",
+    "PolicyChange",
     "PolicyPublication",
     "PublishPolicy",
+    "ReevaluateCall",
+    "ReevaluateInput",
+    "ReevaluateOutput",
     "RegistryInput",
     "RegistryState",
     "PolicyEffect",
@@ -151,3 +159,78 @@ class CurrentPolicy(WireModel):
     log: list[PolicyPublication] = Field(default_factory=list)
     ready: bool = False
     """The registry has read the approver directory: it can take publications."""
+
+
+UPDATE_APPLY_POLICY = "apply_policy"
+"""A run's update: an admin's signed change of its pinned policy, re-evaluating pending calls."""
+ACT_REEVALUATE_POLICY = "reevaluate_policy"
+
+
+class ApplyPolicy(PublishPolicy):
+    """The `apply_policy` update: a document an admin signed for this one run.
+
+    Signed like a publication, under its own domain and with the run's workflow id in place of
+    the registry's (`hitl.policy_signing.sign_apply`): a publication never verifies as an
+    apply, and an apply for one run never verifies at another.
+    """
+
+
+class CallChange(WireModel):
+    """What applying a new policy version did to one pending call, and why."""
+
+    call_id: str
+    tool_name: str
+    change: Literal["rejected", "asked", "unchanged", "decided"]
+    """`rejected`: the new version denies it (or no one may decide it now); `asked`: it waits
+    with the approvers, count and deadline the new version asks; `unchanged`: the new version
+    does not ask (an apply never frees a waiting call); `decided`: decided meanwhile."""
+    effect: PolicyEffect | None = None
+    rule: str | None = None
+    reason: str
+    approvers: list[str] = Field(default_factory=list)
+    """Who may decide it now (`asked`)."""
+    required_approvals: int | None = None
+    dropped_approvals: list[str] = Field(default_factory=list)
+    """Approvals already given by people the new version no longer admits (they no longer
+    count)."""
+
+
+class PolicyChange(WireModel):
+    """One accepted `apply_policy`.
+
+    Who changed the run's pinned policy, when and why, and what it did to each pending call.
+    """
+
+    admin: str
+    key_id: str
+    at: datetime
+    reason: str | None = None
+    before: str | None = None
+    """The version pinned before (`<policy>@<version> sha256:...`; `None`: no policy)."""
+    after: str
+    calls: list[CallChange] = Field(default_factory=list)
+
+
+class ReevaluateCall(WireModel):
+    """One pending call, as `reevaluate_policy` asks the new version about it."""
+
+    call_id: str
+    """The model's id (the reservation ids of its limits are made from it, as in planning)."""
+    agent: str
+    tool: str
+    arguments: str
+    categories: list[str] = Field(default_factory=list)
+
+
+class ReevaluateInput(WireModel):
+    """Input of `reevaluate_policy`: the new version and the calls it is asked about."""
+
+    policy: PinnedPolicy
+    workflow_id: str
+    calls: list[ReevaluateCall]
+
+
+class ReevaluateOutput(WireModel):
+    """The new version's verdict on each call, in order (limits looked at, nothing reserved)."""
+
+    verdicts: list[PolicyVerdict]

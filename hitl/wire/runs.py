@@ -29,7 +29,7 @@ from hitl.wire.decisions import expiry_text as expiry_text
 from hitl.wire.decisions import text_digest as text_digest
 from hitl.wire.graph import AgentGraph, ApproverDirectory, RunConfigSpec
 from hitl.wire.names import DecisionKind
-from hitl.wire.policy import PinnedPolicy, PolicyVerdict
+from hitl.wire.policy import PinnedPolicy, PolicyChange, PolicyVerdict
 
 __all__ = [
     "ApprovalRequestData",
@@ -315,6 +315,8 @@ class CarriedState(WireModel):
     """The worker's approval policy when the run started (docs/policies.md): pinned."""
     verdicts: list[PolicyVerdict] = Field(default_factory=list)
     """What the pinned policy said about each call it matched (enforced or `log_only`)."""
+    policy_changes: list[PolicyChange] = Field(default_factory=list)
+    """Admins' `apply_policy` updates: who changed `policy`, when, why (the latest 50)."""
     notify: bool = False
     """The worker that started the run has notifiers: tell them about waits and decisions."""
     outcomes_attribute: bool = False

@@ -26,6 +26,7 @@ UPDATES = [
     "resolve",
     "answer",
     "wait",
+    "apply_policy",
     "__temporal_workflow_stream_poll",
 ]
 SIGNALS = [
@@ -45,8 +46,8 @@ QUERIES = [
     "__temporal_workflow_stream_offset",
 ]
 # Our own refusal types: a refusal is typed and one line, never "Failed decoding arguments".
-TYPED = {"InvalidDecision", "InvalidMessage", "UnknownCall", "TooManyWaiters"}
-DECISIONS = {"approve", "reject", "decide", "extend", "resolve", "answer"}
+TYPED = {"InvalidDecision", "InvalidMessage", "UnknownCall", "TooManyWaiters", "InvalidApply"}
+DECISIONS = {"approve", "reject", "decide", "extend", "resolve", "answer", "apply_policy"}
 
 
 @pytest.mark.parametrize("name", UPDATES)

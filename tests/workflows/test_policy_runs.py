@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,7 +17,16 @@ from temporalio.testing import WorkflowEnvironment
 from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel, ToolContext, function_tool
 from hitl.activities.policy import pin
 from hitl.policy import parse_policy
-from hitl.wire import DecisionInput, DecisionRecord, RunInput, RunOutput, RunStatus, WaitInput
+from hitl.wire import (
+    CarriedState,
+    DecisionInput,
+    DecisionRecord,
+    PolicyChange,
+    RunInput,
+    RunOutput,
+    RunStatus,
+    WaitInput,
+)
 from tests.e2e.test_verify import offline as verified
 from tests.e2e.test_verify import update_events, without
 from tests.helpers import Ledger, record_effect, serving, tool_activity_count
@@ -249,8 +259,9 @@ async def test_a_run_keeps_its_pinned_policy_after_the_workers_changes(
 async def test_no_start_input_or_memo_selects_or_disables_a_policy(
     ts_env: WorkflowEnvironment, ledger: Ledger
 ) -> None:
-    """A top-level start that carries a policy of its own (one that allows everything) is
-    refused like any internal field; a memo naming a policy changes nothing."""
+    """A top-level start that carries a policy of its own (one that allows everything), or
+    carried state claiming an admin applied one, is refused like any internal field; a memo
+    naming a policy changes nothing."""
     client = ts_env.client
     lenient = pin(parse_policy("policy: desk\nversion: x\nrules:\n  - {id: all, effect: allow}"))
     async with serving(client, desk, policy=parse_policy(POLICY)) as tq:
@@ -263,6 +274,18 @@ async def test_no_start_input_or_memo_selects_or_disables_a_policy(
         )
         with pytest.raises(WorkflowFailureError) as exc:
             await handle.result()
+        assert "internal" in str(exc.value.cause)
+        applied = PolicyChange(admin="ada", key_id="k", at=datetime.now(UTC), after="desk@x")
+        carried = CarriedState(policy=lenient, policy_changes=[applied])
+        planted = await client.start_workflow(
+            "AgentRun",
+            RunInput(agent="Desk", input="refund:7:60000", carried=carried),
+            id=f"policy-hostile-carried-{uuid.uuid4().hex[:8]}",
+            task_queue=tq,
+            result_type=RunOutput,
+        )
+        with pytest.raises(WorkflowFailureError) as exc:
+            await planted.result()
         assert "internal" in str(exc.value.cause)
         memo_run = await client.start_workflow(
             "AgentRun",
