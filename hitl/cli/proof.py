@@ -211,6 +211,22 @@ class CallProof:
                 out.append(decision)
         return out
 
+    def reapplied(self, approvers: list[str], required: int | None) -> None:
+        """An admin's verified `apply_policy` re-asked the waiting call.
+
+        Its new approvers and count; approvals from people it no longer admits stop counting.
+        """
+        self.approvers = list(approvers)
+        self.required = max(self.required, required or 1)
+        self.approvals = [
+            a for a in self.approvals if may_decide(a[0], self.approvers, self.directory)
+        ]
+
+    def rejected_by_policy(self, at: datetime, admin: str) -> None:
+        """An admin's verified `apply_policy` rejected the waiting call: it must not run."""
+        if self.state == "pending":
+            self._decide("rejected", "policy", at, f"the policy {admin} applied")
+
     # --------------------------------------------------------------- feeding
 
     def feed(self, c: Candidate) -> None:

@@ -18,9 +18,14 @@ from hitl.cli.verify_executed import judge_agent_tool, judge_execution
 from hitl.cli.verify_read import Chain, Fact, Run, Tree
 from hitl.cli.verify_report import Report
 from hitl.cli.verify_terms import CallRules, Candidate, CandidateKind
+from hitl.policy import PolicyError, digest_of, from_data
+from hitl.policy_signing import APPLY_DOMAIN, verify_publication
+from hitl.signing import SignatureError
 from hitl.wire import (
+    ApplyPolicy,
     ApproverDirectory,
     DecisionInput,
+    PolicyChange,
     ResolveInput,
     StandingRule,
     canonical_arguments,
@@ -94,6 +99,8 @@ class Prover:
             self.report.calls.append(judge_execution(replay.calls, run, f))
         elif f.kind == "child":
             self._child(replay, run, f)
+        elif f.kind == "apply":
+            self._applied(replay, f)
         elif f.kind == "rerun" and replay.nested:
             # Uncertain calls and tools' questions of a nested run are settled on that run.
             self._rerun(replay, run, f)
@@ -142,6 +149,32 @@ class Prover:
                 standing=standing,
                 rule_directory=replay.directory if replay.nested else "same",
             )
+
+    def _applied(self, replay: ChainReplay, f: Fact) -> None:
+        """An admin's `apply_policy` at the root: the calls it re-asked or rejected.
+
+        Only once its signature holds (an admin of the directory signed it for this run).
+        """
+        p, change = f.data, f.extra
+        assert isinstance(p, ApplyPolicy) and isinstance(change, PolicyChange)
+        keys = self.keys if self.keys is not None else replay.directory
+        try:
+            doc = from_data(p.document, source="an applied policy")
+            verify_publication(
+                keys or ApproverDirectory(), p, registry_id=replay.chain.workflow_id,
+                digest=digest_of(doc), now=f.clock, domain=APPLY_DOMAIN,
+            )  # fmt: skip
+        except (PolicyError, SignatureError) as exc:
+            self.report.notes.append(f"{f.where}: an apply_policy that does not hold: {exc}")
+            return
+        for c in change.calls:
+            call = self._find(replay, c.call_id)
+            if call is None or call.proof is None:
+                continue
+            if c.change == "asked":
+                call.proof.reapplied(c.approvers, c.required_approvals)
+            elif c.change == "rejected":
+                call.proof.rejected_by_policy(f.clock, change.admin)
 
     # ------------------------------------------------------------ decisions
 

@@ -33,6 +33,7 @@ from hitl.wire import (
     SIGNAL_APPROVE,
     SIGNAL_REJECT,
     UPDATE_ANSWER,
+    UPDATE_APPLY_POLICY,
     UPDATE_APPROVE,
     UPDATE_DECIDE,
     UPDATE_EXTEND,
@@ -40,6 +41,7 @@ from hitl.wire import (
     UPDATE_REJECT,
     UPDATE_RESOLVE,
     AnswerInput,
+    ApplyPolicy,
     CallModelInput,
     CallPlan,
     DecideInput,
@@ -48,6 +50,7 @@ from hitl.wire import (
     ExtendInput,
     ModelResponse,
     PlanToolsOutput,
+    PolicyChange,
     ResolvedRun,
     ResolveInput,
     RunInput,
@@ -73,6 +76,7 @@ class Fact:
         "rerun",
         "nested_decision",
         "preview",
+        "apply",
     ]
     event_id: int
     time: datetime
@@ -420,6 +424,10 @@ class _RunReader:
         payload = _first(request.input.args.payloads)
         if len(request.input.args.payloads) != 1 or payload is None:
             return
+        if request.input.name == UPDATE_APPLY_POLICY:
+            if success and done >= 0:
+                await self._applied(payload, i, done)
+            return
         made = await _decision_facts(
             self.dec, request.input.name, payload, e, _time(e), self.clock.at(i), not success
         )
@@ -428,6 +436,21 @@ class _RunReader:
             if f.extra == "edit":
                 self._taken_at_completion(f, done)
         self.run.facts += made
+
+    async def _applied(self, payload: Payload, accepted: int, done: int) -> None:
+        """An admin's `apply_policy`: what it asked, and what it did to each pending call.
+
+        Its signature is checked at the run's clock when it was accepted.
+        """
+        e = self.events[done]
+        asked = await self.dec.model(payload, ApplyPolicy)
+        result = e.workflow_execution_update_completed_event_attributes.outcome.success
+        change = await self.dec.model(_first(result.payloads), PolicyChange)
+        if asked is None or change is None:
+            self.run.notes.append(f"{self.run.workflow_id}: an apply_policy cannot be read")
+            return
+        fact = Fact("apply", e.event_id, _time(e), self.clock.at(accepted), asked, change)
+        self.run.facts.append(fact)
 
     def _taken_at_completion(self, edit: Fact, done: int) -> None:
         """An edit is taken when its handler resumes after planning it: at its completion.

@@ -14,6 +14,7 @@ from hitl.cli.policy_admin import apply_update
 from hitl.policy import parse_policy
 from hitl.wire import DecisionInput, DecisionRecord, PolicyChange, RunOutput, RunStatus
 from tests.e2e.test_policy_apply import ADA_ID, ADA_KEY, DIRECTORY, NEW, apply_events
+from tests.e2e.test_verify import offline as verified
 from tests.helpers import Ledger, queue_name, serving, tool_activity_count
 from tests.workflows.test_policy_runs import POLICY, desk
 
@@ -49,8 +50,12 @@ async def test_an_apply_re_evaluates_a_parked_turn(
         status = await handle.query("status", result_type=RunStatus)
         out = await handle.result()
         hist = await handle.fetch_history()
+        report = await verified(hist, client)
     assert status.policy is not None and status.policy.version == "3"
     assert "refunded $5000.0 on order 7" in out.final_output
     assert "Refunds above $20,000 now go to the finance director." in out.final_output
     assert tool_activity_count(hist) == 1 and ledger.count("refund") == 1
     assert apply_events(hist) == 1
+    # `hitl verify` follows the apply: dee's and eve's approvals count (checked signature).
+    [call] = report.calls
+    assert report.ok and [a.approver for a in call.verdict.approvals] == ["dee", "eve"]
