@@ -32,8 +32,10 @@ from hitl.wire import (
     RunStatus,
 )
 from hitl.worker.devserver import DevServer
-from tests.helpers import Ledger, hitl_cli, queue_name, serving, tool_activity_count
+from hitl.worker.policy_watch import RegistryWatch
+from tests.helpers import Ledger, hitl_cli, queue_name, serving, tool_activity_count, wait_for
 from tests.workflows.test_invariants import refused_type
+from tests.workflows.test_policy_registry import ready
 from tests.workflows.test_policy_runs import EVERYTHING_DENIED, POLICY, desk
 
 ADA_KEY, ADA_PUBLIC = new_key_pair()
@@ -196,3 +198,40 @@ async def _check_a(client: Client, a: str, call_id: str) -> None:
     assert [x.approver for x in d.approvals] == ["dee", "eve"]
     assert d.policy_rule == "managers-decide"
     assert apply_events(await handle.fetch_history()) == 1
+
+
+async def test_hitl_policy_publish_reaches_new_runs(
+    dev_client: Client, dev_server: DevServer, ledger: Ledger, tmp_path: Path
+) -> None:
+    """`hitl policy publish` (signed by an admin) makes a version the registry's; the worker's
+    watch reads it and the next run pins it, while a run started before keeps the file's."""
+    client, tq = dev_client, queue_name("publish")
+    path, keyfile = tmp_path / "closed.yaml", tmp_path / "ada.key"
+    path.write_text(EVERYTHING_DENIED)
+    keyfile.write_bytes(private_key_pem(ADA_KEY))
+    watch = RegistryWatch(f"hitl-policy-registry-{tq}", interval=0.1)
+    async with serving(
+        client, desk, task_queue=tq, directory=DIRECTORY, policy=parse_policy(POLICY),
+        policy_registry=watch,
+    ):  # fmt: skip
+        await watch.wait_for(None)
+        before = await Runner.run(desk, "refund:7:5000", client=client, task_queue=tq, serve=False)
+        registry = client.get_workflow_handle(watch.registry_id)
+        await wait_for(lambda: ready(registry), what="the registry read its directory")
+        out = await asyncio.to_thread(
+            hitl_cli, dev_server.address, "policy", "publish", str(path), "--registry",
+            watch.registry_id, "--as", "ada", "--reason", "closing",
+            env={"HITL_SIGNING_KEY": str(keyfile)},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr + out.stdout
+        assert out.stdout.startswith("published desk@2 sha256:")
+        await watch.wait_for(digest_of(parse_policy(EVERYTHING_DENIED)))
+        after = await Runner.run(desk, "refund:8:20", client=client, task_queue=tq, serve=False)
+        before_status = await _status(client, before.workflow_id)
+        after_status = await _status(client, after.workflow_id)
+        await client.get_workflow_handle(before.workflow_id).terminate("test over")
+        await registry.terminate("test over")
+    assert after.final_output == "The desk is closed."
+    assert after_status.policy is not None and after_status.policy.version == "2"
+    assert before_status.policy is not None and before_status.policy.version == "1"
+    assert ledger.count() == 0
