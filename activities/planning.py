@@ -131,7 +131,8 @@ async def _policy_verdict(
     """The run's policy on the call (`None`: no policy); a deny gives back its reservations."""
     if policy is None:
         return None
-    verdict = await verdict_for(policy, agent.name, tool.name, call.call_id, call.arguments)
+    reserve_as = call.reserve_as or call.call_id  # an edit reserves under its own id
+    verdict = await verdict_for(policy, agent.name, tool.name, reserve_as, call.arguments)
     if verdict.effect == "deny":
         await release_all(policy, verdict, "denied")
         verdict.outcome = "refused"

@@ -19,6 +19,7 @@ from hitl.wire import (
     CallRecord,
     DecisionInput,
     DecisionKind,
+    DecisionRecord,
     ExtendInput,
     ResolveInput,
     ToolSpec,
@@ -91,4 +92,23 @@ def edit_note(call: CallRecord) -> str:
     return (
         f"[Before approving, {who} edited the arguments of this call; the tool ran with "
         f"{call.arguments}]\n"
+    )
+
+
+def out_of_reach(call: CallRecord, d: DecisionInput, now: datetime) -> DecisionRecord:
+    """The answer to an edit that moved the call out of its editor's reach.
+
+    Approvers named per call by the edited arguments: the edit stands, and the call waits for
+    the right people.
+    """
+    return DecisionRecord(
+        call_id=d.call_id,
+        tool_name=call.tool_name,
+        kind="approve",
+        approver=d.approver,
+        reason=f"edited; now only {', '.join(call.approvers)} may approve it",
+        decided_at=now,
+        arguments=call.arguments,
+        original_arguments=call.original_arguments,
+        still_needed=call.required_approvals,
     )

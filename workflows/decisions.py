@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from hitl.signing import Signed
     from hitl.wire import (
         AgentSpec,
+        CallPlan,
         CallRecord,
         CarriedState,
         DecideInput,
@@ -50,11 +51,12 @@ with workflow.unsafe.imports_passed_through():
         RunInput,
         ToolSpec,
     )
-    from hitl.workflows.approvers import apply_edit, check_edit
+    from hitl.workflows.approvers import apply_edit, check_edit, out_of_reach
     from hitl.workflows.book import SEP
     from hitl.workflows.checks import one_of_several
     from hitl.workflows.failures import RunFailure
     from hitl.workflows.inputs import preview, read_one, refusal
+    from hitl.workflows.reservations import edit_reservation, release_holds, take_edit_holds
 
 if TYPE_CHECKING:
     from hitl.workflows.book import ApprovalBook
@@ -356,20 +358,45 @@ class Decisions:
             return self.decide("approve", d, "update")  # a retry: answered as recorded
         call, agent, tool, text = self._edit_target("approve", d)
         probe = call.model_copy(update={"arguments": text})
+        reserve_as = edit_reservation(call, text)
         if self.previewing:  # never true in runs recorded before previews existed
             await workflow.wait_condition(lambda: not self.previewing)
         self.editing += 1
         try:
-            plan = (await run.steps.plan(agent, [probe], [tool.name], busy=False)).plans[0]
+            planned = await run.steps.plan(
+                agent, [probe], [tool.name], busy=False, reserve_as=reserve_as
+            )
         except RunFailure as failed:  # the tool's planning code failed: the edit is not taken
             raise refusal("EditRefused", f"planning the edited call failed: {failed}") from None
         finally:
             self.editing -= 1
+        plan = planned.plans[0]
+        held = plan.verdict.reservations if plan.verdict and reserve_as else []
+        try:
+            rec, replaced = self._take_edit(d, plan, swap=reserve_as is not None)
+        except ApplicationError:
+            await release_holds(held)  # not taken: what it reserved goes back
+            raise
+        if replaced is None:  # a retry: answered as recorded
+            await release_holds(held)
+            return rec
+        await release_holds(replaced)  # the model's amount: the edited one is held now
+        return rec
+
+    def _take_edit(
+        self, d: DecisionInput, plan: CallPlan, *, swap: bool
+    ) -> tuple[DecisionRecord, Any]:
+        """Take a planned edit if the call is still pending as it was, then approve it.
+
+        Returns the record and the holds the edit replaced (with `swap`: the call then holds
+        its plan's; `None`: not taken, a retry).
+        """
+        run = self.run
         self._open(d.call_id)
         if run.book.check("approve", d, workflow.now()) is not None:
-            return self.decide("approve", d, "update")
+            return self.decide("approve", d, "update"), None
         verified = self.verified("approve", d)
-        call, agent, tool, text = self._edit_target("approve", d)
+        call, _agent, tool, text = self._edit_target("approve", d)
         refused = plan.refusal or (plan.tripwire.message if plan.tripwire else None)
         if refused is not None:
             raise refusal("EditRefused", f"{tool.name} refuses the edited arguments: {refused}")
@@ -386,9 +413,10 @@ class Decisions:
         if plan.approvers is not None:
             call.approvers = plan.approvers or run.inp.run_config.approvers
         apply_edit(call, d, text, workflow.now())
+        replaced = take_edit_holds(call, plan.verdict, run.state.verdicts) if swap else []
         run.events.emit("arguments_edited", call_id=d.call_id, tool=call.tool_name, text=text)
         if not may_decide(d.approver, call.approvers, run.state.directory):
-            return _out_of_reach(call, d)
+            return out_of_reach(call, d, workflow.now()), replaced
         # The person saw the arguments before their edit (checked above): what they approve
         # is the edit itself.
         rec = run.book.record(
@@ -396,7 +424,7 @@ class Decisions:
         )
         run.events.announce_decisions()
         run.events.note_pause()
-        return rec
+        return rec, replaced
 
     # ----------------------------------------------------------------- deadlines
 
@@ -554,22 +582,3 @@ class Decisions:
             )
         )
         del refused[:-MAX_REFUSED_KEPT]
-
-
-def _out_of_reach(call: CallRecord, d: DecisionInput) -> DecisionRecord:
-    """The answer to an edit that moved the call out of its editor's reach.
-
-    Approvers named per call by the edited arguments: the edit stands, and the call waits for
-    the right people.
-    """
-    return DecisionRecord(
-        call_id=d.call_id,
-        tool_name=call.tool_name,
-        kind="approve",
-        approver=d.approver,
-        reason=f"edited; now only {', '.join(call.approvers)} may approve it",
-        decided_at=workflow.now(),
-        arguments=call.arguments,
-        original_arguments=call.original_arguments,
-        still_needed=call.required_approvals,
-    )

@@ -19,7 +19,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from hitl.wire import ToolOutput
+    from hitl.wire import CallRecord, PolicyVerdict, ToolOutput, text_digest
     from hitl.wire.ledger import (
         ACT_LEDGER_COMMIT,
         ACT_LEDGER_RELEASE,
@@ -29,8 +29,11 @@ with workflow.unsafe.imports_passed_through():
         SettleReservations,
         reservation_ref,
     )
+    from hitl.workflows.turn import MAX_VERDICTS_KEPT
 
 ReleaseReason = Literal["rejected", "expired", "failed", "denied", "refused"]
+EDIT_PATCH = "hitl-edit-reservations"
+"""Runs whose edits kept the model's reservation (recorded before) replay without it."""
 SETTLE_WITHIN = timedelta(days=1)
 """How long a run keeps trying to reach a ledger before leaving the hold to lapse."""
 
@@ -91,3 +94,38 @@ async def settle_call(
     commit, reason = call_outcome(decision, out)
     refs = [reservation_ref(h) for h in holds]
     return await settle_reservations(refs, commit=commit, reason=reason)
+
+
+def edit_reservation(call: CallRecord, text: str) -> str | None:
+    """The id an edit's limit reservations are made under (`None`: the edit changes nothing).
+
+    Its own per update (the update id, digested), so the edited amount is reserved apart from
+    the model's, and two edits in flight never share one.
+    """
+    if text == call.arguments or not workflow.patched(EDIT_PATCH):
+        return None
+    info = workflow.current_update_info()
+    return f"{call.model_id}~e{text_digest(info.id if info else text)[:16]}"
+
+
+def take_edit_holds(
+    call: CallRecord, verdict: PolicyVerdict | None, verdicts: list[PolicyVerdict]
+) -> list[Hold]:
+    """An edit was taken: the call now holds what its plan reserved for the edited arguments.
+
+    The edit's verdict is the call's now, and joins the run's record (`verdicts`, the latest
+    500). Returns the holds the call had for the arguments before (to release).
+    """
+    if verdict is None or call.policy is None:
+        return []
+    before: list[Hold] = list(call.policy.reservations)
+    verdict.call_id = call.call_id
+    call.policy = verdict
+    verdicts.append(verdict)
+    del verdicts[:-MAX_VERDICTS_KEPT]
+    return before
+
+
+async def release_holds(holds: Sequence[Hold], reason: ReleaseReason = "refused") -> None:
+    """Give back holds no call keeps (an edit's, refused; or the ones an edit replaced)."""
+    await settle_reservations([reservation_ref(h) for h in holds], commit=False, reason=reason)

@@ -356,8 +356,12 @@ class Steps:
         skip_policy: list[str],
         *,
         busy: bool = True,
+        reserve_as: str | None = None,
     ) -> PlanToolsOutput:
-        """Evaluate predicates, render approval requests, consult approver callbacks."""
+        """Evaluate predicates, render approval requests, consult approver callbacks.
+
+        `reserve_as`: an edit's own id for its limit reservations (`PlanCall.reserve_as`).
+        """
         cfg = self.inp.run_config
         return await self.local(
             ACT_PLAN_TOOLS,
@@ -371,6 +375,7 @@ class Steps:
                         tool_name=r.tool_name,
                         arguments=r.arguments,
                         mcp_server=_server(agent, r.tool_name),
+                        reserve_as=reserve_as,
                     )
                     for r in recs
                 ],

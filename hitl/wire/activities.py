@@ -273,6 +273,9 @@ class PlanCall(WireModel):
     arguments: str
     mcp_server: str | None = None
     """For an MCP tool: its server, as the run's graph records it."""
+    reserve_as: str | None = None
+    """The id a policy's limit reservations are made under, when not `call_id`: an edit's own
+    (`<model call id>~e<digest of the update id>`), so the edited amount gets its reservation."""
 
 
 class GuardrailVerdict(WireModel):
