@@ -184,11 +184,8 @@ def build_worker(
     own code (`hitl.refs`). Runs started here pin the approver `directory` (`None`: the file
     `HITL_APPROVERS` names) and the approval `policy` (a file or a `PolicyDocument`; `None`:
     `HITL_POLICY`), whose limit rules the `ledger` answers (default: the namespace's
-    `HitlLedger` workflows, served here). `policy_registry=True` (or the registry's workflow
-    id, or a `RegistryWatch`) also serves the namespace's policy registry, and runs started
-    here pin its current policy (the file's while it has none; `hitl.worker.policy_watch`).
-    `notifiers` (`hitl.notify`) hear about waiting, reminded, escalated, decided,
-    expired and uncertain calls.
+    `HitlLedger` workflows). `policy_registry` (`True`, its id, or a `RegistryWatch`): runs
+    pin the policy registry's policy (`hitl.worker.policy_watch`). `notifiers` hear of calls.
     """
     opts = options or WorkerOptions()
     if not opts.activities_only:
@@ -199,18 +196,12 @@ def build_worker(
     else:
         registry = AgentRegistry(agents, allow=allow)
     ledger = ledger if ledger is not None else TemporalLimitLedger()
-    pinned = worker_policy(policy, ledger)
     watch = None if opts.activities_only else registry_watch(policy_registry)
-    plugins: list[SimplePlugin] = []
-    if watch is not None:
-        watch.fallback = pinned
-        plugins.append(WatchRegistry(watch, client, opts.task_queue))
+    source = _policy_source(worker_policy(policy, ledger), watch)
+    plugins = [WatchRegistry(watch, client, opts.task_queue)] if watch is not None else []
     model = ModelActivities(registry, ledger=ledger)
-    source = watch.policy if watch is not None else pinned
     activities = _activities(client, registry, model, opts, directory, notifiers, source)
-    kwargs: dict[str, Any] = {}
-    if identity:
-        kwargs["identity"] = identity
+    kwargs: dict[str, Any] = {"identity": identity} if identity else {}
     return Worker(
         client,
         task_queue=opts.task_queue,
@@ -232,6 +223,16 @@ def build_worker(
         plugins=[ReleaseOnStop(model.aclose), *plugins],
         **kwargs,
     )
+
+
+def _policy_source(
+    pinned: PinnedPolicy | None, watch: RegistryWatch | None
+) -> PinnedPolicy | Callable[[], PinnedPolicy | None] | None:
+    """What runs started here pin: the worker's file, or the registry's policy (else the file)."""
+    if watch is None:
+        return pinned
+    watch.fallback = pinned
+    return watch.policy
 
 
 def _workflows(policy_registry: bool) -> list[type]:
