@@ -127,6 +127,14 @@ def _options() -> list[tuple[str, dict[str, Any]]]:
                 "docs/policies.md; env HITL_POLICY)",
             },
         ),
+        (
+            "--policy-registry",
+            {
+                "action": "store_true",
+                "help": "serve the namespace's policy registry and pin its policy in new runs "
+                "(the --policy file's while it has none; docs/policies.md)",
+            },
+        ),
         ("--address", {"help": "host:port (default: envconfig, else localhost:7233)"}),
         ("--namespace", {"help": "namespace (default: envconfig, else default)"}),
         ("--profile", {"help": "envconfig profile name (env TEMPORAL_PROFILE)"}),
@@ -272,7 +280,14 @@ def _build(client: Any, registry: Any, options: WorkerOptions, args: Any) -> Any
     A policy that cannot be used is refused before the worker serves anything.
     """
     try:
-        return build_worker(client, registry, options, identity=args.identity, policy=args.policy)
+        return build_worker(
+            client,
+            registry,
+            options,
+            identity=args.identity,
+            policy=args.policy,
+            policy_registry=args.policy_registry,
+        )
     except UserError as exc:
         print(f"worker: {exc.message}", file=sys.stderr)
         return None

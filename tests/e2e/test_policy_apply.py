@@ -8,6 +8,7 @@ apply, malformed) leaves nothing in history; a run it was not applied to keeps i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ from hitl import Runner
 from hitl.cli.policy_admin import apply_update
 from hitl.policy import canonical, digest_of, parse_policy
 from hitl.policy_signing import sign_publication
-from hitl.signing import key_id_for, new_key_pair, private_key_pem
+from hitl.signing import key_id_for, local_directory, new_key_pair, private_key_pem
 from hitl.wire import (
+    POLICY_REGISTRY_ID,
     UPDATE_APPLY_POLICY,
     ApproverDirectory,
     ApproverEntry,
@@ -33,7 +35,15 @@ from hitl.wire import (
 )
 from hitl.worker.devserver import DevServer
 from hitl.worker.policy_watch import RegistryWatch
-from tests.helpers import Ledger, hitl_cli, queue_name, serving, tool_activity_count, wait_for
+from tests.helpers import (
+    Ledger,
+    WorkerProcess,
+    hitl_cli,
+    queue_name,
+    serving,
+    tool_activity_count,
+    wait_for,
+)
 from tests.workflows.test_invariants import refused_type
 from tests.workflows.test_policy_registry import ready
 from tests.workflows.test_policy_runs import EVERYTHING_DENIED, POLICY, desk
@@ -235,3 +245,51 @@ async def test_hitl_policy_publish_reaches_new_runs(
     assert after_status.policy is not None and after_status.policy.version == "2"
     assert before_status.policy is not None and before_status.policy.version == "1"
     assert ledger.count() == 0
+
+
+async def test_a_worker_process_pins_the_registrys_policy(
+    dev_client: Client, dev_server: DevServer, ledger: Ledger, tmp_path: Path
+) -> None:
+    """`python -m hitl.worker --policy FILE --policy-registry`: runs pin the file's version
+    until an admin publishes another (`hitl policy publish`), then that one."""
+    client, tq, address = dev_client, queue_name("registry"), dev_server.address
+    directory = local_directory(tmp_path, people={"ada": ["admins"]}, gateway=None)
+    first, closed = tmp_path / "desk-1.yaml", tmp_path / "closed.yaml"
+    first.write_text(POLICY)
+    closed.write_text(EVERYTHING_DENIED)
+    worker = WorkerProcess(
+        address,
+        tq,
+        agents="tests.workflows.test_policy_runs:desk",
+        env={"HITL_APPROVERS": str(directory)},
+        extra_args=["--policy", str(first), "--policy-registry"],
+    ).start()
+    registry = client.get_workflow_handle(POLICY_REGISTRY_ID)
+    try:
+        before = await Runner.run(desk, "lookup:1", client=client, task_queue=tq, serve=False)
+
+        async def registry_ready() -> bool:
+            try:
+                return bool(await ready(registry))
+            except Exception:
+                return False
+
+        await wait_for(registry_ready, what="the worker started the registry")
+        out = await asyncio.to_thread(
+            hitl_cli, address, "policy", "publish", str(closed), "--as", "ada",
+            env={"HITL_SIGNING_KEY": str(tmp_path / "keys" / "ada.key")},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr + out.stdout
+
+        async def pins_the_new_version() -> bool:
+            run = await Runner.run(desk, "lookup:2", client=client, task_queue=tq, serve=False)
+            return run.final_output == "The desk is closed."
+
+        await wait_for(pins_the_new_version, what="a new run pins the published version")
+        pinned = (await _status(client, before.workflow_id)).policy
+    finally:
+        worker.stop()
+        with contextlib.suppress(Exception):
+            await registry.terminate("test over")
+    assert before.final_output == "order 1: shipped", "the file's version (lookups are free)"
+    assert pinned is not None and pinned.version == "1"
