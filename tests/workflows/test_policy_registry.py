@@ -153,6 +153,20 @@ def test_a_publication_signed_for_another_document_does_not_verify() -> None:
     with pytest.raises(SignatureError) as exc:
         verify_publication(DIRECTORY, upd, registry_id="elsewhere", digest=digest_of(doc), now=now)
     assert exc.value.type == "BadSignature"
+    from hitl.policy_signing import APPLY_DOMAIN
+
+    as_apply = sign_publication(
+        ADA_KEY, key_id=ADA_ID, admin="ada", registry_id=POLICY_REGISTRY_ID,
+        document=canonical(doc), digest=digest_of(doc), now=now, domain=APPLY_DOMAIN,
+    )  # fmt: skip
+    for signed, domain in ((as_apply, None), (upd, APPLY_DOMAIN)):
+        kw = {"domain": domain} if domain else {}
+        with pytest.raises(SignatureError) as exc:  # an apply is never a publication, nor back
+            verify_publication(
+                DIRECTORY, signed, registry_id=POLICY_REGISTRY_ID, digest=digest_of(doc),
+                now=now, **kw,
+            )  # fmt: skip
+        assert exc.value.type == "BadSignature"
     late = now + timedelta(hours=2)
     with pytest.raises(SignatureError) as exc:
         verify_publication(
