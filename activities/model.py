@@ -28,6 +28,7 @@ from hitl.items import (
     message_text,
     nesting_depth,
     parse_model_output,
+    payload_field,
 )
 from hitl.limits import MAX_ARGUMENT_DEPTH, MAX_MODEL_ITEM_DEPTH, MAX_MODEL_OUTPUT_BYTES
 from hitl.model import ModelRequest, ScriptedModel
@@ -187,7 +188,9 @@ class ModelActivities:
         calls = [
             PlanCall(call_id=c.call_id, tool_name=c.name, arguments=c.arguments)
             for c in parse_model_output(output).calls
-            if c.name in wanted and c.oversized is None and c.problem is None
+            if c.name in wanted
+            and c.oversized is None
+            and c.problem is None
             # (a hosted server's request is planned once the run has checked its id is new)
             and c.call_type != "mcp_approval_request"
         ]
@@ -442,20 +445,21 @@ def _checked_builtin(
     item: dict[str, Any], kind: str, max_argument_bytes: int, builtins: dict[str, str]
 ) -> dict[str, Any]:
     """A `shell_call` / `apply_patch_call` naming its tool, its payload bounded as arguments."""
-    field, default = BUILTIN_CALLS[kind]
+    field, default = payload_field(kind, item), BUILTIN_CALLS[kind][1]
+    placeholder = _PLACEHOLDERS[kind] if field != "operations" else [_PLACEHOLDERS[kind]]
     out = {k: v for k, v in item.items() if k not in (OVERSIZED_KEY, PROBLEM_KEY, TOOL_KEY)}
     if _depth(out, MAX_MODEL_ITEM_DEPTH) > MAX_MODEL_ITEM_DEPTH:
         out = {k: v for k, v in out.items() if k == field or not isinstance(v, dict | list)}
     out[TOOL_KEY] = builtins.get(kind, default)
     payload = item.get(field)
     if _depth(payload, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
-        return {**out, field: _PLACEHOLDERS[kind], PROBLEM_KEY: "nested too deeply"}
+        return {**out, field: placeholder, PROBLEM_KEY: "nested too deeply"}
     try:
         size = len(json.dumps(payload, allow_nan=False).encode("utf-8", "surrogatepass"))
     except (TypeError, ValueError, RecursionError):
-        return {**out, field: _PLACEHOLDERS[kind], PROBLEM_KEY: "not writable as JSON"}
+        return {**out, field: placeholder, PROBLEM_KEY: "not writable as JSON"}
     if size > max_argument_bytes:
-        return {**out, field: _PLACEHOLDERS[kind], OVERSIZED_KEY: size}
+        return {**out, field: placeholder, OVERSIZED_KEY: size}
     return out
 
 

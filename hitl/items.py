@@ -30,7 +30,21 @@ BUILTIN_CALLS: dict[str, tuple[str, str]] = {
     "apply_patch_call": ("operation", "apply_patch"),
 }
 """Responses call items of built-in tools: the field holding the call's payload (its one
-argument), and the tool's default name."""
+argument), and the tool's default name. An `apply_patch_call` may carry `operations` (a
+list) instead of `operation`: see `payload_field`."""
+
+
+def payload_field(kind: str, item: dict[str, Any]) -> str:
+    """The field of a built-in call item holding its payload.
+
+    An `apply_patch_call` with `operations` (any value but `null`) is that list, as the SDK
+    reads it (`operations` wins over `operation`); else the type's one field.
+    """
+    if kind == "apply_patch_call" and item.get("operations") is not None:
+        return "operations"
+    return BUILTIN_CALLS[kind][0]
+
+
 _MARKERS = (OVERSIZED_KEY, PROBLEM_KEY, TOOL_KEY)
 MCP_APPROVAL_REQUEST = "mcp_approval_request"
 """A hosted MCP server asks to run one of its tools (`HostedMCPTool`): a call of the agent's
@@ -140,7 +154,7 @@ def _builtin_call(kind: str, item: dict[str, Any]) -> FunctionCall | None:
     call_id, tool = item.get("call_id"), item.get(TOOL_KEY)
     if not isinstance(call_id, str) or not call_id:
         return None
-    field_name, default_name = BUILTIN_CALLS[kind]
+    field_name, default_name = payload_field(kind, item), BUILTIN_CALLS[kind][1]
     name = tool if isinstance(tool, str) and tool else default_name
     problem = item.get(PROBLEM_KEY)
     try:
