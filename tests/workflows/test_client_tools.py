@@ -20,6 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel, client_tool
 from hitl.limits import MIN_CONTINUE_AS_NEW_EVENTS
+from hitl.stream import stream_events
 from hitl.wire import AnswerInput, RunConfigSpec, RunInput, RunOutput, RunStatus
 from tests.helpers import serving, wait_for
 
@@ -139,7 +140,9 @@ async def test_a_client_result_of_the_wrong_type_is_refused_and_changes_nothing(
             "answer", AnswerInput(call_id=call.call_id, content={"output": 7})
         )
         out = await handle.result()
+        asks = [e async for e in stream_events(ts_env.client, handle.id) if e.type == "call_asks"]
     assert out.final_output == "size: 7"
+    assert [(e.call_id, e.tool) for e in asks] == [(call.call_id, "file_size")], "announced"
 
 
 async def test_a_client_that_never_answers_becomes_an_error_the_model_reads(
