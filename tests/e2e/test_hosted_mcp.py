@@ -148,12 +148,44 @@ async def test_sdk_hosted_mcp_on_approval_example_runs_with_its_imports_changed(
     assert kinds[1:] == ["mcp_list_tools", "mcp_approval_request", "mcp_approval_response"]
 
 
+def streamed(rid: str, *items: dict[str, Any]) -> Reply:
+    """A streamed Responses answer: its text as one delta, then the completed response."""
+    body = response_body(list(items), rid=rid)
+    text = "".join(
+        str(part.get("text", "")) for i in items if i["type"] == "message" for part in i["content"]
+    )
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "sequence_number": 0, "response": {**body, "output": []}}
+    ]
+    if text:
+        events.append(
+            {
+                "type": "response.output_text.delta",
+                "sequence_number": 1,
+                "item_id": "msg_1",
+                "output_index": len(items) - 1,
+                "content_index": 0,
+                "delta": text,
+                "logprobs": [],
+            }
+        )
+    events.append({"type": "response.completed", "sequence_number": 2, "response": body})
+    return Reply({}, events=events)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
 async def test_sdk_hosted_mcp_human_in_the_loop_example_runs_with_its_imports_changed(
-    wire: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+    wire: FakeOpenAI, capsys: pytest.CaptureFixture[str], stream: bool
 ) -> None:
-    """`examples/hosted_mcp/human_in_the_loop.py`: an interruption, approved, then resumed."""
-    queue(wire, "resp_1", list_tools(), approval_request("mcpr_7"))
-    queue(wire, "resp_2", mcp_call("mcpr_7", "Rust"), responses_text("Rust, mostly."))
+    """`examples/hosted_mcp/human_in_the_loop.py`, both ways (`Runner.run` and
+    `Runner.run_streamed`): an interruption, approved, then resumed."""
+    first = (list_tools(), approval_request("mcpr_7"))
+    second = (mcp_call("mcpr_7", "Rust"), responses_text("Rust, mostly."))
+    if stream:
+        wire.queue(RESPONSES, streamed("resp_1", *first), streamed("resp_2", *second))
+    else:
+        queue(wire, "resp_1", *first)
+        queue(wire, "resp_2", *second)
 
     from typing import Literal
 
@@ -170,6 +202,22 @@ async def test_sdk_hosted_mcp_human_in_the_loop_example_runs_with_its_imports_ch
     from tests.sdk_tool_agents import confirm_with_fallback
 
     asked: list[tuple[str | None, Any]] = []
+
+    async def _drain_stream(
+        result: RunResultStreaming,
+        verbose: bool,
+    ) -> RunResultStreaming:
+        async for event in result.stream_events():
+            if verbose:
+                print(event)
+            elif (
+                event.type == "raw_response_event"
+                and event.data.type == "response.output_text.delta"
+            ):
+                print(event.data.delta, end="", flush=True)
+        if not verbose:
+            print()
+        return result
 
     def prompt_for_interruption(
         tool_name: str | None, arguments: str | dict[str, object] | None
@@ -220,26 +268,54 @@ async def test_sdk_hosted_mcp_human_in_the_loop_example_runs_with_its_imports_ch
         question = "Which language is the repository openai/codex written in?"
 
         run_result: RunResult | RunResultStreaming
-        run_result = await Runner.run(agent, question, max_turns=100)
-        while run_result.interruptions:
-            state = run_result.to_state()
-            for interruption in run_result.interruptions:
-                approved = prompt_for_interruption(interruption.name, interruption.arguments)
-                if approved:
-                    state.approve(interruption)
-                else:
-                    state.reject(interruption)
-            run_result = await Runner.run(
-                agent,
-                state,
-                max_turns=100,
-                run_config=resume_config,
-            )
-        print(run_result.final_output)
+        if stream:
+            stream_result = Runner.run_streamed(agent, question, max_turns=100)
+            stream_result = await _drain_stream(stream_result, verbose)
+            while stream_result.interruptions:
+                state = stream_result.to_state()
+                for interruption in stream_result.interruptions:
+                    approved = prompt_for_interruption(interruption.name, interruption.arguments)
+                    if approved:
+                        state.approve(interruption)
+                    else:
+                        state.reject(interruption)
+                stream_result = Runner.run_streamed(
+                    agent,
+                    state,
+                    max_turns=100,
+                    run_config=resume_config,
+                )
+                stream_result = await _drain_stream(stream_result, verbose)
+            print(f"Done streaming; final result: {stream_result.final_output}")
+            run_result = stream_result
+        else:
+            run_result = await Runner.run(agent, question, max_turns=100)
+            while run_result.interruptions:
+                state = run_result.to_state()
+                for interruption in run_result.interruptions:
+                    approved = prompt_for_interruption(interruption.name, interruption.arguments)
+                    if approved:
+                        state.approve(interruption)
+                    else:
+                        state.reject(interruption)
+                run_result = await Runner.run(
+                    agent,
+                    state,
+                    max_turns=100,
+                    run_config=resume_config,
+                )
+            print(run_result.final_output)
 
-    await main(verbose=False, stream=False)
+        if verbose:
+            for item in run_result.new_items:
+                print(item)
 
-    assert "Rust, mostly." in capsys.readouterr().out
+    await main(verbose=not stream, stream=stream)  # (streamed: the deltas are printed)
+
+    out = capsys.readouterr().out
+    assert "Rust, mostly." in out
+    if stream:
+        assert "Done streaming; final result: Rust, mostly." in out
     [(name, arguments)] = asked
     assert name == "hosted_mcp_deepwiki"
     assert json.loads(str(arguments))["name"] == "ask_question"
