@@ -48,12 +48,44 @@ def sent_responses(server: FakeOpenAI) -> list[list[dict[str, Any]]]:
     ]
 
 
+def streamed(rid: str, *items: dict[str, Any]) -> Reply:
+    """A streamed Responses answer: its text as one delta, then the completed response."""
+    body = response_body(list(items), rid=rid)
+    text = "".join(
+        str(part.get("text", "")) for i in items if i["type"] == "message" for part in i["content"]
+    )
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "sequence_number": 0, "response": {**body, "output": []}}
+    ]
+    if text:
+        events.append(
+            {
+                "type": "response.output_text.delta",
+                "sequence_number": 1,
+                "item_id": "msg_1",
+                "output_index": len(items) - 1,
+                "content_index": 0,
+                "delta": text,
+                "logprobs": [],
+            }
+        )
+    events.append({"type": "response.completed", "sequence_number": 2, "response": body})
+    return Reply({}, events=events)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
 async def test_sdk_hosted_mcp_on_approval_example_runs_with_its_imports_changed(
-    wire: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+    wire: FakeOpenAI, capsys: pytest.CaptureFixture[str], stream: bool
 ) -> None:
-    """`examples/hosted_mcp/on_approval.py`: the callback approves without an interruption."""
-    queue(wire, "resp_1", list_tools(), approval_request("mcpr_1"))
-    queue(wire, "resp_2", mcp_call("mcpr_1", "Rust"), responses_text("It is written in Rust."))
+    """`examples/hosted_mcp/on_approval.py`, both ways: the callback approves without an
+    interruption."""
+    first = (list_tools(), approval_request("mcpr_1"))
+    second = (mcp_call("mcpr_1", "Rust"), responses_text("It is written in Rust."))
+    if stream:
+        wire.queue(RESPONSES, streamed("resp_1", *first), streamed("resp_2", *second))
+    else:
+        queue(wire, "resp_1", *first)
+        queue(wire, "resp_2", *second)
 
     from typing import Literal
 
@@ -128,9 +160,12 @@ async def test_sdk_hosted_mcp_on_approval_example_runs_with_its_imports_changed(
             for item in run_result.new_items:
                 print(item)
 
-    await main(verbose=False, stream=False)
+    await main(verbose=False, stream=stream)
 
-    assert "It is written in Rust." in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "It is written in Rust." in out
+    if stream:
+        assert "Done streaming; final result: It is written in Rust." in out
     first, second = wire.requests_to(RESPONSES)
     [tool] = first.body["tools"]
     assert tool == {
@@ -146,31 +181,6 @@ async def test_sdk_hosted_mcp_on_approval_example_runs_with_its_imports_changed(
     ]
     kinds = [i.get("type") for i in second.body["input"]]
     assert kinds[1:] == ["mcp_list_tools", "mcp_approval_request", "mcp_approval_response"]
-
-
-def streamed(rid: str, *items: dict[str, Any]) -> Reply:
-    """A streamed Responses answer: its text as one delta, then the completed response."""
-    body = response_body(list(items), rid=rid)
-    text = "".join(
-        str(part.get("text", "")) for i in items if i["type"] == "message" for part in i["content"]
-    )
-    events: list[dict[str, Any]] = [
-        {"type": "response.created", "sequence_number": 0, "response": {**body, "output": []}}
-    ]
-    if text:
-        events.append(
-            {
-                "type": "response.output_text.delta",
-                "sequence_number": 1,
-                "item_id": "msg_1",
-                "output_index": len(items) - 1,
-                "content_index": 0,
-                "delta": text,
-                "logprobs": [],
-            }
-        )
-    events.append({"type": "response.completed", "sequence_number": 2, "response": body})
-    return Reply({}, events=events)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
