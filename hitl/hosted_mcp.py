@@ -197,7 +197,8 @@ class HostedMCPTool(FunctionTool):
             approval_request=self._render,
             approver=approver if on_approval_request is not None else None,
             allow_edits=False,  # the provider runs what it asked for, not an edit
-            local_activity=options.pop("local_activity", True),
+            # answering runs no user code: a local activity, unless the caller says otherwise
+            local_activity=options.pop("local_activity", options.get("retry_safe", True)),
             **options,
         )
 
