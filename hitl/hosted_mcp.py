@@ -29,7 +29,7 @@ from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 from pydantic import BaseModel, ConfigDict, Field
 
 from hitl._user_code import call_user
-from hitl.approval import ApprovalCall, ApprovalRequest
+from hitl.approval import ApprovalCall, ApprovalRequest, ToolDenied
 from hitl.context import RunContextWrapper
 from hitl.errors import UserError
 from hitl.items import (
@@ -127,25 +127,33 @@ def _public_config(config: Mapping[str, Any]) -> dict[str, Any]:
         raise UserError(f"HostedMCPTool: tool_config must be JSON: {exc}") from None
 
 
-def _needs_approval(require: Any) -> bool | Callable[..., bool]:
+def _names(value: Any) -> set[str] | None:
+    """Tool names from `["a", "b"]` or `{"tool_names": [...]}` (`None`: no such list)."""
+    if isinstance(value, Mapping):
+        value = value.get("tool_names")
+    return {str(n) for n in value} if isinstance(value, list) else None
+
+
+def _needs_approval(require: Any, allowed: set[str] | None) -> bool | Callable[..., bool]:
     """`require_approval` as the gate's rule.
 
     `"never"`: no; a dict: no for the tools it lists under `never`; anything else
-    (`"always"`, unset): ask.
+    (`"always"`, unset): ask. A tool outside `allowed_tools` always asks (and its request is
+    refused by the tool's approver): the provider should never send one.
     """
-    if require == "never":
+    trusted = _names(require.get("never")) if isinstance(require, Mapping) else None
+    if allowed is None and require == "never":
         return False
-    if isinstance(require, Mapping):
-        never = require.get("never")
-        names = never.get("tool_names") if isinstance(never, Mapping) else None
-        trusted = {str(n) for n in names} if isinstance(names, list) else set()
-        if trusted:
+    if require != "never" and not trusted:
+        return True  # (recorded as "always": the pinned graph enforces it)
 
-            def predicate(_ctx: Any, params: dict[str, Any], _call_id: str) -> bool:
-                return params.get("name") not in trusted
+    def predicate(_ctx: Any, params: dict[str, Any], _call_id: str) -> bool:
+        name = params.get("name")
+        if allowed is not None and name not in allowed:
+            return True
+        return require != "never" and name not in (trusted or set())
 
-            return predicate
-    return True
+    return predicate
 
 
 class HostedMCPTool(FunctionTool):
@@ -181,6 +189,8 @@ class HostedMCPTool(FunctionTool):
         self.server_label = label
         self.on_approval_request = on_approval_request
         self._public = {"type": "mcp", **_public_config(tool_config)}
+        self.allowed = _names(tool_config.get("allowed_tools"))
+        """The server's tools the config allows (`None`: all); a request for another is refused."""
 
         async def approver(ctx: RunContextWrapper[Any], call: ApprovalCall) -> Any:
             return await self._approve(ctx, call)
@@ -193,9 +203,9 @@ class HostedMCPTool(FunctionTool):
             params_json_schema=_REQUEST_PARAMETERS,
             _args_model=_RequestArgs,
             func=self._invoke,
-            needs_approval=_needs_approval(tool_config.get("require_approval")),
+            needs_approval=_needs_approval(tool_config.get("require_approval"), self.allowed),
             approval_request=self._render,
-            approver=approver if on_approval_request is not None else None,
+            approver=approver,
             allow_edits=False,  # the provider runs what it asked for, not an edit
             # answering runs no user code: a local activity, unless the caller says otherwise
             local_activity=options.pop("local_activity", options.get("retry_safe", True)),
@@ -228,9 +238,12 @@ class HostedMCPTool(FunctionTool):
         return {"type": "mcp_approval_request", "id": call_id, **params}
 
     async def _approve(self, ctx: RunContextWrapper[Any], call: ApprovalCall) -> Any:
+        params = _params(call.arguments)
+        if self.allowed is not None and params.get("name") not in self.allowed:
+            why = f"refused: {str(params.get('name'))[:100]!r} is not in allowed_tools"
+            return ToolDenied(message=why, reason="refused by the tool's checks")
         if self.on_approval_request is None:
             return None
-        params = _params(call.arguments)
         data = MCPApprovalRequestData(
             id=call.call_id,
             server_label=str(params.get("server_label", "")),

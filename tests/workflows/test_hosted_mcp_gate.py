@@ -132,3 +132,35 @@ def test_a_config_is_checked_and_its_secrets_stay_on_the_worker() -> None:
     assert callable(trusted.needs_approval)
     assert trusted.needs_approval(None, {"name": "read"}, "c") is False
     assert trusted.needs_approval(None, {"name": "write"}, "c") is True
+    assert HostedMCPTool(tool_config={**DEEPWIKI, "allowed_tools": ["a"]}).needs_approval is True
+    never = HostedMCPTool(tool_config={**DEEPWIKI, "require_approval": "never"})
+    assert never.needs_approval is False
+    fenced = HostedMCPTool(
+        tool_config={**DEEPWIKI, "require_approval": "never", "allowed_tools": ["read"]}
+    )
+    assert callable(fenced.needs_approval)
+    assert fenced.needs_approval(None, {"name": "read"}, "c") is False
+    assert fenced.needs_approval(None, {"name": "drop_tables"}, "c") is True
+
+
+async def test_a_request_for_a_tool_the_config_does_not_allow_is_refused(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The provider should never send one; if it does, the tool refuses it (nobody is asked,
+    `on_approval_request` is not consulted) and the server is told why."""
+    consulted: list[str] = []
+
+    def approve_all(request: MCPToolApprovalRequest) -> dict[str, Any]:
+        consulted.append(request.data.name)
+        return {"approve": True}
+
+    config = {**DEEPWIKI, "require_approval": "never", "allowed_tools": ["read_wiki"]}
+    tool = HostedMCPTool(tool_config=config, on_approval_request=approve_all)
+    agent = Agent("Fenced", tools=[tool], model=ScriptedModel(asks_twice, "tests.hmcp.fenced"))
+    async with serving(ts_env.client, agent) as tq:
+        opts: dict[str, Any] = {"client": ts_env.client, "task_queue": tq, "serve": False}
+        done = await Runner.run(agent, "go", **opts)
+    assert not done.interruptions and consulted == []
+    answers = json.loads(done.final_output)
+    assert [a["approve"] for a in answers] == [False, False]
+    assert "'ask_question' is not in allowed_tools" in answers[0]["reason"]
