@@ -46,7 +46,7 @@ def _settings_responses(settings: ModelSettings) -> dict[str, Any]:
 def _tool_choice(choice: str, *, chat: bool) -> Any:
     if choice in ("auto", "required", "none"):
         return choice
-    if choice.startswith("mcp:") and not chat:  # a hosted MCP server's tool (`MCPToolChoice`)
+    if choice.startswith("mcp:"):  # a hosted MCP server's tool (`MCPToolChoice`)
         label, _, name = choice[4:].partition(":")
         return {"type": "mcp", "server_label": label, "name": name}
     if chat:
@@ -271,7 +271,8 @@ async def chat_turn(
         kwargs["tools"] = _chat_tools(inp.tools)
         if s.parallel_tool_calls is not None:
             kwargs["parallel_tool_calls"] = s.parallel_tool_calls
-        if s.tool_choice is not None:
+        if s.tool_choice is not None and not s.tool_choice.startswith("mcp:"):
+            # (a hosted MCP tool is Responses only: Chat Completions is not offered it)
             kwargs["tool_choice"] = _tool_choice(s.tool_choice, chat=True)
     if inp.output_schema is not None:
         kwargs["response_format"] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from hitl import Agent, HostedMCPTool, ModelSettings
+from hitl import Agent, HostedMCPTool, ModelSettings, function_tool
 from hitl.activities.model import _cap_output, _from_model
 from hitl.activities.openai_api import _chat_tools, _responses_request
 from hitl.hosted_mcp import MCPToolChoice, with_hosted_secrets
@@ -82,3 +82,38 @@ def test_a_continued_chain_sends_the_approval_response_again_not_the_request() -
     assert not _from_model(
         {"type": "mcp_approval_response", "approval_request_id": "r1", "approve": True}
     )
+
+
+async def test_chat_completions_is_offered_neither_the_tool_nor_its_tool_choice() -> None:
+    from openai import AsyncOpenAI
+
+    from hitl.activities.openai_api import chat_turn
+    from tests.fake_openai import Reply, chat_body, fake_openai
+
+    @function_tool
+    def lookup(q: str) -> str:
+        """Look something up.
+
+        Args:
+            q: What.
+        """
+        return q
+
+    agent: Agent[None] = Agent("hosted", tools=[TOOL, lookup])
+    inp = CallModelInput(
+        root_agent="hosted",
+        agent_id="hosted",
+        agent_name="hosted",
+        model=ModelSpec(name="gpt-test", api="chat"),
+        tools=model_tools_for(agent),
+        settings=ModelSettings(tool_choice=MCPToolChoice("deepwiki", "ask_question")),
+        transcript=[],
+    )
+    with fake_openai() as server:
+        server.queue("/v1/chat/completions", Reply(chat_body("hello")))
+        client = AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+        output, _, _ = await chat_turn(client, inp, None, [{"role": "user", "content": "hi"}])
+        [sent] = server.requests_to("/v1/chat/completions")
+    assert [t["function"]["name"] for t in sent.body["tools"]] == ["lookup"]
+    assert "tool_choice" not in sent.body
+    assert output[0]["type"] == "message"
