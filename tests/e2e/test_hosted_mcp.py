@@ -482,3 +482,10 @@ async def test_a_parked_hosted_mcp_approval_survives_its_worker(
     everything = b"".join(e.SerializeToString() for e in events)
     assert b"sk-hosted-secret" not in everything
     assert b'"server_url"' in everything, "the public config is pinned in history"
+
+    from hitl.cli.verify import render, verify_run
+
+    report = await verify_run(dev_client, item.workflow_id)  # `hitl verify`
+    assert report.ok, render([report])
+    [call] = report.calls
+    assert (call.call_id, call.tool) == (item.call_id, "hosted_mcp_deepwiki")
