@@ -18,14 +18,17 @@ from hitl.activities.tools import ToolActivities
 from hitl.agent import Agent, output_is_wrapped
 from hitl.context import RunContextWrapper
 from hitl.errors import PREVIOUS_RESPONSE_NOT_FOUND, ConversationLostError, UserError
+from hitl.hosted_mcp import checked_mcp_approval, with_hosted_secrets
 from hitl.items import (
     BUILTIN_CALLS,
+    MCP_APPROVAL_REQUEST,
     OVERSIZED_KEY,
     PROBLEM_KEY,
     TOOL_KEY,
     message_text,
     nesting_depth,
     parse_model_output,
+    payload_field,
 )
 from hitl.limits import MAX_ARGUMENT_DEPTH, MAX_MODEL_ITEM_DEPTH, MAX_MODEL_OUTPUT_BYTES
 from hitl.model import ModelRequest, ScriptedModel
@@ -75,6 +78,7 @@ class ModelActivities:
         try:
             inp = self._definition(inp)
             agent = self.registry.agent(inp.root_agent, inp.agent_id)
+            inp = with_hosted_secrets(inp, agent)
             context = rebuild_context(inp.context, self.registry.allowed)
             instructions = await self._instructions(inp, agent, context)
         except UserError as exc:
@@ -96,7 +100,9 @@ class ModelActivities:
         output, usage, response_id, restarted = await self._ask(
             inp, instructions, transcript, context
         )
-        output = _cap_output(output, inp.max_argument_bytes, _builtin_names(inp))
+        output = _cap_output(
+            output, inp.max_argument_bytes, _builtin_names(inp), _hosted_labels(inp)
+        )
         response = ModelResponse(
             output=output,
             usage=usage,
@@ -182,7 +188,11 @@ class ModelActivities:
         calls = [
             PlanCall(call_id=c.call_id, tool_name=c.name, arguments=c.arguments)
             for c in parse_model_output(output).calls
-            if c.name in wanted and c.oversized is None and c.problem is None
+            if c.name in wanted
+            and c.oversized is None
+            and c.problem is None
+            # (a hosted server's request is planned once the run has checked its id is new)
+            and c.call_type != "mcp_approval_request"
         ]
         if not calls or len({c.call_id for c in calls}) != len(calls):
             return None
@@ -336,8 +346,20 @@ def _builtin_names(inp: CallModelInput) -> dict[str, str]:
     return {f"{t.builtin}_call": t.name for t in inp.tools if t.builtin is not None}
 
 
+def _hosted_labels(inp: CallModelInput) -> dict[str, str]:
+    """The agent's hosted MCP tools by server label (what an `mcp_approval_request` names)."""
+    return {
+        str((t.builtin_config or {}).get("server_label")): t.name
+        for t in inp.tools
+        if t.builtin == "hosted_mcp"
+    }
+
+
 def _cap_output(
-    output: list[dict[str, Any]], max_argument_bytes: int, builtins: dict[str, str] | None = None
+    output: list[dict[str, Any]],
+    max_argument_bytes: int,
+    builtins: dict[str, str] | None = None,
+    hosted: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Make the model's output safe to record and to read back in the workflow.
 
@@ -358,6 +380,8 @@ def _cap_output(
             item = _checked_call(item, max_argument_bytes)
         elif isinstance(kind, str) and kind in BUILTIN_CALLS:
             item = _checked_builtin(item, kind, max_argument_bytes, builtins or {})
+        elif kind == MCP_APPROVAL_REQUEST:
+            item = checked_mcp_approval(item, max_argument_bytes, hosted or {})
         elif _depth(item, MAX_MODEL_ITEM_DEPTH) > MAX_MODEL_ITEM_DEPTH:
             activity.logger.warning("dropped a model output item nested too deeply")
             continue
@@ -421,20 +445,21 @@ def _checked_builtin(
     item: dict[str, Any], kind: str, max_argument_bytes: int, builtins: dict[str, str]
 ) -> dict[str, Any]:
     """A `shell_call` / `apply_patch_call` naming its tool, its payload bounded as arguments."""
-    field, default = BUILTIN_CALLS[kind]
+    field, default = payload_field(kind, item), BUILTIN_CALLS[kind][1]
+    placeholder = _PLACEHOLDERS[kind] if field != "operations" else [_PLACEHOLDERS[kind]]
     out = {k: v for k, v in item.items() if k not in (OVERSIZED_KEY, PROBLEM_KEY, TOOL_KEY)}
     if _depth(out, MAX_MODEL_ITEM_DEPTH) > MAX_MODEL_ITEM_DEPTH:
         out = {k: v for k, v in out.items() if k == field or not isinstance(v, dict | list)}
     out[TOOL_KEY] = builtins.get(kind, default)
     payload = item.get(field)
     if _depth(payload, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
-        return {**out, field: _PLACEHOLDERS[kind], PROBLEM_KEY: "nested too deeply"}
+        return {**out, field: placeholder, PROBLEM_KEY: "nested too deeply"}
     try:
         size = len(json.dumps(payload, allow_nan=False).encode("utf-8", "surrogatepass"))
     except (TypeError, ValueError, RecursionError):
-        return {**out, field: _PLACEHOLDERS[kind], PROBLEM_KEY: "not writable as JSON"}
+        return {**out, field: placeholder, PROBLEM_KEY: "not writable as JSON"}
     if size > max_argument_bytes:
-        return {**out, field: _PLACEHOLDERS[kind], OVERSIZED_KEY: size}
+        return {**out, field: placeholder, OVERSIZED_KEY: size}
     return out
 
 
@@ -496,7 +521,12 @@ async def _fetch_transcript(ref: TranscriptRef) -> list[dict[str, Any]]:
 def _from_model(item: dict[str, Any]) -> bool:
     """Whether a transcript item is the model's own output (the provider has it already)."""
     kind = item.get("type")
-    if kind in ("function_call_output", "shell_call_output", "apply_patch_call_output"):
+    if kind in (
+        "function_call_output",
+        "shell_call_output",
+        "apply_patch_call_output",
+        "mcp_approval_response",
+    ):
         return False
     if kind in (None, "message"):
         return item.get("role") == "assistant"

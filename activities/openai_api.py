@@ -46,6 +46,9 @@ def _settings_responses(settings: ModelSettings) -> dict[str, Any]:
 def _tool_choice(choice: str, *, chat: bool) -> Any:
     if choice in ("auto", "required", "none"):
         return choice
+    if choice.startswith("mcp:"):  # a hosted MCP server's tool (`MCPToolChoice`)
+        label, _, name = choice[4:].partition(":")
+        return {"type": "mcp", "server_label": label, "name": name}
     if chat:
         return {"type": "function", "function": {"name": choice}}
     return {"type": "function", "name": choice}
@@ -96,7 +99,7 @@ def _responses_request(
         kwargs["instructions"] = instructions
     if inp.tools:
         kwargs["tools"] = [
-            _BUILTIN_TOOLS[t.builtin]
+            _builtin_tool(t)
             if t.builtin is not None
             else {
                 "type": "function",
@@ -126,6 +129,12 @@ _BUILTIN_TOOLS: dict[str, dict[str, Any]] = {
 }
 """Built-in tools as Responses declares them; the model calls them with `shell_call` /
 `apply_patch_call` items (Chat Completions gets a function tool of the same name instead)."""
+
+
+def _builtin_tool(tool: ModelTool) -> dict[str, Any]:
+    if tool.builtin == "hosted_mcp":
+        return {"type": "mcp", **(tool.builtin_config or {})}
+    return _BUILTIN_TOOLS[tool.builtin or ""]
 
 
 async def _post_response(client: AsyncOpenAI, kwargs: dict[str, Any]) -> Response:
@@ -236,6 +245,7 @@ def _chat_tools(tools: list[ModelTool]) -> list[dict[str, Any]]:
             },
         }
         for t in tools
+        if t.builtin != "hosted_mcp"  # the provider calls a hosted server: Responses only
     ]
 
 
@@ -257,11 +267,12 @@ async def chat_turn(
         "messages": to_chat_messages(instructions, transcript),
         **(request or {}),
     }
-    if inp.tools:
+    if _chat_tools(inp.tools):
         kwargs["tools"] = _chat_tools(inp.tools)
         if s.parallel_tool_calls is not None:
             kwargs["parallel_tool_calls"] = s.parallel_tool_calls
-        if s.tool_choice is not None:
+        if s.tool_choice is not None and not s.tool_choice.startswith("mcp:"):
+            # (a hosted MCP tool is Responses only: Chat Completions is not offered it)
             kwargs["tool_choice"] = _tool_choice(s.tool_choice, chat=True)
     if inp.output_schema is not None:
         kwargs["response_format"] = {

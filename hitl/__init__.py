@@ -61,6 +61,12 @@ from hitl.guardrails import (
     output_guardrail,
     tool_input_guardrail,
 )
+from hitl.hosted_mcp import (
+    HostedMCPTool,
+    MCPToolApprovalFunction,
+    MCPToolApprovalFunctionResult,
+    MCPToolApprovalRequest,
+)
 from hitl.memory import Session, SessionSettings, SQLiteSession
 from hitl.model import Model, ModelReply, ModelRequest, OpenAIModel, ScriptedModel
 from hitl.notify import CallbackNotifier, Notifier, WebhookNotifier, verify_webhook
@@ -133,6 +139,7 @@ __all__ = [
     "ClientTool",
     "FunctionTool",
     "Handoff",
+    "HostedMCPTool",
     "handoff",
     "HandoffInputData",
     "Model",
@@ -219,6 +226,9 @@ __all__ = [
     "GuardrailTripwireTriggered",
     "InputGuardrailTripwireTriggered",
     "InvalidDecisionError",
+    "MCPToolApprovalFunction",
+    "MCPToolApprovalFunctionResult",
+    "MCPToolApprovalRequest",
     "MaxTurnsExceeded",
     "ModelBehaviorError",
     "ModelProviderError",

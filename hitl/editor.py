@@ -281,13 +281,57 @@ class WorkspaceEditor:
             return str(exc)
         return None
 
+    def check_all(self, operations: Sequence[ApplyPatchOperation]) -> str | None:
+        """Why the operations, applied as one, would fail, or `None` (nothing is written)."""
+        try:
+            self._plan_all(operations)
+        except PatchError as exc:
+            return str(exc)
+        return None
+
+    def apply_all(self, operations: Sequence[ApplyPatchOperation]) -> ApplyPatchResult:
+        """Apply every operation or none: all are checked, then written as one transaction."""
+        try:
+            writes, done = self._plan_all(operations)
+            if writes and not self.dry_run:
+                _write_all(self.root, writes)
+        except PatchError as exc:
+            return _failed(exc)
+        text = "; ".join(done)
+        return ApplyPatchResult("completed", f"dry run: would {text}" if self.dry_run else text)
+
+    def _plan_all(
+        self, operations: Sequence[ApplyPatchOperation]
+    ) -> tuple[list[tuple[Path, str | None, bool]], list[str]]:
+        """Every operation's writes; each file may be touched by one operation only."""
+        writes: list[tuple[Path, str | None, bool]] = []
+        done: list[str] = []
+        touched: dict[Path, int] = {}
+        for n, op in enumerate(operations, 1):
+            try:
+                paths = [self._target(op.path)]
+                if op.move_to is not None:
+                    paths.append(self._target(op.move_to))
+                for path in paths:
+                    if touched.setdefault(path, n) != n:
+                        raise PatchError(
+                            f"operation {touched[path]} touches {op.path} too: "
+                            "one operation per file per call"
+                        )
+                planned, what = self._plan(op)
+            except PatchError as exc:
+                raise PatchError(f"operation {n} of {len(operations)}: {exc}") from None
+            writes += planned
+            done.append(what)
+        return writes, done
+
     def _do(self, operation: ApplyPatchOperation) -> ApplyPatchResult:
         try:
             writes, done = self._plan(operation)
             if writes and not self.dry_run:
                 _write_all(self.root, writes)
         except PatchError as exc:
-            return ApplyPatchResult("failed", f"{exc}. Nothing was changed.")
+            return _failed(exc)
         return ApplyPatchResult("completed", f"dry run: would {done}" if self.dry_run else done)
 
     def _target(self, path: Any) -> Path:
@@ -347,3 +391,8 @@ class WorkspaceEditor:
         if dest == target or dest.exists():
             raise PatchError(f"cannot move {path} to {op.move_to}: it already exists")
         return [(dest, new, False), (target, None, True)], f"updated {path}, moved to {op.move_to}"
+
+
+def _failed(exc: PatchError) -> ApplyPatchResult:
+    unchanged = " Nothing was changed." if exc.nothing_changed else ""
+    return ApplyPatchResult("failed", f"{exc}.{unchanged}")

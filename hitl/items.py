@@ -30,8 +30,31 @@ BUILTIN_CALLS: dict[str, tuple[str, str]] = {
     "apply_patch_call": ("operation", "apply_patch"),
 }
 """Responses call items of built-in tools: the field holding the call's payload (its one
-argument), and the tool's default name."""
+argument), and the tool's default name. An `apply_patch_call` may carry `operations` (a
+list) instead of `operation`: see `payload_field`."""
+
+
+def payload_field(kind: str, item: dict[str, Any]) -> str:
+    """The field of a built-in call item holding its payload.
+
+    An `apply_patch_call` with `operations` (any value but `null`) is that list, as the SDK
+    reads it (`operations` wins over `operation`); else the type's one field.
+    """
+    if kind == "apply_patch_call" and item.get("operations") is not None:
+        return "operations"
+    return BUILTIN_CALLS[kind][0]
+
+
 _MARKERS = (OVERSIZED_KEY, PROBLEM_KEY, TOOL_KEY)
+MCP_APPROVAL_REQUEST = "mcp_approval_request"
+"""A hosted MCP server asks to run one of its tools (`HostedMCPTool`): a call of the agent's
+hosted tool for its `server_label` (named in `TOOL_KEY` by the model activity), its arguments
+`{"server_label", "name", "arguments"}`, answered with an `mcp_approval_response`."""
+HOSTED_MCP_ITEMS = {"mcp_call": "mcp_call_item", "mcp_list_tools": "mcp_list_tools_item"}
+"""What a hosted MCP server did (the provider ran it): kept in the transcript as these run
+items, never executed by the run."""
+MCP_APPROVED_KEY = "mcp_approval"
+"""A `HostedMCPTool`'s answer to an approved call is JSON: `{"mcp_approval": "approved"}`."""
 
 
 class BadInput(ValueError):
@@ -59,9 +82,12 @@ class FunctionCall:
     """Size of arguments the model activity dropped for being too large."""
     problem: str | None = None
     """Why the model activity dropped the arguments as unusable (see `PROBLEM_KEY`)."""
-    call_type: Literal["function_call", "shell_call", "apply_patch_call"] = "function_call"
+    call_type: Literal[
+        "function_call", "shell_call", "apply_patch_call", "mcp_approval_request"
+    ] = "function_call"
     """The item's type: `function_call`, or a built-in tool's `shell_call` / `apply_patch_call`
-    (its payload is the call's one argument: `{"action": ...}` / `{"operation": ...}`)."""
+    (its payload is the call's one argument: `{"action": ...}` / `{"operation": ...}`), or a
+    hosted MCP server's `mcp_approval_request` (named by its `id`)."""
 
 
 @dataclass
@@ -111,8 +137,10 @@ def parse_model_output(output: list[dict[str, Any]]) -> ParsedOutput:
                     str(problem)[:200] if problem else None,
                 )
             )
-        elif isinstance(kind, str) and kind in BUILTIN_CALLS:
-            call = _builtin_call(kind, item)
+        elif kind == MCP_APPROVAL_REQUEST or (isinstance(kind, str) and kind in BUILTIN_CALLS):
+            call = (
+                _mcp_approval(item) if kind == MCP_APPROVAL_REQUEST else _builtin_call(kind, item)
+            )
             if call is not None and call.call_id not in seen:
                 seen.add(call.call_id)
                 parsed.calls.append(call)
@@ -126,7 +154,7 @@ def _builtin_call(kind: str, item: dict[str, Any]) -> FunctionCall | None:
     call_id, tool = item.get("call_id"), item.get(TOOL_KEY)
     if not isinstance(call_id, str) or not call_id:
         return None
-    field_name, default_name = BUILTIN_CALLS[kind]
+    field_name, default_name = payload_field(kind, item), BUILTIN_CALLS[kind][1]
     name = tool if isinstance(tool, str) and tool else default_name
     problem = item.get(PROBLEM_KEY)
     try:
@@ -145,6 +173,36 @@ def _builtin_call(kind: str, item: dict[str, Any]) -> FunctionCall | None:
         oversized if isinstance(oversized, int) else None,
         str(problem)[:200] if problem else None,
         call_type="shell_call" if kind == "shell_call" else "apply_patch_call",
+    )
+
+
+def _mcp_approval(item: dict[str, Any]) -> FunctionCall | None:
+    """An `mcp_approval_request` as a call of the agent's hosted MCP tool for its label.
+
+    The model activity checked the item (`TOOL_KEY` names the tool; an unknown label names
+    none, so the call is refused); without an `id` it cannot be answered, so it is no call.
+    """
+    request_id, tool = item.get("id"), item.get(TOOL_KEY)
+    if not isinstance(request_id, str) or not request_id:
+        return None
+    problem = item.get(PROBLEM_KEY)
+    try:
+        args = json.dumps(
+            {k: item.get(k) for k in ("server_label", "name", "arguments")}, allow_nan=False
+        )
+    except (TypeError, ValueError, RecursionError):
+        args, problem = "", "the request cannot be written as JSON"
+    oversized = item.get(OVERSIZED_KEY)
+    if isinstance(oversized, int):
+        args = ""
+    return FunctionCall(
+        request_id,
+        tool if isinstance(tool, str) and tool else "hosted_mcp",
+        args,
+        {k: v for k, v in item.items() if k not in _MARKERS},
+        oversized if isinstance(oversized, int) else None,
+        str(problem)[:200] if problem else None,
+        call_type="mcp_approval_request",
     )
 
 
@@ -198,6 +256,8 @@ def call_output(call_type: str | None, call_id: str, output: str) -> dict[str, A
         if limit is not None:
             item["max_output_length"] = limit
         return item
+    if call_type == MCP_APPROVAL_REQUEST:
+        return mcp_approval_response(call_id, output)
     if call_type == "apply_patch_call":
         status, text = patch_status(output)
         return {"type": "apply_patch_call_output", "call_id": call_id, "status": status} | (
@@ -247,6 +307,24 @@ def failed_command(message: str) -> dict[str, Any]:
     return {"stdout": "", "stderr": message, "outcome": {"type": "exit", "exit_code": 1}}
 
 
+def mcp_approval_response(request_id: str, output: str) -> dict[str, Any]:
+    """The `mcp_approval_response` answering a hosted MCP server's request.
+
+    Approved only when the `HostedMCPTool` itself answered (`MCP_APPROVED_KEY`): any other
+    text (a rejection, an expiry, a refusal) is a denial, and the text is its reason.
+    """
+    value = _json_object(output)
+    approved = value is not None and value.get(MCP_APPROVED_KEY) == "approved"
+    item: dict[str, Any] = {
+        "type": "mcp_approval_response",
+        "approval_request_id": request_id,
+        "approve": approved,
+    }
+    if not approved and output:
+        item["reason"] = output[:2000]
+    return item
+
+
 def patch_status(output: str) -> tuple[str, str]:
     """The `status` and `output` of an `apply_patch_call_output` answering `output`."""
     value = _json_object(output)
@@ -264,6 +342,10 @@ def output_text(item: dict[str, Any]) -> str | None:
         return out if isinstance(out, str) else json.dumps(out)
     if kind == "apply_patch_call_output":
         return f"{item.get('status', 'completed')}: {item.get('output') or ''}".rstrip(": ")
+    if kind == "mcp_approval_response":
+        if item.get("approve") is True:
+            return "approved"
+        return f"rejected: {item.get('reason') or ''}".rstrip(": ")
     if kind != "shell_call_output":
         return None
     parts = []

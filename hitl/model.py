@@ -17,7 +17,7 @@ from typing import Any, TypeAlias
 
 from hitl._user_code import call_user
 from hitl.errors import UserError
-from hitl.items import BUILTIN_CALLS, message_text, output_text, strict_json
+from hitl.items import BUILTIN_CALLS, message_text, output_text, payload_field, strict_json
 from hitl.wire import ModelSpec, ModelTool
 
 DEFAULT_MODEL = "gpt-4.1"
@@ -179,7 +179,7 @@ class ModelRequest:
         for it in items:
             kind = it.get("type")
             if isinstance(kind, str) and kind in BUILTIN_CALLS:
-                key, default = BUILTIN_CALLS[kind]
+                key, default = payload_field(kind, it), BUILTIN_CALLS[kind][1]
                 payload = it.get(key)
                 views.append(
                     ToolResultView(

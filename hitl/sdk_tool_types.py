@@ -8,6 +8,7 @@ function parameters Chat Completions is given.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, NotRequired, TypeAlias, TypedDict
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from hitl.context import RunContextWrapper
 from hitl.editor import ApplyPatchOperation
 from hitl.interruptions import ToolApprovalItem
+from hitl.items import SHELL_OUTPUT_KEY
 
 __all__ = [
     "ApplyPatchApprovalFunction",
@@ -42,6 +44,8 @@ MAX_OUTPUT_CHARS = 8000
 """Default characters of output a shell call returns (stdout and stderr of every command)."""
 MAX_PATCH_OUTPUT_CHARS = 8000
 """Characters of an editor's answer the model reads."""
+MAX_PATCH_OPERATIONS = 20
+"""Operations one `apply_patch_call` may carry (`operations`); more: refused, none applied."""
 
 
 # ----------------------------------------------------------------------------- the SDK's types
@@ -177,7 +181,24 @@ class _Operation(_Payload):
 
 
 class _PatchArgs(_Payload):
-    operation: _Operation
+    """One `operation`, or `operations`: a list approved as one call, applied all or none."""
+
+    operation: _Operation | None = None
+    operations: (
+        Annotated[list[_Operation], Field(min_length=1, max_length=MAX_PATCH_OPERATIONS)] | None
+    ) = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> _PatchArgs:
+        if (self.operation is None) == (self.operations is None):
+            raise ValueError("give operation or operations (a list), not both or neither")
+        return self
+
+
+def patch_operations(params: dict[str, Any]) -> list[_Operation]:
+    """A checked `apply_patch_call` payload's operations, in order."""
+    operations = params.get("operations")
+    return list(operations) if operations is not None else [params["operation"]]
 
 
 def _nullable(kind: str) -> dict[str, Any]:
@@ -221,3 +242,30 @@ PATCH_PARAMETERS: dict[str, Any] = {
     "additionalProperties": False,
 }
 """The `apply_patch_call` payload as function arguments (Chat Completions)."""
+
+
+# ----------------------------------------------------------------------------- shell answers
+
+
+def _entry(output: ShellCommandOutput) -> dict[str, Any]:
+    outcome: dict[str, Any] = {"type": output.outcome.type}
+    if output.outcome.type == "exit":
+        code = output.outcome.exit_code
+        outcome["exit_code"] = code if isinstance(code, int) and not isinstance(code, bool) else 0
+    return {"stdout": str(output.stdout), "stderr": str(output.stderr), "outcome": outcome}
+
+
+def shell_answer(outputs: list[ShellCommandOutput], limit: int) -> str:
+    """A `ShellTool`'s answer (`SHELL_OUTPUT_KEY`).
+
+    At most `limit` characters of output in all, stdout before stderr (as the SDK cuts).
+    """
+    entries = [_entry(o) for o in outputs] or [
+        {"stdout": "", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}
+    ]
+    left = limit
+    for entry in entries:
+        for stream in ("stdout", "stderr"):
+            entry[stream] = entry[stream][: max(left, 0)]
+            left -= len(entry[stream])
+    return json.dumps({SHELL_OUTPUT_KEY: entries, "max_output_length": limit})

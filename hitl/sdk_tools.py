@@ -33,7 +33,7 @@ from hitl.approval import ApprovalCall, ApprovalRequest, ToolApproved, ToolDenie
 from hitl.context import RunContextWrapper
 from hitl.editor import ApplyPatchEditor, ApplyPatchOperation, ApplyPatchResult
 from hitl.errors import UserError
-from hitl.items import PATCH_STATUS_KEY, SHELL_OUTPUT_KEY, strict_json
+from hitl.items import PATCH_STATUS_KEY, strict_json
 from hitl.sdk_tool_types import MAX_COMMAND_CHARS as MAX_COMMAND_CHARS
 from hitl.sdk_tool_types import MAX_COMMANDS as MAX_COMMANDS
 from hitl.sdk_tool_types import (
@@ -55,9 +55,10 @@ from hitl.sdk_tool_types import (
     ShellOnApprovalFunctionResult,
     ShellResult,
     _Action,
-    _Operation,
     _PatchArgs,
     _ShellArgs,
+    patch_operations,
+    shell_answer,
 )
 from hitl.shell_tools import _Commands
 from hitl.state import AgentRef, ToolApprovalItem
@@ -136,8 +137,10 @@ class _BuiltinTool(FunctionTool):
                 ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
             ) -> bool:
                 what = f"needs_approval of {name!r}"
-                request = self._request_for(params, ctx)
-                return bool(await call_user(user_predicate, ctx, request, call_id, what=what))
+                for request in self._requests_for(params, ctx):  # (any operation of a patch)
+                    if await call_user(user_predicate, ctx, request, call_id, what=what):
+                        return True
+                return False
 
         async def approver(ctx: RunContextWrapper[Any], call: ApprovalCall) -> Any:
             return await self._approve(ctx, call)
@@ -160,10 +163,13 @@ class _BuiltinTool(FunctionTool):
 
     def call_item(self, call_id: str, arguments: str) -> dict[str, Any]:
         """The call as the model made it: a `shell_call` / `apply_patch_call` item."""
+        key = self.payload_key
+        if key == "operation" and _payload(arguments, "operations") is not None:
+            key = "operations"
         return {
             "type": self.call_type,
             "call_id": call_id,
-            self.payload_key: _payload(arguments, self.payload_key),
+            key: _payload(arguments, key),
             "status": "completed",
         }
 
@@ -187,6 +193,9 @@ class _BuiltinTool(FunctionTool):
     # What each tool fills in.
     def _request_for(self, params: dict[str, Any], ctx: RunContextWrapper[Any]) -> Any:
         raise NotImplementedError
+
+    def _requests_for(self, params: dict[str, Any], ctx: RunContextWrapper[Any]) -> list[Any]:
+        return [self._request_for(params, ctx)]
 
     def _problem(self, params: dict[str, Any]) -> str | None:
         raise NotImplementedError
@@ -417,47 +426,18 @@ class ShellTool(_BuiltinTool):
                 self.executor, request, what=f"the executor of {self.name!r}", in_thread=False
             )
         except Exception as exc:  # the SDK's answer: the error, as a failed command
-            entries = [
-                _entry(
-                    ShellCommandOutput(
-                        stderr=str(exc) or type(exc).__name__, outcome=ShellCallOutcome("exit", 1)
-                    )
-                )
-            ]
-            return _shell_answer(_truncate(entries, limit), limit)
+            failed = ShellCommandOutput(
+                stderr=str(exc) or type(exc).__name__, outcome=ShellCallOutcome("exit", 1)
+            )
+            return shell_answer([failed], limit)
         if isinstance(result, ShellResult):
             if result.max_output_length is not None:
                 limit = max(min(limit, result.max_output_length), 0)
-            entries = [_entry(o) for o in result.output if isinstance(o, ShellCommandOutput)]
+            outputs = [o for o in result.output if isinstance(o, ShellCommandOutput)]
         else:
             text = result if isinstance(result, str) else str(result)
-            entries = [_entry(ShellCommandOutput(stdout=text, outcome=ShellCallOutcome("exit", 0)))]
-        return _shell_answer(_truncate(entries, limit), limit)
-
-
-def _entry(output: ShellCommandOutput) -> dict[str, Any]:
-    outcome: dict[str, Any] = {"type": output.outcome.type}
-    if output.outcome.type == "exit":
-        code = output.outcome.exit_code
-        outcome["exit_code"] = code if isinstance(code, int) and not isinstance(code, bool) else 0
-    return {"stdout": str(output.stdout), "stderr": str(output.stderr), "outcome": outcome}
-
-
-def _truncate(entries: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """At most `limit` characters of output in all, stdout before stderr (as the SDK cuts)."""
-    left = limit
-    for entry in entries:
-        for stream in ("stdout", "stderr"):
-            text = entry[stream]
-            entry[stream] = text[: max(left, 0)]
-            left -= len(entry[stream])
-    return entries
-
-
-def _shell_answer(entries: list[dict[str, Any]], limit: int) -> str:
-    if not entries:
-        entries = [{"stdout": "", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]
-    return json.dumps({SHELL_OUTPUT_KEY: entries, "max_output_length": limit})
+            outputs = [ShellCommandOutput(stdout=text, outcome=ShellCallOutcome("exit", 0))]
+        return shell_answer(outputs, limit)
 
 
 # ----------------------------------------------------------------------------- apply_patch
@@ -517,42 +497,73 @@ class ApplyPatchTool(_BuiltinTool):
         """The Responses tool type."""
         return "apply_patch"
 
-    def _request_for(self, params: dict[str, Any], ctx: RunContextWrapper[Any]) -> Any:
-        op: _Operation = params["operation"]
-        return ApplyPatchOperation(op.type, op.path, op.diff, ctx, op.move_to)
+    def _requests_for(self, params: dict[str, Any], ctx: RunContextWrapper[Any]) -> list[Any]:
+        return [
+            ApplyPatchOperation(op.type, op.path, op.diff, ctx, op.move_to)
+            for op in patch_operations(params)
+        ]
 
     def _problem(self, params: dict[str, Any]) -> str | None:
+        operations = self._requests_for(params, RunContextWrapper(context=None))
+        if len(operations) > 1:
+            check_all = getattr(self.editor, "check_all", None)
+            if callable(check_all):
+                problem = check_all(operations)
+                return str(problem) if problem else None
+            if not callable(getattr(self.editor, "apply_all", None)):
+                return _ONE_PER_CALL
         check = getattr(self.editor, "check", None)
         if not callable(check):
             return None
-        problem = check(self._request_for(params, RunContextWrapper(context=None)))
+        problem = check(operations[0])
         return str(problem) if problem else None
 
     def _render(self, params: dict[str, Any]) -> ApprovalRequest:
-        op: _Operation = params["operation"]
-        verb = {"create_file": "Create", "update_file": "Update", "delete_file": "Delete"}[op.type]
+        ops = patch_operations(params)
+        verbs = [_VERBS[op.type] for op in ops]
         where = getattr(self.editor, "root", None)
-        message = f"The assistant wants to {verb.lower()} {op.path}"
-        message += f" in {where}" if where else ""
-        message += f", moving it to {op.move_to}." if op.move_to else "."
+        if len(ops) == 1:
+            op, verb = ops[0], verbs[0]
+            title = f"{verb} {op.path}"
+            message = f"The assistant wants to {verb.lower()} {op.path}"
+            message += f" in {where}" if where else ""
+            message += f", moving it to {op.move_to}." if op.move_to else "."
+            preview = op.diff if op.diff else f"(delete {op.path})"
+        else:
+            title = f"Change {len(ops)} files"
+            message = f"The assistant wants to change {len(ops)} files"
+            message += f" in {where}" if where else ""
+            message += ", all or none:\n\n" + "\n".join(
+                f"- {v} {op.path}" + (f" (to {op.move_to})" if op.move_to else "")
+                for v, op in zip(verbs, ops, strict=True)
+            )
+            preview = "\n".join(
+                f"*** {v} File: {op.path}\n{op.diff or ''}".rstrip("\n")
+                for v, op in zip(verbs, ops, strict=True)
+            )
         problem = self._problem(params)
         if problem:
             message += f"\n\nIt will be refused, and approving it changes nothing: {problem}"
         return ApprovalRequest(
-            title=f"{verb} {op.path}",
+            title=title,
             message=message,
-            preview=op.diff if op.diff else f"(delete {op.path})",
+            preview=preview,
             preview_label="Diff",
             primary_label="Apply",
         )
 
     async def _invoke(self, ctx: RunContextWrapper[Any], **params: Any) -> str:
-        operation = self._request_for(params, ctx)
-        method = getattr(self.editor, _EDITOR_METHODS[operation.type])
+        operations = self._requests_for(params, ctx)
+        what = f"the editor of {self.name!r}"
         try:
-            result = await call_user(
-                method, operation, what=f"the editor of {self.name!r}", in_thread=True
-            )
+            if len(operations) == 1:
+                method = getattr(self.editor, _EDITOR_METHODS[operations[0].type])
+                result = await call_user(method, operations[0], what=what, in_thread=True)
+            else:  # all or none: the editor's own transaction
+                apply_all: Any = getattr(self.editor, "apply_all", None)
+                if not callable(apply_all):
+                    return _patch_answer("failed", _ONE_PER_CALL + ". Nothing was changed.")
+                result = await call_user(apply_all, operations, what=what, in_thread=True)
         except Exception as exc:  # the SDK's answer: the error, as a failed operation
             return _patch_answer("failed", str(exc) or type(exc).__name__)
         if isinstance(result, ApplyPatchResult):
@@ -563,6 +574,9 @@ class ApplyPatchTool(_BuiltinTool):
             status, text = None, None if result is None else str(result)
         return _patch_answer("failed" if status == "failed" else "completed", text)
 
+
+_ONE_PER_CALL = "this editor applies one operation per call (it has no apply_all)"
+_VERBS = {"create_file": "Create", "update_file": "Update", "delete_file": "Delete"}
 
 _EDITOR_METHODS = {
     "create_file": "create_file",

@@ -267,9 +267,7 @@ class AgentRun:
             parsed = parse_model_output(response.output)
             for msg in parsed.messages:
                 self.events.add_item("message_output_item", msg, agent)
-            for other in parsed.others:
-                if other.get("type") == "reasoning":
-                    self.events.add_item("reasoning_item", other, agent)
+            self.events.add_others(parsed.others, agent)
             if parsed.calls:
                 await self._run_turn(agent, parsed.calls, response.plans)
             elif response.has_final_output or parsed.messages:

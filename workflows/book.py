@@ -109,7 +109,8 @@ class ApprovalBook:
         self.calls: dict[str, CallRecord] = {c.call_id: c for c in state.calls}
         self.decisions: dict[str, DecisionRecord] = {d.call_id: d for d in state.decisions}
         self.model_ids: set[str] = {
-            str(i.raw_item.get("call_id"))
+            # (a hosted MCP server's `mcp_approval_request` is named by its `id`)
+            str(i.raw_item.get("call_id", i.raw_item.get("id")))
             for i in state.new_items
             if i.type in ("tool_call_item", "handoff_call_item")
         }

@@ -20,7 +20,7 @@ from temporalio.contrib.workflow_streams._stream import _POLL, _PUBLISH_SIGNAL
 from temporalio.contrib.workflow_streams._types import PollInput, PublishInput
 
 with workflow.unsafe.imports_passed_through():
-    from hitl.items import message_text
+    from hitl.items import HOSTED_MCP_ITEMS, message_text
     from hitl.limits import MAX_SIGNAL_BYTES
     from hitl.wire import EVENTS_TOPIC, AgentSpec, CarriedState, Phase, RunEvent, RunItem
     from hitl.workflows.book import SEP
@@ -118,6 +118,19 @@ class Events:
         self.topic.publish(
             RunEvent(type=kind, turn=run.state.turn, agent=run.agent_name(), **fields)
         )
+
+    def add_others(self, others: list[dict[str, Any]], agent: AgentSpec) -> None:
+        """Keep the model's other items the transcript holds.
+
+        Reasoning, and what a hosted MCP server listed and ran (the provider ran it; the run
+        executes nothing).
+        """
+        for other in others:
+            kind = other.get("type")
+            if kind == "reasoning":
+                self.add_item("reasoning_item", other, agent)
+            elif isinstance(kind, str) and kind in HOSTED_MCP_ITEMS:
+                self.add_item(HOSTED_MCP_ITEMS[kind], other, agent)
 
     def add_item(
         self, kind: Any, raw: dict[str, Any], agent: AgentSpec, call_id: str | None = None

@@ -93,8 +93,10 @@ class ModelTool(WireModel):
     description: str
     params_json_schema: dict[str, Any]
     strict: bool = True
-    builtin: Literal["shell", "apply_patch"] | None = None
+    builtin: Literal["shell", "apply_patch", "hosted_mcp"] | None = None
     """A Responses built-in tool (see `ToolSpec.builtin`)."""
+    builtin_config: dict[str, Any] | None = None
+    """A hosted MCP tool's configuration (see `ToolSpec.builtin_config`)."""
 
 
 HANDOFF_PARAMETERS: dict[str, Any] = {
@@ -115,6 +117,7 @@ def model_tools(agent: AgentSpec) -> list[ModelTool]:
             params_json_schema=t.params_json_schema,
             strict=t.strict_json_schema,
             builtin=t.builtin,
+            builtin_config=t.builtin_config,
         )
         for t in agent.tools
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from hitl.limits import DEFAULT_TOOL_ARGUMENT_BYTES, DEFAULT_TOOL_OUTPUT_BYTES
 from hitl.wire.base import WireModel
@@ -30,9 +30,19 @@ class ModelSettings(WireModel):
     top_p: float | None = None
     max_tokens: int | None = None
     tool_choice: str | None = None
+    """`auto`, `required`, `none`, a tool's name, or `mcp:<server_label>:<tool>` (a hosted MCP
+    server's tool; the SDK's `MCPToolChoice(server_label, name)` is read as that)."""
     parallel_tool_calls: bool | None = None
     reasoning_effort: str | None = None
     extra_args: dict[str, Any] | None = None
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _mcp_choice(cls, value: Any) -> Any:
+        label, name = getattr(value, "server_label", None), getattr(value, "name", None)
+        if isinstance(label, str) and isinstance(name, str):
+            return f"mcp:{label}:{name}"
+        return value
 
     def merged_with(self, override: ModelSettings | None) -> ModelSettings:
         """Return these settings with every non-None field of `override` applied on top."""
@@ -129,11 +139,17 @@ class ToolSpec(WireModel):
     local_activity: bool = False
     """Run calls as local activities, on the run's worker, inside the workflow task that
     decided them (quick, retry-safe function tools only)."""
-    builtin: Literal["shell", "apply_patch"] | None = None
+    builtin: Literal["shell", "apply_patch", "hosted_mcp"] | None = None
     """A Responses built-in tool (`ShellTool`, `ApplyPatchTool`): offered to OpenAI models as
     `{"type": "shell"}` / `{"type": "apply_patch"}`, called with `shell_call` /
     `apply_patch_call` items and answered with their output items (a function tool with
-    the same name and arguments on Chat Completions)."""
+    the same name and arguments on Chat Completions). `hosted_mcp` (`HostedMCPTool`): a
+    hosted MCP server the provider calls itself; its `mcp_approval_request` items are the
+    calls, answered with `mcp_approval_response` items (Responses only)."""
+    builtin_config: dict[str, Any] | None = None
+    """A `hosted_mcp` tool's `tool_config` as the model is sent it, without its secrets
+    (`authorization`, `headers`: the worker adds them from its own tool when it calls the
+    model, so they never reach history)."""
 
 
 class HandoffSpec(WireModel):

@@ -75,7 +75,11 @@ RunItemType = Literal[
     "handoff_call_item",
     "handoff_output_item",
     "reasoning_item",
+    "mcp_list_tools_item",
+    "mcp_call_item",
 ]
+"""`mcp_list_tools_item` / `mcp_call_item`: what a hosted MCP server listed and ran (the
+provider ran it; kept in the transcript, never executed by the run)."""
 
 
 class RunItem(WireModel):
@@ -234,9 +238,9 @@ class CallRecord(WireModel):
     """The id the model gave the call; `call_id` is the run's own (`t<turn>.<n>`), so every
     call can be named in an update, a URL or a terminal whatever the model sent. `None`: the
     model's id is `call_id` (runs recorded before the run assigned its own)."""
-    call_type: Literal["shell_call", "apply_patch_call"] | None = None
+    call_type: Literal["shell_call", "apply_patch_call", "mcp_approval_request"] | None = None
     """The model's item when it was not a `function_call`: the call is answered with a
-    `shell_call_output` / `apply_patch_call_output` item."""
+    `shell_call_output` / `apply_patch_call_output` / `mcp_approval_response` item."""
     round: int = 0
     """Bumped on every question, answer, uncertain attempt, resolution and extension: an
     answer, resolution or extension names the round it was made in (`PendingApproval.round`),

@@ -19,7 +19,7 @@ from hitl.wire import RunOutput
 from tests.agents import support_agent
 from tests.browser.conftest import Console, signed_in
 from tests.browser.test_console import park, status
-from tests.helpers import wait_for
+from tests.helpers import tool_activity_count, wait_for
 
 OPEN = """(url) => {
   window.__msgs = [];
@@ -103,3 +103,31 @@ async def test_a_socket_from_another_origin_or_without_a_session_is_refused(
             pass
     assert err.value.response.status_code == 403
     assert (await status(console, wid)).pending, "nothing was decided"
+
+
+async def test_reject_a_call_over_the_runs_socket(browser: Any, console: Console) -> None:
+    """`reject_tool_call` with a message: recorded as the person's rejection through the
+    console, the tool never runs, and the model reads the message."""
+    wid, call_id = await park(console, support_agent, "cancel order 79")
+    page = await signed_in(browser, console, "ann")
+    assert await page.evaluate(OPEN, socket_url(console, wid))
+    asked = await wait_message(page, "tool_approval_requested")
+    before = len(await messages(page))
+    reject = {
+        "type": "reject_tool_call",
+        "call_id": call_id,
+        "seen_sha256": asked["seen_sha256"],
+        "message": "the customer called back",
+        "reason": "duplicate request",
+    }
+    await page.evaluate("(t) => window.__ws.send(t)", json.dumps(reject))
+    decided = await wait_message(page, "decided", before)
+    assert (decided["call_id"], decided["kind"]) == (call_id, "reject")
+    await wait_message(page, "run_settled", before)
+    handle = console.client.get_workflow_handle(wid, result_type=RunOutput)
+    out = await handle.result()
+    [d] = out.decisions
+    assert (d.kind, d.approver, d.client) == ("reject", "ann", "console/realtime")
+    assert (d.message, d.reason) == ("the customer called back", "duplicate request")
+    assert tool_activity_count(await handle.fetch_history()) == 0
+    assert "the customer called back" in out.model_dump_json(), "the model was answered with it"

@@ -21,6 +21,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from hitl import (
     Agent,
     EffectUnknown,
+    HostedMCPTool,
     ModelReply,
     ModelRequest,
     RunConfig,
@@ -34,6 +35,7 @@ from hitl.wire import DecisionInput, ExtendInput, ResolveInput, RunStatus
 from hitl.worker.devserver import DevServer
 from tests.agents import local_support_agent, support_agent, weather_agent
 from tests.helpers import serving
+from tests.hosted_mcp_agents import DEEPWIKI, approval_request, list_tools, mcp_call
 from tests.workflows.test_approvals import sequential_agent
 from tests.workflows.test_compaction import desk, grow_until_continued, park_on_the_wire
 
@@ -48,6 +50,7 @@ SCENARIOS = (
     "continued_while_parked",
     "completed_local_tools",
     "completed_expired",
+    "completed_hosted_mcp",
 )
 
 # ----------------------------------------------------------------------------- expiry scenario
@@ -93,6 +96,31 @@ deadline_desk = Agent(
 )
 
 
+def _hosted_script(req: ModelRequest) -> ModelReply:
+    """The hosted server lists its tools and asks once; once answered, it ran the call."""
+    if not any(i.get("type") == "mcp_approval_response" for i in req.input):
+        return ModelReply.raw(list_tools(), approval_request("mcpr_1"))
+    answer = {"type": "message", "role": "assistant", "content": [{"type": "output_text"}]}
+    answer["content"][0]["text"] = "Rust"
+    return ModelReply.raw(mcp_call("mcpr_1", "Rust"), answer)
+
+
+hosted_desk = Agent(
+    name="Hosted desk",
+    tools=[HostedMCPTool(tool_config=DEEPWIKI)],
+    model=ScriptedModel(_hosted_script, "tests.replay.hosted_desk"),
+)
+
+
+async def record_hosted_mcp(opts: dict[str, Any], save: Any) -> None:
+    """A hosted MCP server's approval request, parked, approved, answered, then its call."""
+    r = await Runner.run(hosted_desk, "which language?", workflow_id="replay-hosted", **opts)
+    state = r.to_state()
+    state.approve(r.interruptions[0])
+    await Runner.run(hosted_desk, state, **opts)
+    await save("completed_hosted_mcp", "replay-hosted")
+
+
 async def record(address: str, only: str | None = None) -> None:
     client = await Client.connect(address, data_converter=data_converter())
     OUT.mkdir(exist_ok=True)
@@ -109,6 +137,7 @@ async def record(address: str, only: str | None = None) -> None:
         sequential_agent,
         desk,
         deadline_desk,
+        hosted_desk,
     )
     async with serving(client, *agents) as tq:
         opts = {"client": client, "task_queue": tq, "serve": False}
@@ -120,6 +149,9 @@ async def record(address: str, only: str | None = None) -> None:
             return
         if only == "completed_expired":
             await record_expired(client, opts, save)
+            return
+        if only == "completed_hosted_mcp":
+            await record_hosted_mcp(opts, save)
             return
         r = await Runner.run(
             support_agent, "cancel order 7", workflow_id="replay-completed", **opts
@@ -168,6 +200,7 @@ async def record(address: str, only: str | None = None) -> None:
         await record_parked_compaction(client, tq, save)
         await record_local_tools(opts, save)
         await record_expired(client, opts, save)
+        await record_hosted_mcp(opts, save)
 
 
 async def record_local_tools(opts: dict[str, Any], save: Any) -> None:

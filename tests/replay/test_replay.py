@@ -87,6 +87,8 @@ EXECUTED = {
     # wire_funds expired (nothing ran); pay_supplier ran once, turned uncertain, was resolved
     "completed_expired": ["OK t1.2 pay_supplier"],
     "continued_as_new": ["OK call_0c9fbb563a83_0 cancel_order"],
+    # a hosted MCP server's request, approved by a person (its answer ran as a local activity)
+    "completed_hosted_mcp": ["OK t1.1 hosted_mcp_deepwiki"],
     "parked_after_handoff": ["OK call_889383c01643_0 get_weather"],  # the predicate said no
     "parked_inbox_patch": ["OK call_889383c01643_0 get_weather"],
     # Parked: nothing ran in it; the run after it is read too (the chain goes on), and

@@ -19,8 +19,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel, client_tool
-from hitl.wire import AnswerInput, RunInput, RunOutput, RunStatus
-from tests.helpers import serving
+from hitl.limits import MIN_CONTINUE_AS_NEW_EVENTS
+from hitl.stream import stream_events
+from hitl.wire import AnswerInput, RunConfigSpec, RunInput, RunOutput, RunStatus
+from tests.helpers import serving, wait_for
 
 RAN_ON_CLIENT: list[str] = []
 
@@ -138,7 +140,9 @@ async def test_a_client_result_of_the_wrong_type_is_refused_and_changes_nothing(
             "answer", AnswerInput(call_id=call.call_id, content={"output": 7})
         )
         out = await handle.result()
+        asks = [e async for e in stream_events(ts_env.client, handle.id) if e.type == "call_asks"]
     assert out.final_output == "size: 7"
+    assert [(e.call_id, e.tool) for e in asks] == [(call.call_id, "file_size")], "announced"
 
 
 async def test_a_client_that_never_answers_becomes_an_error_the_model_reads(
@@ -155,3 +159,66 @@ async def test_a_client_that_never_answers_becomes_an_error_the_model_reads(
     timers = [e for e in hist.events if e.event_type == EventType.EVENT_TYPE_TIMER_FIRED]
     assert timers, "the run's own durable timer ended the wait"
     assert json.dumps(out.final_output)
+
+
+def phone_script(req: ModelRequest) -> ModelReply:
+    done = req.results_for("confirm_on_phone")
+    if not done:
+        return ModelReply.call("confirm_on_phone", {"question": "Ship the order?"})
+    return ModelReply.say(f"confirmed: {done[-1].output}")
+
+
+@client_tool(answer_timeout=7 * 86400)
+def confirm_on_phone(question: str) -> bool:
+    """Ask the user on their phone.
+
+    Args:
+        question: What to ask.
+    """
+    return True
+
+
+phone = Agent(
+    name="Phone helper",
+    tools=[confirm_on_phone],
+    model=ScriptedModel(phone_script, "tests.client_tools.phone"),
+)
+
+
+async def test_a_client_call_waits_days_across_continue_as_new_and_a_new_worker(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The call waits two days for the client while the run continues as new (its history
+    grown by refused signals), then a client answers it on another worker."""
+    from tests.workflows.test_compaction import grow_until_continued
+
+    client = ts_env.client
+    config = RunConfigSpec(continue_as_new_after_events=MIN_CONTINUE_AS_NEW_EVENTS)
+    async with serving(client, phone, cache=0) as tq:
+        handle = await client.start_workflow(
+            "AgentRun",
+            RunInput(agent=phone.name, input="ship it?", run_config=config),
+            id=f"phone-{tq}",
+            task_queue=tq,
+            result_type=RunOutput,
+        )
+
+        async def waits_at_the_client() -> bool:  # (its answer timeout's timer is set)
+            events = (await handle.fetch_history()).events
+            return any(e.event_type == EventType.EVENT_TYPE_TIMER_STARTED for e in events)
+
+        await wait_for(waits_at_the_client, what="the call to wait for the client")
+        before = await _wait_pending(handle, "input")
+        await ts_env.sleep(timedelta(days=2))
+        await grow_until_continued(client, handle.id)
+    async with serving(client, phone, task_queue=tq):
+        after = await _status(client, handle.id)
+        assert after.run_id != before.run_id, "the run continued as new"
+        [call] = after.pending
+        assert (call.call_id, call.kind) == (before.pending[0].call_id, "input")
+        assert call.input_request is not None and call.input_request.server == "client"
+        await handle.execute_update(
+            "answer", AnswerInput(call_id=call.call_id, content={"output": True})
+        )
+        out = await handle.result()
+    assert out.final_output == "confirmed: true"
