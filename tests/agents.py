@@ -176,6 +176,14 @@ weather_agent = Agent(
 # ----------------------------------------------------------------------------- a slow tool
 
 
+def _stamp(path: Path, text: str) -> None:
+    """Write whole or not at all: tests kill this process once the file exists, and written in
+    place, a kill between creating and writing it left it empty for the next worker."""
+    partial = path.with_name(f"{path.name}.{os.getpid()}")
+    partial.write_text(text)
+    partial.replace(path)
+
+
 @function_tool(needs_approval=True, heartbeat_timeout=2.0, max_attempts=5)
 def slow_refund(ctx: ToolContext[object], order_id: int) -> str:
     """Refund an order slowly (tests kill the worker while it runs).
@@ -188,7 +196,7 @@ def slow_refund(ctx: ToolContext[object], order_id: int) -> str:
     record(ctx, "slow_refund")
     started = os.environ.get("HITL_TEST_STARTED")
     if started:
-        Path(started).write_text(str(ctx.attempt))
+        _stamp(Path(started), str(ctx.attempt))
     if ctx.attempt == 1:
         time.sleep(float(os.environ.get("HITL_TEST_TOOL_SECONDS", "0")))
     return f"Refunded order {order_id}"
@@ -225,7 +233,7 @@ def slow_refund_here(ctx: ToolContext[object], order_id: int) -> str:
     started = Path(os.environ["HITL_TEST_STARTED"])
     first = not started.exists()
     runs = int(started.read_text()) if not first else 0
-    started.write_text(str(runs + 1))
+    _stamp(started, str(runs + 1))
     if first:
         time.sleep(float(os.environ.get("HITL_TEST_TOOL_SECONDS", "0")))
     return f"Refunded order {order_id}"
