@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 
 from hitl._user_code import ReturnTypeError, call_user
 from hitl.activities.context import rebuild_context, user_failure
+from hitl.activities.heartbeat import heartbeat_timeout, heartbeating
 from hitl.activities.tools import ToolActivities
 from hitl.agent import Agent, output_is_wrapped
 from hitl.context import RunContextWrapper
@@ -74,7 +75,15 @@ class ModelActivities:
 
     @activity.defn(name=ACT_CALL_MODEL)
     async def call_model(self, inp: CallModelInput) -> ModelResponse:
-        """Ask the agent's model for its next step and validate the answer."""
+        """Ask the agent's model for its next step and validate the answer.
+
+        A regular activity heartbeats while it waits (`MODEL_HEARTBEAT`): a call lost with its
+        worker is asked again in seconds, not when its start-to-close timeout ends.
+        """
+        async with heartbeating(heartbeat_timeout()):
+            return await self._call_model(inp)
+
+    async def _call_model(self, inp: CallModelInput) -> ModelResponse:
         try:
             inp = self._definition(inp)
             agent = self.registry.agent(inp.root_agent, inp.agent_id)

@@ -103,6 +103,10 @@ QUIET_REJECTION_PATCH = "hitl-rejection-runs-no-tool"
 """Runs before it called every `UserAction` tool on rejection; later ones only those that
 declare `called_on_rejection`."""
 MODEL_TIMEOUT = timedelta(seconds=180)
+MODEL_HEARTBEAT = timedelta(seconds=30)
+"""A regular model activity heartbeats (`activities.heartbeat`): one lost with its worker is
+asked again on another after this, not after `MODEL_TIMEOUT` (50 runs stalled 140 s behind a
+killed worker: `tests/e2e/test_policy_limit_runs.py`)."""
 LOCAL_TIMEOUT = timedelta(seconds=30)
 
 # Local activities fail with the activity's own error (not wrapped in an ActivityError).
@@ -341,6 +345,7 @@ class Steps:
             inp,
             result_type=ModelResponse,
             start_to_close_timeout=timeout,
+            heartbeat_timeout=MODEL_HEARTBEAT,
             retry_policy=MODEL_RETRY,
             summary=f"{agent.name}: {agent.model.name}",
             task_queue=self.inp.run_config.model_task_queue,  # None: the run's own queue

@@ -1,0 +1,127 @@
+"""A policy's limit across 50 concurrent agent runs on one customer key (issue 29), on the real
+dev server, with the worker killed in the middle: no more refunds run than the limit allows.
+
+`tests/e2e/test_ledger.py` drives the ledger directly; this drives whole runs, so what is
+checked is the chain a run makes of it: the policy's rule reserves while the call is planned,
+the tool runs only on a fit, the run commits what ran and releases what was denied. Checked
+from the tools' own effects and from the ledger's histories, not from what the runs said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel, ToolContext, function_tool
+from hitl.wire import LEDGER_WORKFLOW_TYPE
+from hitl.worker.devserver import DevServer
+from tests.helpers import Ledger, WorkerProcess, queue_name, record_effect, wait_for
+from tests.ledger_history import reservations
+
+RUNS = 50
+AMOUNT = 120
+ABOVE = 2000
+FITS = ABOVE // AMOUNT
+"""16 refunds of $120 fit under $2,000 (1,920); a 17th would make 2,040."""
+
+POLICY = f"""
+policy: capped
+version: "1"
+rules:
+  - id: daily-cap
+    tools: [refund]
+    limit:
+      key: "refunds:{{customer_id}}"
+      window: 24h
+      measure: sum
+      of: amount
+      above: {ABOVE}
+    effect: deny
+    message: This customer's refunds today reached the cap.
+"""
+
+
+@function_tool
+def refund(ctx: ToolContext[object], customer_id: str, amount: int) -> str:
+    """Refund a customer (the code never asks: the policy's cap decides).
+
+    Args:
+        customer_id: The customer.
+        amount: Dollars.
+    """
+    record_effect(ctx, "refund")
+    return f"refunded ${amount} to {customer_id}"
+
+
+def script(req: ModelRequest) -> ModelReply:
+    """`CUSTOMER:AMOUNT`: one refund, then what it answered."""
+    done = req.results_for("refund")
+    if not done:
+        customer, amount = req.last_user_text().split(":")
+        return ModelReply.call("refund", {"customer_id": customer, "amount": int(amount)})
+    return ModelReply.say(done[0].output or "")
+
+
+capped = Agent(
+    name="Capped desk",
+    tools=[refund],
+    model=ScriptedModel(script, "tests.capped", local_activity=False),
+)
+
+
+@pytest.mark.timeout(240)  # two worker starts and a crash recovery
+async def test_fifty_runs_on_one_customer_never_refund_past_the_cap_across_a_worker_crash(
+    dev_server: DevServer, dev_client: Client, tmp_path: Path
+) -> None:
+    tq, customer = queue_name("capped"), f"C-{uuid.uuid4().hex[:6]}"
+    effects = tmp_path / "effects.db"
+    policy = tmp_path / "capped.yaml"
+    policy.write_text(POLICY)
+    Ledger(effects)
+    env = {"HITL_TEST_LEDGER": str(effects), "HITL_LEDGER_KEY": "an-e2e-cap-key-0123456789abcdef"}
+    args = ["--policy", str(policy)]
+    agents = f"{__name__}:capped"
+    outputs: list[str] = []
+
+    async def one() -> str:
+        result = await Runner.run(
+            capped, f"{customer}:{AMOUNT}", client=dev_client, task_queue=tq, serve=False
+        )
+        outputs.append(str(result.final_output))
+        return str(result.final_output)
+
+    first = WorkerProcess(dev_server.address, tq, agents=agents, env=env, extra_args=args).start()
+    try:
+        runs = [asyncio.create_task(one()) for _ in range(RUNS)]
+        await wait_for(lambda: len(outputs) >= 8, timeout=120, what="8 runs to finish")
+    finally:
+        first.kill()  # mid-way: runs planning, reserving, running or committing
+    assert len(outputs) < RUNS, "the crash came in the middle"
+    with WorkerProcess(dev_server.address, tq, agents=agents, env=env, extra_args=args):
+        finals = await asyncio.wait_for(asyncio.gather(*runs), 180)
+        ledgers = [
+            w.id
+            async for w in dev_client.list_workflows(
+                f'WorkflowType="{LEDGER_WORKFLOW_TYPE}" AND TaskQueue="{tq}"'
+            )
+        ]
+
+    # What ran: the tools' own effects, one per idempotency key.
+    ran = Ledger(effects).rows("refund")
+    assert len(ran) == FITS, f"{len(ran)} refunds ran; the cap lets {FITS} through"
+    assert sum(Decimal(str(AMOUNT)) for _ in ran) <= ABOVE
+    assert sum(1 for f in finals if f.startswith("refunded")) == FITS
+    assert sum(1 for f in finals if "reached the cap" in f) == RUNS - FITS
+    # What the ledger recorded: one reservation per run, each accepted and answered once, and
+    # the "fits" answers never past the cap.
+    (ledger_id,) = ledgers
+    seen = await reservations(dev_client, ledger_id)
+    assert set(seen.accepted_per_reservation().values()) == {1}
+    assert len(seen.accepted) == RUNS
+    fits = [seen.answers[u] for u in seen.update_ids if seen.answers[u].fits]
+    assert len(fits) == FITS and sum(Decimal(a.amount) for a in fits) <= ABOVE
