@@ -229,7 +229,7 @@ def our_versions() -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="headline rows, small N (under 90 s)")
+    p.add_argument("--quick", action="store_true", help="headline rows, small N (about 2 min)")
     p.add_argument("--runs", type=int, help="sequential runs per latency variant (default 50)")
     p.add_argument("--throughput", type=int, help="concurrent runs for throughput (default 200)")
     p.add_argument("--parked", type=int, help="parked runs per case (default 1000)")
@@ -258,21 +258,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def make_plan(args: argparse.Namespace) -> Plan:
     plan = Plan()
     if args.quick:
-        # The headline rows only, small N: under 90 s (`make bench BENCH_ARGS=--quick`).
+        # The headline rows only, small N: about 2 min (`make bench BENCH_ARGS=--quick`).
         plan = Plan(
             latency_variants=HEADLINE,
-            throughput_variants=("ours-client", "peer", "ours", "ours-local-tool"),
+            # 179 s with the four headline variants' throughput at 40 runs and 100 parked runs
+            # per case (2026-11-26); the two sides' default paths and fewer runs: 126 s.
+            throughput_variants=("ours", "peer"),
             long_variants=("ours", "peer"),
             latency_runs=10,
             latency_runs_secondary=5,
-            throughput_runs=40,
-            throughput_runs_secondary=20,
+            throughput_runs=20,
+            throughput_runs_secondary=10,
             scaling_levels=(),
-            parked_runs=100,
-            parked_query_sample=40,
-            parked_replay_sample=100,
-            long_turns=(5, 10, 15, 20),
-            floor_runs=10,
+            parked_runs=40,
+            parked_query_sample=20,
+            parked_replay_sample=40,
+            long_turns=(5, 10, 15),
+            floor_runs=5,
             default_latency_runs=5,
             default_throughput_runs=20,
         )
