@@ -56,7 +56,7 @@ $(VENV)/.bench-installed: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	@touch $@
 
-bench: $(VENV)/.bench-installed ## Benchmarks against the peer, tables and charts (under 6 min; installs the peer on first use)
+bench: $(VENV)/.bench-installed ## Benchmarks against the peer, tables and charts (budget 6 min, 13 min measured 2026-11-26; installs the peer on first use)
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 screenshots: $(STAMP) ## Retake the docs' screenshots with the browser tests (needs Chromium)
