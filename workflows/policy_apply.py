@@ -30,11 +30,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from hitl.policy import PolicyError, canonical, digest_of, from_data
     from hitl.policy.loading import MAX_DOCUMENT_BYTES
-    from hitl.policy_signing import APPLY_DOMAIN, verify_publication
+    from hitl.policy_signing import APPLY_DOMAIN
     from hitl.rules import may_decide, narrow_approvers
-    from hitl.signing import SignatureError
     from hitl.wire import (
         ACT_REEVALUATE_POLICY,
         UPDATE_APPLY_POLICY,
@@ -56,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from hitl.workflows import records
     from hitl.workflows.book import ApprovalBook
     from hitl.workflows.inputs import read_one, refusal
+    from hitl.workflows.policy_registry import check_signature, document_pin
     from hitl.workflows.turn import MAX_VERDICTS_KEPT
 
 MAX_CHANGES_KEPT = 50
@@ -127,29 +126,12 @@ class Applying:
             raise refusal("NotRoot", "apply a policy to the root run (nested runs keep theirs)")
         if run.finished() or s.graph is None:
             raise refusal("RunNotActive", "the run has finished (or not started): nothing to apply")
-        try:
-            doc = from_data(p.document, source="the applied policy")
-        except PolicyError as exc:
-            raise refusal("PolicyError", str(exc)) from None
-        digest = digest_of(doc)
-        try:
-            verify_publication(
-                s.directory or ApproverDirectory(),
-                p,
-                registry_id=workflow.info().workflow_id,
-                digest=digest,
-                now=workflow.now(),
-                domain=APPLY_DOMAIN,
-            )
-        except SignatureError as exc:
-            raise refusal(exc.type, exc.message) from None
-        if s.policy is not None and s.policy.digest == digest:
-            raise refusal("AlreadyPinned", f"the run already pins {doc.policy}@{doc.version}")
+        pinned = document_pin(p.document, "the applied policy")
+        check_signature(s.directory or ApproverDirectory(), p, pinned.digest, APPLY_DOMAIN)
+        if s.policy is not None and s.policy.digest == pinned.digest:
+            raise refusal("AlreadyPinned", f"the run already pins {pinned.name}@{pinned.version}")
         if self.busy:
             raise refusal("PolicyBeingApplied", "another policy is being applied: send again")
-        pinned = PinnedPolicy(
-            name=doc.policy, version=doc.version, digest=digest, document=canonical(doc)
-        )
         return p, pinned
 
     async def apply(self, args: tuple[Any, ...]) -> PolicyChange:

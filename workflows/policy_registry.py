@@ -21,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from hitl.policy import PolicyError, canonical, digest_of, from_data
     from hitl.policy.loading import MAX_DOCUMENT_BYTES
-    from hitl.policy_signing import verify_publication
+    from hitl.policy_signing import DOMAIN, verify_publication
     from hitl.signing import SignatureError
     from hitl.wire import (
         ACT_REGISTRY_DIRECTORY,
@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
         RegistryInput,
         RegistryState,
     )
-    from hitl.workflows.inputs import read_one
+    from hitl.workflows.inputs import read_one, refusal
 
 MAX_LOG_KEPT = 200
 CONTINUE_AFTER = 500
@@ -128,29 +128,13 @@ class PolicyRegistry:
             max_bytes=MAX_DOCUMENT_BYTES * 2,
             error_type="InvalidPublication",
         )
-        try:
-            doc = from_data(p.document, source="the published policy")
-        except PolicyError as exc:
-            raise ApplicationError(str(exc), type="PolicyError") from None
-        digest = digest_of(doc)
-        pinned = PinnedPolicy(
-            name=doc.policy, version=doc.version, digest=digest, document=canonical(doc)
-        )
+        pinned = document_pin(p.document, "the published policy")
         directory = self.state.directory
         if directory is None:  # (the validator refused it; a replay waits for it)
             raise ApplicationError(
                 "the registry has no approver directory", type="RegistryNotReady"
             )
-        try:
-            verify_publication(
-                directory,
-                p,
-                registry_id=workflow.info().workflow_id,
-                digest=digest,
-                now=workflow.now(),
-            )
-        except SignatureError as exc:
-            raise ApplicationError(exc.message, type=exc.type) from None
+        check_signature(directory, p, pinned.digest)
         return p, pinned
 
     @workflow.query(name=QUERY_CURRENT_POLICY)
@@ -159,3 +143,34 @@ class PolicyRegistry:
         return CurrentPolicy(
             policy=self.state.current, log=self.state.log, ready=self.state.directory is not None
         )
+
+
+def document_pin(document: dict[str, Any], source: str) -> PinnedPolicy:
+    """A published or applied document, validated, as runs pin it (else `PolicyError`)."""
+    try:
+        doc = from_data(document, source=source)
+    except PolicyError as exc:
+        raise refusal("PolicyError", str(exc)) from None
+    return PinnedPolicy(
+        name=doc.policy, version=doc.version, digest=digest_of(doc), document=canonical(doc)
+    )
+
+
+def check_signature(
+    directory: ApproverDirectory, p: PublishPolicy, digest: str, domain: bytes = DOMAIN
+) -> None:
+    """Refuse `p` unless an admin of `directory` signed document `digest` for this workflow.
+
+    The refusals are `hitl.policy_signing.verify_publication`'s, checked at the run's clock.
+    """
+    try:
+        verify_publication(
+            directory,
+            p,
+            registry_id=workflow.info().workflow_id,
+            digest=digest,
+            now=workflow.now(),
+            domain=domain,
+        )
+    except SignatureError as exc:
+        raise refusal(exc.type, exc.message) from None

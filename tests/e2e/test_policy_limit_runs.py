@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from hitl import Agent, ModelReply, ModelRequest, Runner, ScriptedModel, ToolContext, function_tool
+from hitl import Runner
 from hitl.wire import LEDGER_WORKFLOW_TYPE
 from hitl.worker.devserver import DevServer
-from tests.helpers import Ledger, WorkerProcess, queue_name, record_effect, wait_for
+from tests.helpers import Ledger, WorkerProcess, queue_name, wait_for
 from tests.ledger_history import reservations
+from tests.workflows.test_policy_limits import desk
 
 RUNS = 50
 AMOUNT = 120
@@ -46,34 +47,6 @@ rules:
 """
 
 
-@function_tool
-def refund(ctx: ToolContext[object], customer_id: str, amount: int) -> str:
-    """Refund a customer (the code never asks: the policy's cap decides).
-
-    Args:
-        customer_id: The customer.
-        amount: Dollars.
-    """
-    record_effect(ctx, "refund")
-    return f"refunded ${amount} to {customer_id}"
-
-
-def script(req: ModelRequest) -> ModelReply:
-    """`CUSTOMER:AMOUNT`: one refund, then what it answered."""
-    done = req.results_for("refund")
-    if not done:
-        customer, amount = req.last_user_text().split(":")
-        return ModelReply.call("refund", {"customer_id": customer, "amount": int(amount)})
-    return ModelReply.say(done[0].output or "")
-
-
-capped = Agent(
-    name="Capped desk",
-    tools=[refund],
-    model=ScriptedModel(script, "tests.capped", local_activity=False),
-)
-
-
 @pytest.mark.timeout(240)  # two worker starts and a crash recovery
 async def test_fifty_runs_on_one_customer_never_refund_past_the_cap_across_a_worker_crash(
     dev_server: DevServer, dev_client: Client, tmp_path: Path
@@ -85,12 +58,12 @@ async def test_fifty_runs_on_one_customer_never_refund_past_the_cap_across_a_wor
     Ledger(effects)
     env = {"HITL_TEST_LEDGER": str(effects), "HITL_LEDGER_KEY": "an-e2e-cap-key-0123456789abcdef"}
     args = ["--policy", str(policy)]
-    agents = f"{__name__}:capped"
+    agents = "tests.workflows.test_policy_limits:desk"  # its refund tool; the cap is ours
     outputs: list[str] = []
 
     async def one() -> str:
         result = await Runner.run(
-            capped, f"{customer}:{AMOUNT}", client=dev_client, task_queue=tq, serve=False
+            desk, f"{customer}:{AMOUNT}", client=dev_client, task_queue=tq, serve=False
         )
         outputs.append(str(result.final_output))
         return str(result.final_output)
