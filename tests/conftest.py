@@ -42,36 +42,66 @@ async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
         await env.shutdown()
 
 
+class _Servers:
+    """The session's time-skipping server, replaced when a test leaves its clock held."""
+
+    def __init__(self) -> None:
+        self.env: WorkflowEnvironment | None = None
+        self._stack = contextlib.AsyncExitStack()
+
+    async def current(self) -> WorkflowEnvironment:
+        if self.env is None:
+            self.env = await self._stack.enter_async_context(time_skipping_server())
+        return self.env
+
+    async def replace(self) -> None:
+        """Shut the held server down; the next test gets a fresh one (a few seconds)."""
+        stack, self._stack, self.env = self._stack, contextlib.AsyncExitStack(), None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(stack.aclose(), CLOCK_CHECK_SECONDS)
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+
 @pytest_asyncio.fixture(scope="session")
-async def ts_server() -> AsyncIterator[WorkflowEnvironment]:
-    """The session's time-skipping server."""
-    async with time_skipping_server() as env:
-        yield env
+async def ts_servers() -> AsyncIterator[_Servers]:
+    """The session's time-skipping server (one at a time; see `ts_env`)."""
+    servers = _Servers()
+    try:
+        yield servers
+    finally:
+        await servers.close()
 
 
 @pytest_asyncio.fixture
-async def ts_env(ts_server: WorkflowEnvironment) -> AsyncIterator[WorkflowEnvironment]:
+async def ts_env(ts_servers: _Servers) -> AsyncIterator[WorkflowEnvironment]:
     """The session's time-skipping server, handed on with its clock free and no open run.
 
     Its virtual clock is shared by every test, and the server holds it still while any run
     has a workflow task, activity or child start outstanding, even after that run is
     terminated. `serving()` therefore lets a worker leave only once its runs are quiet; here
     the test's parked runs are terminated (a later `sleep` would otherwise fire their timers
-    on a queue nobody polls), and an hour is skipped to prove the clock still moves, so a
-    test that leaks a lock fails itself instead of every later `sleep(days=...)`.
+    on a queue nobody polls), and an hour is skipped to prove the clock still moves. A test
+    that leaks a lock fails itself, and the server is replaced so that no later test's
+    `sleep(days=...)` stalls on it.
     """
+    ts_server = await ts_servers.current()
     yield ts_server
     client = ts_server.client
-    open_runs = await client.workflow_service.list_open_workflow_executions(
-        ListOpenWorkflowExecutionsRequest(namespace=client.namespace, maximum_page_size=1000)
-    )
-    for run in open_runs.executions:
-        handle = client.get_workflow_handle(run.execution.workflow_id, run_id=run.execution.run_id)
-        with contextlib.suppress(RPCError):  # it may close on its own meanwhile
-            await handle.terminate("test over")
     try:
+        open_runs = await client.workflow_service.list_open_workflow_executions(
+            ListOpenWorkflowExecutionsRequest(namespace=client.namespace, maximum_page_size=1000)
+        )
+        for run in open_runs.executions:
+            handle = client.get_workflow_handle(
+                run.execution.workflow_id, run_id=run.execution.run_id
+            )
+            with contextlib.suppress(RPCError):  # it may close on its own meanwhile
+                await handle.terminate("test over")
         await asyncio.wait_for(ts_server.sleep(timedelta(hours=1)), CLOCK_CHECK_SECONDS)
-    except TimeoutError:
+    except (TimeoutError, RPCError):
+        await ts_servers.replace()
         pytest.fail("this test left the time-skipping server's clock held (work in flight)")
 
 
