@@ -80,6 +80,7 @@ def cmd_policy(args: argparse.Namespace) -> int:
 async def _admin(args: argparse.Namespace) -> int:
     from hitl.client import connect
 
+    policy_admin.check_inputs(args)
     client = await connect(profile=args.profile, address=args.address, namespace=args.namespace)
     if args.policy_command == "publish":
         return await policy_admin.publish(client, args)

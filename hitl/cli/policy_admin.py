@@ -51,6 +51,12 @@ def add_parsers(ps: Any) -> None:
         sub.add_argument("--reason", help="why (kept with the change)")
 
 
+def check_inputs(args: argparse.Namespace) -> None:
+    """Read FILE and the admin's key before any connection: a typo fails at once, offline."""
+    load_policy(args.file)
+    _key()
+
+
 def _key() -> tuple[str, Any]:
     from hitl.signing import signing_key_from_env
 

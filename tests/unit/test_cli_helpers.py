@@ -288,6 +288,7 @@ def test_show_escapes_every_value_and_keeps_injected_lines_indented(
                 )
             ],
             decisions=[_rec(approver=HOSTILE, message=HOSTILE)],
+            final_output="Refunded order 7.\nDecisions:\n" + HOSTILE,
         ),
         input_items=[{"role": "user", "content": HOSTILE}],
         new_items=[RunItem(type="tool_call_item", agent_id="A", agent_name="A", raw_item=call)],
@@ -323,6 +324,8 @@ def test_show_escapes_every_value_and_keeps_injected_lines_indented(
     assert [line for line in printed.splitlines() if line.startswith("Decisions:")] == [
         "Decisions:"
     ]
+    # A multi-line final output reads as lines, indented under its heading.
+    assert "Final output:\n    Refunded order 7.\n    Decisions:\n" in printed
 
 
 def test_the_output_stream_keeps_json_valid() -> None:

@@ -132,3 +132,23 @@ def test_audit_rows_name_rule_and_version_also_for_shadow_verdicts() -> None:
     assert rows["t1.1"]["reason"] == "log_only: deny by would-deny"
     assert rows["t1.1"]["policy_version"] == "desk@1 sha256:aaaaaaaaaaaa"
     assert (rows["t2.1"]["policy_rule"], rows["t2.1"]["event"]) == ("four-eyes", "decision")
+
+
+@pytest.mark.parametrize("command", ["publish", "apply"])
+def test_publish_and_apply_read_the_file_and_key_before_connecting(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    """A typo in FILE, or no admin key, fails at once with its own reason, not a connection
+    error (nothing listens at the address given)."""
+    monkeypatch.delenv("HITL_SIGNING_KEY", raising=False)
+    runs = ["run-1"] if command == "apply" else []
+    nowhere = ["--address", "127.0.0.1:9"]
+    assert run([*nowhere, "policy", command, str(tmp_path / "nope.yaml"), *runs]) == 1
+    err = capsys.readouterr().err
+    assert "nope.yaml: cannot read it" in err and err.count("\n") == 1, err
+    assert run([*nowhere, "policy", command, str(POLICY), *runs]) == 1
+    err = capsys.readouterr().err
+    assert "HITL_SIGNING_KEY" in err and err.count("\n") == 1, err
