@@ -7,7 +7,8 @@ reads. Each way of reading a run is timed on runs of its own, so each read repla
 subprocess), and the console's call page (`describe` and the `snapshot` query). Then the same
 reads again on runs now cached, and reading the run's inbox memo from visibility (what `hitl
 pending` and the console's inbox read: no worker at all). Worker CPU is read from /proc around
-each batch (the worker is otherwise idle). Not part of `make bench` (about a minute).
+each batch (the worker is otherwise idle). Not part of `make bench` (about two minutes with
+`--runs 80` and the peer).
 
 The peer, on the same dev server and in the same run (unless `--no-peer`): `--runs` of its
 one-approval runs parked by its worker with the SDK's default cache (its scripted model
