@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import PEER_PYTHON, ROOT, Worker
+from bench.procs import PEER_PYTHON, ROOT, Worker, ensure_peer_venv
 
 AGENTS = "bench.ours.agents:agent"
 
@@ -245,8 +245,10 @@ async def amain(n: int, with_peer: bool) -> int:
                 out[name]["cached"] = await timed(w.pid, batch, read)
         finally:
             w.terminate(), w.wait()
-        log = Path(tmp) / "peer-worker.log"
-        peer = await peer_reads(client, server.address, n, log) if with_peer else None
+        peer = None
+        if with_peer:
+            ensure_peer_venv(Path(tmp) / "peer-install.log")  # as `bench.run` does: once
+            peer = await peer_reads(client, server.address, n, Path(tmp) / "peer-worker.log")
     report(k, out, peer)
     return 0
 
