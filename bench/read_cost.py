@@ -7,7 +7,13 @@ reads. Each way of reading a run is timed on runs of its own, so each read repla
 subprocess), and the console's call page (`describe` and the `snapshot` query). Then the same
 reads again on runs now cached, and reading the run's inbox memo from visibility (what `hitl
 pending` and the console's inbox read: no worker at all). Worker CPU is read from /proc around
-each batch (the worker is otherwise idle). Not part of `make bench` (about a minute).
+each batch (the worker is otherwise idle). Not part of `make bench` (about two minutes with
+`--runs 80` and the peer).
+
+The peer, on the same dev server and in the same run (unless `--no-peer`): `--runs` of its
+one-approval runs parked by its worker with the SDK's default cache (its scripted model
+provider, `bench/.peer-venv`), its `pending` query of each, cached (what the issue's target is
+measured against), then evicted (a fresh worker).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import ROOT
+from bench.procs import PEER_PYTHON, ROOT, Worker, ensure_peer_venv
 
 AGENTS = "bench.ours.agents:agent"
 
@@ -143,7 +149,76 @@ def readers(
     }
 
 
-async def amain(n: int) -> int:
+def peer_worker(address: str, queue: str, log: Path) -> Worker:
+    """The peer's worker (`bench.peer.worker --scripted`), SDK defaults, once ready."""
+    argv = [str(PEER_PYTHON), "-m", "bench.peer.worker", "--address", address]
+    argv += ["--task-queue", queue, "--scripted"]
+    return Worker("peer", argv, log, env={"OPENAI_AGENTS_DISABLE_TRACING": "1"}).start()
+
+
+async def peer_reads(client: Any, address: str, n: int, log: Path) -> dict[str, Any]:
+    """The peer's `pending` query of its parked runs: cached, then evicted (a fresh worker)."""
+    from temporalio.client import WithStartWorkflowOperation
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    queue = "read-cost-peer"
+    ids = [f"{queue}-{k}" for k in range(n + 1)]  # the last: each worker's first, untimed read
+
+    async def one(wid: str) -> None:
+        op: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            "PeerAgentRun", {"prompt": "Refund order 1001", "tool_mode": "activity"}, id=wid,
+            task_queue=queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )  # fmt: skip
+        status = await client.execute_update_with_start_workflow(
+            "wait", start_workflow_operation=op
+        )
+        assert status["phase"] == "awaiting_approval", status
+
+    async def pending(wid: str) -> None:
+        assert await client.get_workflow_handle(wid).query("pending")
+
+    w = peer_worker(address, queue, log)
+    out: dict[str, Any] = {}
+    try:
+        for i in range(0, n + 1, 10):
+            await asyncio.gather(*(one(wid) for wid in ids[i : i + 10]))
+        out["cached"] = await timed(w.pid, ids[: n // 2], pending)
+    finally:
+        w.stop()
+    w = peer_worker(address, queue, log)
+    try:
+        await pending(ids[n])  # its first replay also imports what its sandbox needs
+        out["evicted"] = await timed(w.pid, ids[n // 2 : n], pending)
+    finally:
+        w.stop()
+    return out
+
+
+def report(k: int, out: dict[str, Any], peer: dict[str, Any] | None) -> None:
+    print(f"reading one parked run ({k} runs per way, worker default cache):")
+    for name, got in out.items():
+        e, c = got["evicted"], got["cached"]
+        print(
+            f"  {name:26s} evicted: worker CPU {e['worker_cpu_ms']:5.1f} ms, wall "
+            f"{e['wall_ms_median']:6.1f} ms | cached: worker CPU {c['worker_cpu_ms']:5.1f} ms, "
+            f"wall {c['wall_ms_median']:6.1f} ms"
+        )
+    if peer is None:
+        return
+    e, c = peer["evicted"], peer["cached"]
+    print(
+        f"  {'peer `pending` query':26s} evicted: worker CPU {e['worker_cpu_ms']:5.1f} ms, wall "
+        f"{e['wall_ms_median']:6.1f} ms | cached: worker CPU {c['worker_cpu_ms']:5.1f} ms, "
+        f"wall {c['wall_ms_median']:6.1f} ms ({c['runs']} runs each)"
+    )
+    base = c["worker_cpu_ms"]
+    for name, got in out.items():
+        if base > 0 and got["evicted"]["worker_cpu_ms"] > 0:
+            ratio = got["evicted"]["worker_cpu_ms"] / base
+            print(f"  {name} evicted / peer cached: {ratio:.2f}x (target <= 1.0x)")
+
+
+async def amain(n: int, with_peer: bool) -> int:
     from temporalio.client import Client
 
     from hitl.client import data_converter
@@ -154,13 +229,14 @@ async def amain(n: int) -> int:
         queue = "read-cost"
         first = worker(server.address, queue)
         try:
-            calls = await park(client, queue, n)
+            calls = await park(client, queue, n + 1)  # one more: the first, untimed read
         finally:
             first.terminate(), first.wait()
         w = worker(server.address, queue)  # a fresh cache: every parked run is evicted
         try:
             kinds = readers(client, server.address, queue, calls)
             ids = list(calls)
+            await kinds["status query"](ids.pop())  # a first replay imports what the sandbox needs
             k = n // len(kinds)
             out: dict[str, Any] = {}
             for i, (name, read) in enumerate(kinds.items()):
@@ -169,14 +245,11 @@ async def amain(n: int) -> int:
                 out[name]["cached"] = await timed(w.pid, batch, read)
         finally:
             w.terminate(), w.wait()
-    print(f"reading one parked run ({k} runs per way, worker default cache):")
-    for name, got in out.items():
-        e, c = got["evicted"], got["cached"]
-        print(
-            f"  {name:26s} evicted: worker CPU {e['worker_cpu_ms']:5.1f} ms, wall "
-            f"{e['wall_ms_median']:6.1f} ms | cached: worker CPU {c['worker_cpu_ms']:5.1f} ms, "
-            f"wall {c['wall_ms_median']:6.1f} ms"
-        )
+        peer = None
+        if with_peer:
+            ensure_peer_venv(Path(tmp) / "peer-install.log")  # as `bench.run` does: once
+            peer = await peer_reads(client, server.address, n, Path(tmp) / "peer-worker.log")
+    report(k, out, peer)
     return 0
 
 
@@ -185,7 +258,9 @@ def main() -> int:
         prog="python -m bench.read_cost", description=__doc__.splitlines()[0]
     )
     p.add_argument("--runs", type=int, default=40)
-    return asyncio.run(amain(p.parse_args().runs))
+    p.add_argument("--no-peer", action="store_true", help="ours only (no bench/.peer-venv)")
+    args = p.parse_args()
+    return asyncio.run(amain(args.runs, not args.no_peer))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from hitl.registry import AgentRegistry
 from hitl.signing import directory_from_env, signing_available
 from hitl.wire import DEFAULT_TASK_QUEUE, ApproverDirectory, PinnedPolicy
 from hitl.worker.policy_watch import RegistryWatch, WatchRegistry, registry_watch
+from hitl.worker.sandbox import FastContextRunner
 from hitl.workflows.agent_run import AgentRun
 from hitl.workflows.ledger import HitlLedger
 from hitl.workflows.policy_registry import PolicyRegistry
@@ -60,9 +61,12 @@ PASSTHROUGH = (
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
-    """The sandbox our workflows run in; a `Replayer` of their histories must use it too."""
+    """The sandbox our workflows run in; a `Replayer` of their histories must use it too.
+
+    The SDK's sandbox, with serialization-context lookups asked directly (`hitl.worker.sandbox`).
+    """
     signing_available()  # signatures are checked in workflow code: import their modules here
-    return SandboxedWorkflowRunner(
+    return FastContextRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
     )
 
