@@ -554,6 +554,11 @@ def header(res: dict[str, Any]) -> list[str]:
         f"{lat_n} sequential runs per variant (the most for ours and the peer), interleaved in "
         "blocks of 5"
     )
+    spent = _get(res, "settings", "tuned", "section_seconds") or {}
+    if spent:
+        took = [f"client costs {m['client_costs_s']:.0f}"] if "client_costs_s" in m else []
+        took += [f"{k.replace('_', ' ')} {v:.0f}" for k, v in spent.items()]
+        out.append(f"- where this run's time went (s): {', '.join(took)}")
     return out
 
 
