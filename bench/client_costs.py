@@ -89,9 +89,11 @@ def console_pages(repeat: int, rows: int = CONSOLE_ROWS) -> dict[str, Any]:
 
 
 def measure(quick: bool) -> dict[str, Any]:
+    # Fresh interpreters are most of `make bench`'s first minute on a loaded machine: the median
+    # of 3 (5 before 2026-11-26), one run with `--quick` (no median: not for quoting).
     return {
-        "imports": import_times(3 if quick else 5, profile=not quick),
-        "console": console_pages(3 if quick else 9),
+        "imports": import_times(1 if quick else 3, profile=not quick),
+        "console": console_pages(3 if quick else 5),
     }
 
 
@@ -104,7 +106,7 @@ def markdown(meta: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     if imports:
         lines += [
-            f"Startup, fresh interpreter (median of {imports['repeat']}; a bare `python -c "
+            f"Startup, fresh interpreter ({_of(imports['repeat'])}; a bare `python -c "
             f"pass` takes {imports['bare_interpreter_ms']:.0f} ms):",
             "",
             "| import | the import alone (ms) | whole process (ms) | `hitl` modules | "
@@ -125,7 +127,7 @@ def markdown(meta: dict[str, Any]) -> list[str]:
         repeat = next(iter(pages.values()))["repeat"] if pages else 0
         lines += [
             f"The console's pages with {console['rows']:,} pending calls held in memory (its "
-            f"own cost: routing, session, filtering, template; median of {repeat}):",
+            f"own cost: routing, session, filtering, template; {_of(repeat)}):",
             "",
             "| page | median (ms) | max (ms) | size (KiB) |",
             "|---|---:|---:|---:|",
@@ -135,6 +137,10 @@ def markdown(meta: dict[str, Any]) -> list[str]:
                 f"| {what} | {m['median_ms']:.0f} | {m['max_ms']:.0f} | {m['bytes'] / 1024:.0f} |"
             )
     return lines
+
+
+def _of(repeat: int) -> str:
+    return "one run" if repeat == 1 else f"median of {repeat}"
 
 
 def main(argv: list[str] | None = None) -> int:

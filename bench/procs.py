@@ -126,19 +126,32 @@ class Worker:
             )
         return self
 
-    def wait_ready(self, timeout: float = 60.0) -> Worker:
+    def _is_ready(self) -> bool:
         assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise BenchError(f"worker {self.name} exited ({self.proc.returncode}); see {self.log}")
+        return b"worker ready" in self.log.read_bytes()
+
+    def _not_ready(self, timeout: float) -> BenchError:
+        self.stop()
+        return BenchError(f"worker {self.name} not ready after {timeout:g}s; see {self.log}")
+
+    def wait_ready(self, timeout: float = 60.0) -> Worker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BenchError(
-                    f"worker {self.name} exited ({self.proc.returncode}); see {self.log}"
-                )
-            if b"worker ready" in self.log.read_bytes():
+            if self._is_ready():
                 return self
             time.sleep(0.05)
-        self.stop()
-        raise BenchError(f"worker {self.name} not ready after {timeout:g}s; see {self.log}")
+        raise self._not_ready(timeout)
+
+    async def ready(self, timeout: float = 60.0) -> Worker:
+        """`wait_ready` without blocking the event loop (drivers start meanwhile)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._is_ready():
+                return self
+            await asyncio.sleep(0.05)
+        raise self._not_ready(timeout)
 
     def start(self, timeout: float = 60.0) -> Worker:
         return self.spawn().wait_ready(timeout)

@@ -43,6 +43,7 @@ from bench.procs import (
     sqlite_used_bytes,
 )
 from bench.sections import (
+    early_worker_specs,
     idle_server_cpu,
     section_floor,
     section_history_one,
@@ -77,104 +78,148 @@ class Budget:
         return self.deadline - self.reserve - time.monotonic()
 
 
-async def run_setting(setting: str, plan: Plan, logs: Path, budget: Budget) -> dict[str, Any]:
+async def start_stack(stack: Stack, plan: Plan, full: bool) -> dict[str, Any]:
+    """The dev server, the wire, every worker the sections need and the drivers, started at
+    once where nothing depends on another (the imports of a dozen processes overlap)."""
     from hitl.worker.devserver import DevServer
 
-    tuned = setting == "tuned"
+    wire = stack.spawn_wire()  # needs no server
+    stack.server = DevServer(
+        db_filename=stack.db, tuned=stack.setting == "tuned", log_file=stack.logs / "server.log"
+    ).start()
+    started: dict[str, Any] = {
+        "server_command": " ".join(proc_cmdline(stack.server.pid)[1:]).replace(
+            str(stack.tmp), "$TMP"
+        )
+    }
+    await wire.ready()
+    lat_names = plan.keep(plan.latency_variants if full else ("ours", "peer"))
+    tp_names = plan.keep(plan.throughput_variants if full else ("ours-client", "peer"))
+    needed = {VARIANTS[n].worker for n in lat_names + tp_names}
+    if full and "history" in plan.sections:
+        needed |= {VARIANTS[n].worker for n in plan.keep(plan.long_variants)}
+    specs: list[tuple[str, str, str, int | None]] = [(k, k, k, None) for k in sorted(needed)]
+    if full:  # the parked section's and the floor's first workers, started now as well
+        specs += early_worker_specs(plan)
+    workers = stack.spawn_workers(specs)
+    await asyncio.gather(
+        *(stack.start_driver(side) for side in sorted(plan.sides())),
+        *(w.ready() for w in workers),
+    )
+    started["idle_server_cpu_ms_per_s"] = await idle_server_cpu(stack)
+    log(f"{stack.setting} server up at {stack.address} (pid {stack.server.pid})")
+    return started
+
+
+async def run_setting(setting: str, plan: Plan, logs: Path, budget: Budget) -> dict[str, Any]:
     full = setting == "tuned"
     with tempfile.TemporaryDirectory(prefix=f"hitl-bench-{setting}-") as tmp_name:
         stack = Stack(setting, Path(tmp_name), logs / setting)
         stack.logs.mkdir(parents=True, exist_ok=True)
-        result: dict[str, Any] = {"tuned": tuned}
+        result: dict[str, Any] = {"tuned": setting == "tuned"}
         try:
-            stack.server = DevServer(
-                db_filename=stack.db, tuned=tuned, log_file=stack.logs / "server.log"
-            ).start()
-            result["server_command"] = " ".join(proc_cmdline(stack.server.pid)[1:]).replace(
-                str(stack.tmp), "$TMP"
-            )
-            stack.start_wire()
-            lat_names = plan.keep(plan.latency_variants if full else ("ours", "peer"))
-            tp_names = plan.keep(plan.throughput_variants if full else ("ours-client", "peer"))
-            long_names = plan.keep(plan.long_variants)
-            needed = {VARIANTS[n].worker for n in lat_names + tp_names}
-            if full and "history" in plan.sections:
-                needed |= {VARIANTS[n].worker for n in long_names}
-            stack.start_workers([(kind, kind, kind, None) for kind in sorted(needed)])
-            await asyncio.gather(*(stack.start_driver(side) for side in sorted(plan.sides())))
-            result["idle_server_cpu_ms_per_s"] = await idle_server_cpu(stack)
-            log(f"{setting} server up at {stack.address} (pid {stack.server.pid})")
-
-            async def section(name: str, coro: Any) -> None:
-                t0 = time.monotonic()
-                try:
-                    got = await coro
-                except BenchError as exc:  # record it, go on with the other sections
-                    log(f"  {name} FAILED: {str(exc).splitlines()[0]}")
-                    got = {"error": str(exc)}
-                if isinstance(result.get(name), dict) and "error" not in got:
-                    result[name].update(got)  # a second, optional part of the section
-                else:
-                    result[name] = got
-                spent = result.setdefault("section_seconds", {})
-                spent[name] = spent.get(name, 0.0) + time.monotonic() - t0
-
-            def optional(what: str, seconds: float) -> bool:
-                """Extras run only while the time budget allows (`make bench` < 10 min)."""
-                if budget.left() >= seconds:
-                    return True
-                log(f"  skipped {what} (budget: {budget.left():.0f}s left, needs ~{seconds:g}s)")
-                result.setdefault("skipped", []).append(what)
-                return False
-
-            head_tp = [n for n in tp_names if n in HEADLINE]
-            extra_tp = [n for n in tp_names if n not in HEADLINE]
-            head_long = [n for n in long_names if n in ("ours", "peer")]
-            extra_long = [n for n in long_names if n not in ("ours", "peer")]
-            if "latency" in plan.sections:
-                n = plan.latency_runs if full else plan.default_latency_runs
-                await section(
-                    "latency",
-                    section_latency(stack, plan, n, lat_names, plan.latency_runs_secondary),
-                )
-                if full and "history" in plan.sections and "error" not in result["latency"]:
-                    await section(
-                        "history_one_approval", section_history_one(stack, result["latency"])
-                    )
-            if "throughput" in plan.sections:
-                n = plan.throughput_runs if full else plan.default_throughput_runs
-                await section(
-                    "throughput",
-                    section_throughput(stack, n, head_tp, timeout_s=BURST_TIMEOUT_SECONDS),
-                )
-                if full and optional("throughput against concurrency", 40):
-                    await section("scaling", section_scaling(stack, plan, result["throughput"]))
-            if full and "parked" in plan.sections:
-                await section("parked", section_parked(stack, plan))
-            if full and "history" in plan.sections:
-                await section("long_run", section_long(stack, plan, head_long))
-            if full and "floor" in plan.sections:
-                await section("floor", section_floor(stack, plan))
-            # Extras, in order of interest, while the budget lasts.
-            if "throughput" in plan.sections:
-                for name in extra_tp:
-                    # The uncapped worker answers "what if": same load as the headline rows.
-                    n = (
-                        plan.throughput_runs
-                        if name == "ours-uncapped"
-                        else plan.throughput_runs_secondary
-                    )
-                    if optional(f"throughput {name}", 30 if name == "ours-uncapped" else 20):
-                        n = min(plan.throughput_runs, n)
-                        await section("throughput", section_throughput(stack, n, [name]))
-            if full and "history" in plan.sections:
-                for name in extra_long:
-                    if optional(f"long run {name}", 30):
-                        await section("long_run", section_long(stack, plan, [name]))
+            t0 = time.monotonic()
+            result |= await start_stack(stack, plan, full)
+            result["section_seconds"] = {"start": time.monotonic() - t0}
+            await run_sections(stack, plan, result, budget, full)
             result["db_bytes_at_end"] = sqlite_used_bytes(stack.db)
         finally:
             await stack.close()
     return result
+
+
+class Recorder:
+    """Puts each section's figures (or its error) and its seconds into `result`."""
+
+    def __init__(self, result: dict[str, Any], budget: Budget) -> None:
+        self.result = result
+        self.budget = budget
+
+    async def section(self, name: str, coro: Any) -> None:
+        result = self.result
+        t0 = time.monotonic()
+        try:
+            got = await coro
+        except BenchError as exc:  # record it, go on with the other sections
+            log(f"  {name} FAILED: {str(exc).splitlines()[0]}")
+            got = {"error": str(exc)}
+        if isinstance(result.get(name), dict) and "error" not in got:
+            result[name].update(got)  # a second, optional part of the section
+        else:
+            result[name] = got
+        spent = result.setdefault("section_seconds", {})
+        spent[name] = spent.get(name, 0.0) + time.monotonic() - t0
+
+    def optional(self, what: str, seconds: float) -> bool:
+        """Extras run only while the time budget allows (`--budget`)."""
+        if self.budget.left() >= seconds:
+            return True
+        log(f"  skipped {what} (budget: {self.budget.left():.0f}s left, needs ~{seconds:.0f}s)")
+        self.result.setdefault("skipped", []).append(what)
+        return False
+
+
+async def run_sections(
+    stack: Stack, plan: Plan, result: dict[str, Any], budget: Budget, full: bool
+) -> None:
+    lat_names = plan.keep(plan.latency_variants if full else ("ours", "peer"))
+    tp_names = plan.keep(plan.throughput_variants if full else ("ours-client", "peer"))
+    rec = Recorder(result, budget)
+    section, optional = rec.section, rec.optional
+    head_tp = [n for n in tp_names if n in HEADLINE]
+    extra_tp = [n for n in tp_names if n not in HEADLINE]
+    if "latency" in plan.sections:
+        n = plan.latency_runs if full else plan.default_latency_runs
+        await section(
+            "latency", section_latency(stack, plan, n, lat_names, plan.latency_runs_secondary)
+        )
+        if full and "history" in plan.sections and "error" not in result["latency"]:
+            await section("history_one_approval", section_history_one(stack, result["latency"]))
+    if "throughput" in plan.sections:
+        n = plan.throughput_runs if full else plan.default_throughput_runs
+        await section(
+            "throughput", section_throughput(stack, n, head_tp, timeout_s=BURST_TIMEOUT_SECONDS)
+        )
+    if full and "parked" in plan.sections:
+        await section("parked", section_parked(stack, plan))
+    long_names = plan.keep(plan.long_variants) if full and "history" in plan.sections else []
+    head_long = [n for n in long_names if n in ("ours", "peer")]
+    extra_long = [n for n in long_names if n not in head_long]
+    if head_long:
+        # The long runs go at once: they measure history bytes, which no load changes.
+        await section("long_run", section_long(stack, plan, head_long))
+    if full and "floor" in plan.sections:
+        await section("floor", section_floor(stack, plan))
+    # Extras, in order of interest, while the budget lasts.
+    levels = len(plan.scaling_levels) * len(plan.keep(plan.scaling_variants))
+    runs = sum(plan.scaling_levels) * len(plan.keep(plan.scaling_variants))
+    if (
+        full
+        and "error" not in result.get("throughput", {"error": "not run"})
+        and plan.scaling_levels
+        and optional("throughput against concurrency", burst_seconds(result, runs, levels))
+    ):
+        await section("scaling", section_scaling(stack, plan, result["throughput"]))
+    for name in extra_tp if "throughput" in plan.sections else []:
+        # The uncapped worker answers "what if": same load as the headline rows.
+        n = plan.throughput_runs if name == "ours-uncapped" else plan.throughput_runs_secondary
+        n = min(plan.throughput_runs, n)
+        if optional(f"throughput {name}", burst_seconds(result, n, 1)):
+            await section("throughput", section_throughput(stack, n, [name]))
+    spent = result.get("section_seconds", {}).get("long_run", 60.0)
+    if extra_long and optional(f"long runs {', '.join(extra_long)}", spent):
+        await section("long_run", section_long(stack, plan, extra_long))
+
+
+def burst_seconds(result: dict[str, Any], runs: int, bursts: int) -> float:
+    """What `runs` more runs in `bursts` bursts should take at the slowest headline rate
+    measured here (so the extras' estimate follows the machine's speed today)."""
+    rates = [
+        r["runs_per_s"]
+        for r in result.get("throughput", {}).values()
+        if isinstance(r, dict) and r.get("runs_per_s")
+    ]
+    return runs / min(rates, default=2.0) + 1.5 * bursts
 
 
 # ----------------------------------------------------------------------------- metadata
@@ -229,10 +274,10 @@ def our_versions() -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="headline rows, small N (about 2 min)")
-    p.add_argument("--runs", type=int, help="sequential runs per latency variant (default 50)")
-    p.add_argument("--throughput", type=int, help="concurrent runs for throughput (default 200)")
-    p.add_argument("--parked", type=int, help="parked runs per case (default 1000)")
+    p.add_argument("--quick", action="store_true", help="headline rows, small N (about 1 min)")
+    p.add_argument("--runs", type=int, help="sequential runs per latency variant (default 30)")
+    p.add_argument("--throughput", type=int, help="concurrent runs for throughput (default 60)")
+    p.add_argument("--parked", type=int, help="parked runs per case (default 300)")
     p.add_argument("--only", choices=["ours", "peer"], help="measure one side only")
     p.add_argument(
         "--sections",
@@ -258,25 +303,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def make_plan(args: argparse.Namespace) -> Plan:
     plan = Plan()
     if args.quick:
-        # The headline rows only, small N: about 2 min (`make bench BENCH_ARGS=--quick`).
+        # The headline rows only, small N, about a minute on an idle machine (`make bench
+        # BENCH_ARGS=--quick`): the two sides' default paths for throughput, one warm-up run,
+        # three long-run points (the report's growth needs them).
         plan = Plan(
             latency_variants=HEADLINE,
-            # 179 s with the four headline variants' throughput at 40 runs and 100 parked runs
-            # per case (2026-11-26); the two sides' default paths and fewer runs: 126 s.
             throughput_variants=("ours", "peer"),
             long_variants=("ours", "peer"),
-            latency_runs=10,
-            latency_runs_secondary=5,
-            throughput_runs=20,
+            latency_runs=6,
+            latency_runs_secondary=3,
+            warmup_runs=1,
+            throughput_runs=15,
             throughput_runs_secondary=10,
             scaling_levels=(),
-            parked_runs=40,
-            parked_query_sample=20,
-            parked_replay_sample=40,
+            parked_runs=30,
+            parked_query_sample=15,
+            parked_replay_sample=30,
             long_turns=(5, 10, 15),
-            floor_runs=5,
+            floor_runs=3,
             default_latency_runs=5,
-            default_throughput_runs=20,
+            default_throughput_runs=15,
         )
     if args.runs:
         plan.latency_runs = plan.default_latency_runs = args.runs
@@ -310,6 +356,7 @@ async def amain(args: argparse.Namespace) -> int:
     }
     # Startup and the console's pages (about 30 s; 10 s with --quick).
     meta |= client_costs.measure(args.quick)
+    meta["client_costs_s"] = time.monotonic() - started
     log(f"bench: import hitl {json.dumps(meta['imports']['hitl'])}")
     if "peer" in plan.sides():
         t0 = time.monotonic()

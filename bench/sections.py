@@ -97,7 +97,7 @@ async def section_latency(
     for name in names:
         v = VARIANTS[name]
         await stack.drivers[v.side].call(
-            "warmup", key=v.key, n=3, queue=stack.queue(name), api=v.api
+            "warmup", key=v.key, n=plan.warmup_runs, queue=stack.queue(name), api=v.api
         )
     wanted = {
         name: n if name in HEADLINE or n_secondary is None else min(n, n_secondary)
@@ -270,6 +270,17 @@ def hitl_pending(stack: Stack, queue: str, n: int) -> dict[str, Any]:
     }
 
 
+def early_worker_specs(plan: Plan) -> list[tuple[str, str, str, int | None]]:
+    """Workers the parked section and the floor start with their defaults, which `bench.run`
+    starts with the others (a fresh worker idles on its own queue until its section)."""
+    specs: list[tuple[str, str, str, int | None]] = []
+    if "parked" in plan.sections:
+        specs += [(f"{side}-default", side, f"park-{side}", None) for side in sorted(plan.sides())]
+    if "floor" in plan.sections and "ours" in plan.sides():
+        specs.append(("raw", "raw", "raw", None))
+    return specs
+
+
 async def section_parked(stack: Stack, plan: Plan) -> dict[str, Any]:
     """Park N runs on a fresh worker with its default configuration; then hand the same parked
     runs to a fresh worker with a bounded cache, which replays each one as the listing queries
@@ -285,9 +296,9 @@ async def section_parked(stack: Stack, plan: Plan) -> dict[str, Any]:
         driver = stack.drivers[side]
         # 1. The default worker configuration: runs parked live.
         name = f"{side}-default"
-        worker = stack.start_worker(name, side, queue)
+        worker = stack.workers.get(name) or stack.start_worker(name, side, queue)
         try:
-            await driver.call("warmup", key=key, n=3, queue=queue, api="client")
+            await driver.call("warmup", key=key, n=plan.warmup_runs, queue=queue, api="client")
             await asyncio.sleep(0.5)
             pids = {"worker": worker.pid, "server": stack.server.pid}
             base = proto.snapshot(pids)
@@ -389,22 +400,37 @@ async def section_parked(stack: Stack, plan: Plan) -> dict[str, Any]:
 
 
 async def section_long(stack: Stack, plan: Plan, names: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    """One long run per variant, all at once (each driver takes its side's runs together):
+    what they measure is history bytes, which the load does not change; their wall times are
+    of runs sharing the machine."""
     turns = max(plan.long_turns)
+    by_side: dict[str, list[str]] = {}
     for name in names:
-        v = VARIANTS[name]
-        key = LONG_KEYS.get(name, v.key)
-        res = await stack.drivers[v.side].call(
-            "long_run",
-            key=key,
-            turns=turns,
-            queue=stack.queue(name),
-            checkpoints=list(plan.long_turns),
+        by_side.setdefault(VARIANTS[name].side, []).append(name)
+    replies = await asyncio.gather(
+        *(
+            stack.drivers[side].call(
+                "long_runs",
+                runs=[
+                    {
+                        "key": LONG_KEYS.get(name, VARIANTS[name].key),
+                        "queue": stack.queue(name),
+                    }
+                    for name in group
+                ],
+                turns=turns,
+                checkpoints=list(plan.long_turns),
+            )
+            for side, group in by_side.items()
         )
-        res["total"].pop("by_type", None)
-        out[name] = res
-        at = ", ".join(f"{k}: {r['bytes'] / 1024:.0f} KB" for k, r in res["at_turn"].items())
-        log(f"  long run {name:13s} {turns} turns in {res['wall_s']:.1f}s; history after {at}")
+    )
+    out: dict[str, Any] = {}
+    for group, results in zip(by_side.values(), replies, strict=True):
+        for name, res in zip(group, results, strict=True):
+            res["total"].pop("by_type", None)
+            out[name] = res
+            at = ", ".join(f"{k}: {r['bytes'] / 1024:.0f} KB" for k, r in res["at_turn"].items())
+            log(f"  long run {name:13s} {turns} turns in {res['wall_s']:.1f}s; history: {at}")
     return out
 
 
@@ -417,7 +443,8 @@ async def section_floor(stack: Stack, plan: Plan) -> dict[str, Any]:
             "decide_complete_ms": proto.summarize(res["decide_complete"]),
         }
     if "ours" in stack.drivers:
-        stack.start_worker("raw", "raw", "raw")
+        if "raw" not in stack.workers:
+            stack.start_worker("raw", "raw", "raw")
         burst: dict[str, Any] = {}
         try:
             res = await stack.drivers["ours"].call("raw", n=plan.floor_runs, queue="raw")
