@@ -50,7 +50,7 @@ DIRECTORY = ApproverDirectory(
 WATCH_INTERVAL = 1.0
 """Seconds between the watch's readings here. Not 0.1: on the Java time-skipping server, a
 worker that caches nothing and answers a registry query every 0.1 s sometimes never completes
-a run's next workflow task (it timed out again and again, 3 times in 25 tries; 0 in 15 at 1 s,
+a run's next workflow task (it timed out again and again, 3 times in 13 tries; 0 in 15 at 1 s,
 and 0 in 10 on the dev server at 0.1 s)."""
 
 
