@@ -83,179 +83,189 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _options() -> list[tuple[str, dict[str, Any]]]:
-    """The worker's options as (flag, `add_argument` settings): one row each, in `--help` order.
+OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    (
+        "--agents",
+        {
+            "action": "append",
+            "metavar": "MODULE[:ATTR]",
+            "help": "agents to serve: an Agent, a list/dict of Agents, or a module "
+            "(repeatable; env HITL_AGENTS, comma-separated)",
+        },
+    ),
+    (
+        "--allow",
+        {
+            "action": "append",
+            "default": [],
+            "metavar": "MODULE:ATTR",
+            "help": "also let runs name this function, guardrail, context type, Model or "
+            "RunConfig (or a list of them): e.g. a RunConfig's tool_error_formatter "
+            "(repeatable; env HITL_ALLOW, comma-separated). Runs can name nothing else "
+            "besides the agents' own code",
+        },
+    ),
+    (
+        "--task-queue",
+        {
+            "env": ("HITL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+            "help": "queue to poll (env HITL_TASK_QUEUE; now %(default)s)",
+        },
+    ),
+    (
+        "--policy",
+        {
+            "metavar": "FILE",
+            "help": "the approval policy runs started here pin (YAML or JSON, see "
+            "docs/policies.md; env HITL_POLICY)",
+        },
+    ),
+    (
+        "--policy-registry",
+        {
+            "action": "store_true",
+            "help": "serve the namespace's policy registry and pin its policy in new runs "
+            "(the --policy file's while it has none; docs/policies.md)",
+        },
+    ),
+    ("--address", {"help": "host:port (default: envconfig, else localhost:7233)"}),
+    ("--namespace", {"help": "namespace (default: envconfig, else default)"}),
+    ("--profile", {"help": "envconfig profile name (env TEMPORAL_PROFILE)"}),
+    (
+        "--activities-only",
+        {
+            "nargs": "?",
+            "const": True,
+            "env": ("HITL_ACTIVITIES_ONLY", "false"),
+            "type": _flag,
+            "metavar": "BOOL",
+            "help": "serve tools and model calls only, no workflows: a worker for a run's "
+            "tool_task_queue / model_task_queue (env HITL_ACTIVITIES_ONLY)",
+        },
+    ),
+    (
+        "--otel",
+        {
+            "nargs": "?",
+            "const": True,
+            "env": ("HITL_OTEL", "false"),
+            "type": _flag,
+            "metavar": "BOOL",
+            "help": "trace runs with OpenTelemetry (the tracing extra); spans go where "
+            "OTEL_TRACES_EXPORTER says (otlp by default, console, none) (env HITL_OTEL)",
+        },
+    ),
+    (
+        "--metrics-port",
+        {
+            "type": _number(int, 1),
+            "env": ("HITL_METRICS_PORT", None),
+            "metavar": "PORT",
+            "help": "serve Prometheus metrics on this port (/metrics): the SDK's worker "
+            "metrics and the runs' decisions, edits, escalations and time to decide "
+            "(env HITL_METRICS_PORT; default off)",
+        },
+    ),
+    (
+        "--metrics-host",
+        {
+            "env": ("HITL_METRICS_HOST", "127.0.0.1"),
+            "help": "address the metrics port binds (env HITL_METRICS_HOST; now "
+            "%(default)s; 0.0.0.0 in a container a scraper reaches)",
+        },
+    ),
+    (
+        "--max-cached-workflows",
+        {
+            "type": _number(int, 0),
+            "env": ("HITL_MAX_CACHED_WORKFLOWS", str(DEFAULT_MAX_CACHED_WORKFLOWS)),
+            "help": "runs kept in memory; parked runs beyond it replay when woken "
+            "(env HITL_MAX_CACHED_WORKFLOWS; now %(default)s)",
+        },
+    ),
+    (
+        "--max-concurrent-activities",
+        {
+            "type": _number(int, 1),
+            "env": ("HITL_MAX_CONCURRENT_ACTIVITIES", None),
+            "help": "tool and model calls at once (env HITL_MAX_CONCURRENT_ACTIVITIES; "
+            "default 100)",
+        },
+    ),
+    (
+        "--max-concurrent-workflow-tasks",
+        {
+            "type": _number(int, 2),
+            "env": (
+                "HITL_MAX_CONCURRENT_WORKFLOW_TASKS",
+                str(DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS),
+            ),
+            "help": "workflow tasks (CPU work in this process) at once "
+            "(env HITL_MAX_CONCURRENT_WORKFLOW_TASKS; now %(default)s)",
+        },
+    ),
+    (
+        "--graceful-shutdown",
+        {
+            "type": _number(float, 0),
+            "env": ("HITL_GRACEFUL_SHUTDOWN", f"{DEFAULT_GRACEFUL_SHUTDOWN:g}"),
+            "metavar": "SECONDS",
+            "help": "on SIGTERM, in-flight activities get this long to finish before they "
+            "are cancelled and retried elsewhere (env HITL_GRACEFUL_SHUTDOWN; now "
+            "%(default)s)",
+        },
+    ),
+    (
+        "--sticky-queue-timeout",
+        {
+            "type": _number(float, 1),
+            "env": ("HITL_STICKY_QUEUE_TIMEOUT", f"{DEFAULT_STICKY_QUEUE_TIMEOUT:g}"),
+            "metavar": "SECONDS",
+            "help": "how long a run's next task waits for the worker that cached it before "
+            "another worker takes it, e.g. after a crash (env HITL_STICKY_QUEUE_TIMEOUT; "
+            "now %(default)s)",
+        },
+    ),
+    (
+        "--identity",
+        {
+            "env": ("HITL_WORKER_IDENTITY", None),
+            "help": "shown in history (env HITL_WORKER_IDENTITY; default pid@host)",
+        },
+    ),
+    (
+        "--audit-log",
+        {
+            "env": ("HITL_AUDIT_LOG", None),
+            "metavar": "FILE",
+            "help": "append updates the runs refused to this JSON-lines file, for `hitl "
+            "audit --worker-log` (env HITL_AUDIT_LOG)",
+        },
+    ),
+    (
+        "--log-level",
+        {
+            "env": ("HITL_LOG_LEVEL", "INFO"),
+            "help": "env HITL_LOG_LEVEL; now %(default)s",
+        },
+    ),
+]
+"""The worker's options as (flag, `add_argument` settings): one row each, in `--help` order.
+`"env": (NAME, FALLBACK)` makes the default the environment variable NAME, read when the
+options are parsed (`_options`); `--agents` and `--allow` fall back to theirs after parsing
+(an empty list there means "not given")."""
 
-    Defaults are read from the environment when called; `--agents` and `--allow` fall back to
-    theirs after parsing (an empty list there means "not given").
-    """
-    env = os.environ.get
-    return [
-        (
-            "--agents",
-            {
-                "action": "append",
-                "metavar": "MODULE[:ATTR]",
-                "help": "agents to serve: an Agent, a list/dict of Agents, or a module "
-                "(repeatable; env HITL_AGENTS, comma-separated)",
-            },
-        ),
-        (
-            "--allow",
-            {
-                "action": "append",
-                "default": [],
-                "metavar": "MODULE:ATTR",
-                "help": "also let runs name this function, guardrail, context type, Model or "
-                "RunConfig (or a list of them): e.g. a RunConfig's tool_error_formatter "
-                "(repeatable; env HITL_ALLOW, comma-separated). Runs can name nothing else "
-                "besides the agents' own code",
-            },
-        ),
-        (
-            "--task-queue",
-            {
-                "default": env("HITL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
-                "help": "queue to poll (env HITL_TASK_QUEUE; now %(default)s)",
-            },
-        ),
-        (
-            "--policy",
-            {
-                "metavar": "FILE",
-                "help": "the approval policy runs started here pin (YAML or JSON, see "
-                "docs/policies.md; env HITL_POLICY)",
-            },
-        ),
-        (
-            "--policy-registry",
-            {
-                "action": "store_true",
-                "help": "serve the namespace's policy registry and pin its policy in new runs "
-                "(the --policy file's while it has none; docs/policies.md)",
-            },
-        ),
-        ("--address", {"help": "host:port (default: envconfig, else localhost:7233)"}),
-        ("--namespace", {"help": "namespace (default: envconfig, else default)"}),
-        ("--profile", {"help": "envconfig profile name (env TEMPORAL_PROFILE)"}),
-        (
-            "--activities-only",
-            {
-                "nargs": "?",
-                "const": True,
-                "default": env("HITL_ACTIVITIES_ONLY", "false"),
-                "type": _flag,
-                "metavar": "BOOL",
-                "help": "serve tools and model calls only, no workflows: a worker for a run's "
-                "tool_task_queue / model_task_queue (env HITL_ACTIVITIES_ONLY)",
-            },
-        ),
-        (
-            "--otel",
-            {
-                "nargs": "?",
-                "const": True,
-                "default": env("HITL_OTEL", "false"),
-                "type": _flag,
-                "metavar": "BOOL",
-                "help": "trace runs with OpenTelemetry (the tracing extra); spans go where "
-                "OTEL_TRACES_EXPORTER says (otlp by default, console, none) (env HITL_OTEL)",
-            },
-        ),
-        (
-            "--metrics-port",
-            {
-                "type": _number(int, 1),
-                "default": env("HITL_METRICS_PORT"),
-                "metavar": "PORT",
-                "help": "serve Prometheus metrics on this port (/metrics): the SDK's worker "
-                "metrics and the runs' decisions, edits, escalations and time to decide "
-                "(env HITL_METRICS_PORT; default off)",
-            },
-        ),
-        (
-            "--metrics-host",
-            {
-                "default": env("HITL_METRICS_HOST", "127.0.0.1"),
-                "help": "address the metrics port binds (env HITL_METRICS_HOST; now "
-                "%(default)s; 0.0.0.0 in a container a scraper reaches)",
-            },
-        ),
-        (
-            "--max-cached-workflows",
-            {
-                "type": _number(int, 0),
-                "default": env("HITL_MAX_CACHED_WORKFLOWS", str(DEFAULT_MAX_CACHED_WORKFLOWS)),
-                "help": "runs kept in memory; parked runs beyond it replay when woken "
-                "(env HITL_MAX_CACHED_WORKFLOWS; now %(default)s)",
-            },
-        ),
-        (
-            "--max-concurrent-activities",
-            {
-                "type": _number(int, 1),
-                "default": env("HITL_MAX_CONCURRENT_ACTIVITIES"),
-                "help": "tool and model calls at once (env HITL_MAX_CONCURRENT_ACTIVITIES; "
-                "default 100)",
-            },
-        ),
-        (
-            "--max-concurrent-workflow-tasks",
-            {
-                "type": _number(int, 2),
-                "default": env(
-                    "HITL_MAX_CONCURRENT_WORKFLOW_TASKS", str(DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS)
-                ),
-                "help": "workflow tasks (CPU work in this process) at once "
-                "(env HITL_MAX_CONCURRENT_WORKFLOW_TASKS; now %(default)s)",
-            },
-        ),
-        (
-            "--graceful-shutdown",
-            {
-                "type": _number(float, 0),
-                "default": env("HITL_GRACEFUL_SHUTDOWN", f"{DEFAULT_GRACEFUL_SHUTDOWN:g}"),
-                "metavar": "SECONDS",
-                "help": "on SIGTERM, in-flight activities get this long to finish before they "
-                "are cancelled and retried elsewhere (env HITL_GRACEFUL_SHUTDOWN; now "
-                "%(default)s)",
-            },
-        ),
-        (
-            "--sticky-queue-timeout",
-            {
-                "type": _number(float, 1),
-                "default": env("HITL_STICKY_QUEUE_TIMEOUT", f"{DEFAULT_STICKY_QUEUE_TIMEOUT:g}"),
-                "metavar": "SECONDS",
-                "help": "how long a run's next task waits for the worker that cached it before "
-                "another worker takes it, e.g. after a crash (env HITL_STICKY_QUEUE_TIMEOUT; "
-                "now %(default)s)",
-            },
-        ),
-        (
-            "--identity",
-            {
-                "default": env("HITL_WORKER_IDENTITY"),
-                "help": "shown in history (env HITL_WORKER_IDENTITY; default pid@host)",
-            },
-        ),
-        (
-            "--audit-log",
-            {
-                "default": env("HITL_AUDIT_LOG"),
-                "metavar": "FILE",
-                "help": "append updates the runs refused to this JSON-lines file, for `hitl "
-                "audit --worker-log` (env HITL_AUDIT_LOG)",
-            },
-        ),
-        (
-            "--log-level",
-            {
-                "default": env("HITL_LOG_LEVEL", "INFO"),
-                "help": "env HITL_LOG_LEVEL; now %(default)s",
-            },
-        ),
-    ]
+
+def _options() -> list[tuple[str, dict[str, Any]]]:
+    """`OPTIONS` with each `env` default read from the environment now."""
+    rows = []
+    for flag, settings in OPTIONS:
+        row = dict(settings)
+        if "env" in row:
+            name, fallback = row.pop("env")
+            row["default"] = os.environ.get(name, fallback)
+        rows.append((flag, row))
+    return rows
 
 
 async def _serve(args: argparse.Namespace, tracing: Tracing | None) -> tuple[AgentRegistry, Any]:

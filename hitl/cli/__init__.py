@@ -73,13 +73,13 @@ from hitl.errors import UserError
 from hitl.wire import DEFAULT_TASK_QUEUE
 
 Subcommand: TypeAlias = "tuple[str, str, list[Argument]] | Callable[[Any], None]"
-"""A row of `_commands()`: (name, help, its arguments), or a module's own `add_parser(sub)`."""
+"""A row of `COMMANDS`: (name, help, its arguments), or a module's own `add_parser(sub)`."""
 Argument: TypeAlias = "tuple[tuple[str, ...], dict[str, Any]] | list[Argument]"
 """(flags, `add_argument` settings); a list of them is a mutually exclusive group."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: the global options, then the subcommands of `_commands()`, in order."""
+    """The command line: the global options, then the subcommands of `COMMANDS`, in order."""
     p = argparse.ArgumentParser(
         prog="hitl",
         description=__doc__.splitlines()[0],
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="envconfig profile")
     p.add_argument("--task-queue", default=os.environ.get("HITL_TASK_QUEUE", DEFAULT_TASK_QUEUE))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in _commands():
+    for command in COMMANDS:
         if callable(command):
             command(sub)
         else:
@@ -166,241 +166,239 @@ def _keys(sub: Any) -> None:
     show_key.add_argument("file")
 
 
-def _commands() -> list[Subcommand]:
-    """Every subcommand, in the order `hitl --help` lists them."""
-    return [
-        (
-            "dev",
-            "run the local stack (dev server, UI, worker)",
+COMMANDS: list[Subcommand] = [
+    (
+        "dev",
+        "run the local stack (dev server, UI, worker)",
+        [
+            (("--agents",), {"action": "append", "help": "module:attr to serve (repeatable)"}),
+            (
+                ("--allow",),
+                {
+                    "action": "append",
+                    "metavar": "MODULE:ATTR",
+                    "help": "what runs may name besides the agents' code (see python -m "
+                    "hitl.worker --allow)",
+                },
+            ),
+            (
+                ("--policy",),
+                {"metavar": "FILE", "help": "the approval policy the worker's runs pin"},
+            ),
+            (("--port",), {"type": int, "default": None}),
+            (("--ui-port",), {"type": int, "default": None}),
+            (("--state-dir",), {"default": ".hitl"}),
+            (
+                ("--console-port",),
+                {"type": int, "default": None, "help": "the approval console's port (0: none)"},
+            ),
+        ],
+    ),
+    ("setup", "register the search attributes on the cluster", []),
+    add_doctor_parser,
+    add_verify_parser,
+    add_policy_parser,
+    add_console_parsers,
+    (
+        "codec-server",
+        "serve /encode and /decode for the temporal CLI and Web UI",
+        [
+            (("--host",), {"default": "127.0.0.1"}),
+            (("--port",), {"type": int, "default": 8081}),
+            (
+                ("--cors-origin",),
+                {
+                    "action": "append",
+                    "default": [],
+                    "help": "Web UI origin allowed to call it (e.g. http://127.0.0.1:8233)",
+                },
+            ),
+        ],
+    ),
+    (
+        "run",
+        "start a run of a registered agent",
+        [
+            (("agent",), {}),
+            (("input",), {}),
+            (("--id",), {"help": "business workflow id (never started twice)"}),
+            (("--wait",), {"action": "store_true", "help": "wait until it pauses or finishes"}),
+            (("--timeout",), {"type": float, "default": 30.0}),
+        ],
+    ),
+    (
+        "pending",
+        "list pending approvals across runs",
+        [
+            (("--agent",), {}),
+            (("--queue",), {"dest": "task_queue_filter", "help": "only this task queue"}),
+            (
+                ("--task-queue",),
+                {
+                    "dest": "task_queues",
+                    "action": "append",
+                    "metavar": "QUEUE",
+                    "help": "a task queue your workers serve (repeatable): only runs there "
+                    "are listed (default $HITL_TASK_QUEUES, comma-separated, else the global "
+                    "--task-queue)",
+                },
+            ),
+            (("--json",), {"action": "store_true"}),
+            (("--limit",), {"type": int, "default": 1000}),
+            _timeout(
+                "seconds to wait for each run's worker to answer (unanswered runs are still listed)"
+            ),
+            (
+                ("--runs",),
+                {
+                    "action": "store_true",
+                    "help": "one row per paused run, from search attributes only (no "
+                    "per-run query, so it is fast for large inboxes and works while no "
+                    "worker runs)",
+                },
+            ),
+        ],
+    ),
+    (
+        "show",
+        "show a run with its pending requests",
+        [
+            (("run",), {}),
+            (("--json",), {"action": "store_true"}),
+            _timeout("seconds to wait for the run's worker"),
+        ],
+    ),
+    _decision("approve"),
+    _decision("reject"),
+    (
+        "resolve",
+        "settle an uncertain call (its attempt died)",
+        [
+            (("run",), {}),
+            (("call_id",), {}),
+            (("outcome",), {"choices": ["happened", "retry", "give-up"]}),
+            (("--output",), {"help": "happened: the result the model reads"}),
+            (("--message",), {"help": "give-up: the error the model reads"}),
+            _as(),
+            (("--reason",), {}),
+            _timeout("seconds to wait for a worker to take it"),
+        ],
+    ),
+    (
+        "answer",
+        "answer the question a tool asks (MCP elicitation)",
+        [
+            (("run",), {}),
+            (("call_id",), {}),
+            (
+                ("--set",),
+                {
+                    "action": "append",
+                    "metavar": "NAME=VALUE",
+                    "help": "a field of the form (VALUE is JSON, else text); repeatable",
+                },
+            ),
+            (
+                ("--args-file",),
+                {"metavar": "FILE", "help": "the form's content (a JSON object)"},
+            ),
             [
-                (("--agents",), {"action": "append", "help": "module:attr to serve (repeatable)"}),
+                (("--decline",), {"action": "store_true", "help": "say no to the question"}),
                 (
-                    ("--allow",),
-                    {
-                        "action": "append",
-                        "metavar": "MODULE:ATTR",
-                        "help": "what runs may name besides the agents' code (see python -m "
-                        "hitl.worker --allow)",
-                    },
-                ),
-                (
-                    ("--policy",),
-                    {"metavar": "FILE", "help": "the approval policy the worker's runs pin"},
-                ),
-                (("--port",), {"type": int, "default": None}),
-                (("--ui-port",), {"type": int, "default": None}),
-                (("--state-dir",), {"default": ".hitl"}),
-                (
-                    ("--console-port",),
-                    {"type": int, "default": None, "help": "the approval console's port (0: none)"},
+                    ("--cancel",),
+                    {"action": "store_true", "help": "dismiss it without a choice"},
                 ),
             ],
-        ),
-        ("setup", "register the search attributes on the cluster", []),
-        add_doctor_parser,
-        add_verify_parser,
-        add_policy_parser,
-        add_console_parsers,
-        (
-            "codec-server",
-            "serve /encode and /decode for the temporal CLI and Web UI",
-            [
-                (("--host",), {"default": "127.0.0.1"}),
-                (("--port",), {"type": int, "default": 8081}),
-                (
-                    ("--cors-origin",),
-                    {
-                        "action": "append",
-                        "default": [],
-                        "help": "Web UI origin allowed to call it (e.g. http://127.0.0.1:8233)",
-                    },
-                ),
-            ],
-        ),
-        (
-            "run",
-            "start a run of a registered agent",
-            [
-                (("agent",), {}),
-                (("input",), {}),
-                (("--id",), {"help": "business workflow id (never started twice)"}),
-                (("--wait",), {"action": "store_true", "help": "wait until it pauses or finishes"}),
-                (("--timeout",), {"type": float, "default": 30.0}),
-            ],
-        ),
-        (
-            "pending",
-            "list pending approvals across runs",
-            [
-                (("--agent",), {}),
-                (("--queue",), {"dest": "task_queue_filter", "help": "only this task queue"}),
-                (
-                    ("--task-queue",),
-                    {
-                        "dest": "task_queues",
-                        "action": "append",
-                        "metavar": "QUEUE",
-                        "help": "a task queue your workers serve (repeatable): only runs there "
-                        "are listed (default $HITL_TASK_QUEUES, comma-separated, else the global "
-                        "--task-queue)",
-                    },
-                ),
-                (("--json",), {"action": "store_true"}),
-                (("--limit",), {"type": int, "default": 1000}),
-                _timeout(
-                    "seconds to wait for each run's worker to answer (unanswered runs are still "
-                    "listed)"
-                ),
-                (
-                    ("--runs",),
-                    {
-                        "action": "store_true",
-                        "help": "one row per paused run, from search attributes only (no "
-                        "per-run query, so it is fast for large inboxes and works while no "
-                        "worker runs)",
-                    },
-                ),
-            ],
-        ),
-        (
-            "show",
-            "show a run with its pending requests",
-            [
-                (("run",), {}),
-                (("--json",), {"action": "store_true"}),
-                _timeout("seconds to wait for the run's worker"),
-            ],
-        ),
-        _decision("approve"),
-        _decision("reject"),
-        (
-            "resolve",
-            "settle an uncertain call (its attempt died)",
-            [
-                (("run",), {}),
-                (("call_id",), {}),
-                (("outcome",), {"choices": ["happened", "retry", "give-up"]}),
-                (("--output",), {"help": "happened: the result the model reads"}),
-                (("--message",), {"help": "give-up: the error the model reads"}),
-                _as(),
-                (("--reason",), {}),
-                _timeout("seconds to wait for a worker to take it"),
-            ],
-        ),
-        (
-            "answer",
-            "answer the question a tool asks (MCP elicitation)",
-            [
-                (("run",), {}),
-                (("call_id",), {}),
-                (
-                    ("--set",),
-                    {
-                        "action": "append",
-                        "metavar": "NAME=VALUE",
-                        "help": "a field of the form (VALUE is JSON, else text); repeatable",
-                    },
-                ),
-                (
-                    ("--args-file",),
-                    {"metavar": "FILE", "help": "the form's content (a JSON object)"},
-                ),
-                [
-                    (("--decline",), {"action": "store_true", "help": "say no to the question"}),
-                    (
-                        ("--cancel",),
-                        {"action": "store_true", "help": "dismiss it without a choice"},
-                    ),
-                ],
-                _as(),
-                (("--reason",), {}),
-                _timeout("seconds to wait for a worker to take it"),
-            ],
-        ),
-        _keys,
-        (
-            "extend",
-            "move a pending call's approval deadline later",
-            [
-                (("run",), {}),
-                (("call_id",), {}),
-                (("span",), {"help": "how much later: 2d, 12h, 30m, 45s"}),
-                _as(),
-                (("--reason",), {}),
-                _timeout("seconds to wait for a worker to take it"),
-            ],
-        ),
-        (
-            "audit",
-            "every decision and refused attempt, of one run or across runs",
-            [
-                (("run",), {"nargs": "?", "help": "one run (default: every run within --since)"}),
-                (
-                    ("--since",),
-                    {"default": "7d", "help": "runs started within this span (7d, 12h)"},
-                ),
-                (("--agent",), {"help": "only runs of this agent"}),
-                (("--csv",), {"action": "store_true", "help": "CSV instead of JSON lines"}),
-                (("--limit",), {"type": int, "default": 1000, "help": "at most this many runs"}),
-                (
-                    ("--worker-log",),
-                    {
-                        "action": "append",
-                        "default": [],
-                        "metavar": "FILE",
-                        "help": "a worker's refused-updates file (python -m hitl.worker "
-                        "--audit-log); repeatable",
-                    },
-                ),
-                _timeout("seconds to wait for each run's worker"),
-            ],
-        ),
-        (
-            "insights",
-            "decision figures of a window: counts, time to decide, what waits",
-            [
-                (
-                    ("--since",),
-                    {"default": "7d", "help": "runs open at some point of this span (7d, 12h)"},
-                ),
-                (("--json",), {"action": "store_true", "help": "JSON instead of text"}),
-                (
-                    ("--limit",),
-                    {
-                        "type": int,
-                        "default": DEFAULT_LIMIT,
-                        "help": "at most this many runs, newest first (now %(default)s)",
-                    },
-                ),
-                (
-                    ("--task-queue",),
-                    {
-                        "action": "append",
-                        "dest": "task_queues",
-                        "metavar": "QUEUE",
-                        "help": "a task queue your workers serve (repeatable; default "
-                        "HITL_TASK_QUEUES, else the global --task-queue)",
-                    },
-                ),
-                _timeout("seconds to wait for each run's worker"),
-            ],
-        ),
-        (
-            "watch",
-            "follow a run's events until it finishes",
-            [
-                (("run",), {}),
-                (
-                    ("--from-offset",),
-                    {
-                        "type": int,
-                        "default": 0,
-                        "help": "resume after a disconnect: the offset after the last one seen",
-                    },
-                ),
-            ],
-        ),
-    ]
+            _as(),
+            (("--reason",), {}),
+            _timeout("seconds to wait for a worker to take it"),
+        ],
+    ),
+    _keys,
+    (
+        "extend",
+        "move a pending call's approval deadline later",
+        [
+            (("run",), {}),
+            (("call_id",), {}),
+            (("span",), {"help": "how much later: 2d, 12h, 30m, 45s"}),
+            _as(),
+            (("--reason",), {}),
+            _timeout("seconds to wait for a worker to take it"),
+        ],
+    ),
+    (
+        "audit",
+        "every decision and refused attempt, of one run or across runs",
+        [
+            (("run",), {"nargs": "?", "help": "one run (default: every run within --since)"}),
+            (
+                ("--since",),
+                {"default": "7d", "help": "runs started within this span (7d, 12h)"},
+            ),
+            (("--agent",), {"help": "only runs of this agent"}),
+            (("--csv",), {"action": "store_true", "help": "CSV instead of JSON lines"}),
+            (("--limit",), {"type": int, "default": 1000, "help": "at most this many runs"}),
+            (
+                ("--worker-log",),
+                {
+                    "action": "append",
+                    "default": [],
+                    "metavar": "FILE",
+                    "help": "a worker's refused-updates file (python -m hitl.worker "
+                    "--audit-log); repeatable",
+                },
+            ),
+            _timeout("seconds to wait for each run's worker"),
+        ],
+    ),
+    (
+        "insights",
+        "decision figures of a window: counts, time to decide, what waits",
+        [
+            (
+                ("--since",),
+                {"default": "7d", "help": "runs open at some point of this span (7d, 12h)"},
+            ),
+            (("--json",), {"action": "store_true", "help": "JSON instead of text"}),
+            (
+                ("--limit",),
+                {
+                    "type": int,
+                    "default": DEFAULT_LIMIT,
+                    "help": "at most this many runs, newest first (now %(default)s)",
+                },
+            ),
+            (
+                ("--task-queue",),
+                {
+                    "action": "append",
+                    "dest": "task_queues",
+                    "metavar": "QUEUE",
+                    "help": "a task queue your workers serve (repeatable; default "
+                    "HITL_TASK_QUEUES, else the global --task-queue)",
+                },
+            ),
+            _timeout("seconds to wait for each run's worker"),
+        ],
+    ),
+    (
+        "watch",
+        "follow a run's events until it finishes",
+        [
+            (("run",), {}),
+            (
+                ("--from-offset",),
+                {
+                    "type": int,
+                    "default": 0,
+                    "help": "resume after a disconnect: the offset after the last one seen",
+                },
+            ),
+        ],
+    ),
+]
+"""Every subcommand, in the order `hitl --help` lists them."""
 
 
 async def _main(args: argparse.Namespace) -> int:
