@@ -140,6 +140,18 @@ def cumulative_bytes_at(
 # ----------------------------------------------------------------------------- command loop
 
 
+async def long_runs(
+    long_run: Callable[..., Awaitable[Any]],
+    runs: list[dict[str, str]],
+    turns: int,
+    checkpoints: list[int],
+) -> list[Any]:
+    """A driver's `long_run` of each {key, queue} at once (both sides' `long_runs` operation)."""
+    return list(
+        await asyncio.gather(*(long_run(r["key"], turns, r["queue"], checkpoints) for r in runs))
+    )
+
+
 def _claim_stdout() -> Any:
     fd = os.dup(1)
     os.dup2(2, 1)

@@ -194,24 +194,24 @@ async def peer_reads(client: Any, address: str, n: int, log: Path) -> dict[str, 
     return out
 
 
+def _line(name: str, got: dict[str, Any]) -> str:
+    """One way of reading: its worker CPU and wall time, evicted and cached."""
+    e, c = got["evicted"], got["cached"]
+    return (
+        f"  {name:26s} evicted: worker CPU {e['worker_cpu_ms']:5.1f} ms, wall "
+        f"{e['wall_ms_median']:6.1f} ms | cached: worker CPU {c['worker_cpu_ms']:5.1f} ms, "
+        f"wall {c['wall_ms_median']:6.1f} ms"
+    )
+
+
 def report(k: int, out: dict[str, Any], peer: dict[str, Any] | None) -> None:
     print(f"reading one parked run ({k} runs per way, worker default cache):")
     for name, got in out.items():
-        e, c = got["evicted"], got["cached"]
-        print(
-            f"  {name:26s} evicted: worker CPU {e['worker_cpu_ms']:5.1f} ms, wall "
-            f"{e['wall_ms_median']:6.1f} ms | cached: worker CPU {c['worker_cpu_ms']:5.1f} ms, "
-            f"wall {c['wall_ms_median']:6.1f} ms"
-        )
+        print(_line(name, got))
     if peer is None:
         return
-    e, c = peer["evicted"], peer["cached"]
-    print(
-        f"  {'peer `pending` query':26s} evicted: worker CPU {e['worker_cpu_ms']:5.1f} ms, wall "
-        f"{e['wall_ms_median']:6.1f} ms | cached: worker CPU {c['worker_cpu_ms']:5.1f} ms, "
-        f"wall {c['wall_ms_median']:6.1f} ms ({c['runs']} runs each)"
-    )
-    base = c["worker_cpu_ms"]
+    print(_line("peer `pending` query", peer) + f" ({peer['cached']['runs']} runs each)")
+    base = peer["cached"]["worker_cpu_ms"]
     for name, got in out.items():
         if base > 0 and got["evicted"]["worker_cpu_ms"] > 0:
             ratio = got["evicted"]["worker_cpu_ms"] / base

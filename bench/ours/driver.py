@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import uuid
 from typing import Any
 
@@ -268,13 +269,6 @@ async def raw_steps(n: int, queue: str, local_tool: bool = False) -> dict[str, A
     return {"start_pending": pending, "decide_complete": complete, "history": hist}
 
 
-async def long_runs(runs: list[dict[str, str]], turns: int, checkpoints: list[int]) -> list[Any]:
-    """`long_run` of each {key, queue} at once."""
-    return list(
-        await asyncio.gather(*(long_run(r["key"], turns, r["queue"], checkpoints) for r in runs))
-    )
-
-
 async def warmup(key: str, n: int, queue: str, api: str = "runner") -> dict[str, Any]:
     for _ in range(n):
         await one_run(key, queue, api)
@@ -295,7 +289,7 @@ async def main() -> None:
             "list_pending": list_pending,
             "history": history,
             "long_run": long_run,
-            "long_runs": long_runs,
+            "long_runs": functools.partial(proto.long_runs, long_run),
             "raw": raw,
             "raw_steps": raw_steps,
             "warmup": warmup,

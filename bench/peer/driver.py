@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import uuid
 from typing import Any
 
@@ -193,13 +194,6 @@ async def floor(n: int) -> dict[str, Any]:
     return {"start_pending": pending, "decide_complete": complete}
 
 
-async def long_runs(runs: list[dict[str, str]], turns: int, checkpoints: list[int]) -> list[Any]:
-    """`long_run` of each {key, queue} at once."""
-    return list(
-        await asyncio.gather(*(long_run(r["key"], turns, r["queue"], checkpoints) for r in runs))
-    )
-
-
 async def warmup(key: str, n: int, queue: str, api: str = "client") -> dict[str, Any]:
     for _ in range(n):
         await one_run(key, queue)
@@ -220,7 +214,7 @@ async def main() -> None:
             "list_pending": list_pending,
             "history": history,
             "long_run": long_run,
-            "long_runs": long_runs,
+            "long_runs": functools.partial(proto.long_runs, long_run),
             "floor": floor,
             "warmup": warmup,
         }
