@@ -42,3 +42,6 @@ _NAMESPACE = {name: globals()[name] for name in __all__}
 for _m in _NAMESPACE.values():
     if isinstance(_m, type) and issubclass(_m, BaseModel):
         _m.model_rebuild(_types_namespace=_NAMESPACE)
+for _m in _NAMESPACE.values():
+    if isinstance(_m, type) and issubclass(_m, _base.WireModel):
+        _m.check_derived()
