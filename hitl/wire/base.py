@@ -149,11 +149,16 @@ def _value(value: BaseModel, source: Source) -> Any:
 
 @functools.cache
 def _model_fields(cls: type[WireModel]) -> tuple[str, ...]:
-    """The fields of `cls` whose type names a wire model (at any depth)."""
-    return tuple(n for n, f in cls.model_fields.items() if _names_wire_model(f.annotation))
+    """The fields of `cls` whose type names a wire model with derived fields (at any depth)."""
+    return tuple(n for n, f in cls.model_fields.items() if _holds_derived(f.annotation, set()))
 
 
-def _names_wire_model(hint: Any) -> bool:
+def _holds_derived(hint: Any, seen: set[type]) -> bool:
     if isinstance(hint, type) and issubclass(hint, WireModel):
-        return True
-    return any(_names_wire_model(a) for a in getattr(hint, "__args__", ()))
+        if hint in seen:
+            return False
+        seen.add(hint)
+        return bool(derivations(hint)) or any(
+            _holds_derived(f.annotation, seen) for f in hint.model_fields.values()
+        )
+    return any(_holds_derived(a, seen) for a in getattr(hint, "__args__", ()))

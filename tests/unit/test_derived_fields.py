@@ -17,11 +17,13 @@ from pydantic import AliasChoices, Field, ValidationError
 
 from hitl.client import data_converter
 from hitl.wire import (
+    AgentSpec,
     CallModelInput,
     DecisionRecord,
     ExecuteToolInput,
     InboxEntry,
     InboxMemo,
+    ModelSpec,
     PendingApproval,
     RunItem,
     RunOutput,
@@ -84,6 +86,15 @@ def test_a_field_holding_its_source_is_left_out_and_read_back() -> None:
     data = stored(out)
     assert "last_agent_name" not in data and "agent_name" not in data["new_items"][0]
     assert read(data, RunOutput) == out
+
+
+def test_an_agent_named_as_its_id_is_stored_once() -> None:
+    spec = AgentSpec(id="Desk", name="Desk", model=ModelSpec(name="m"))
+    assert "name" not in stored(spec)
+    assert read(stored(spec), AgentSpec) == spec
+    twin = AgentSpec(id="Desk~2", name="Desk", model=ModelSpec(name="m"))
+    assert stored(twin)["name"] == "Desk"
+    assert read(stored(twin), AgentSpec) == twin
 
 
 def test_old_payloads_with_the_fields_read_as_before() -> None:

@@ -18,7 +18,14 @@ from temporalio.testing import WorkflowEnvironment
 
 from hitl import Runner
 from hitl.client import data_converter
-from hitl.wire import INBOX_MEMO, ExecuteToolInput, InboxMemo, RunOutput, SettledStatus
+from hitl.wire import (
+    INBOX_MEMO,
+    ExecuteToolInput,
+    InboxMemo,
+    ResolvedRun,
+    RunOutput,
+    SettledStatus,
+)
 from tests.agents import support_agent
 from tests.helpers import Ledger, serving
 
@@ -45,6 +52,10 @@ def payloads(hist: WorkflowHistory, event_type: int) -> list[Payload]:
             out.append(memo[INBOX_MEMO])
         elif event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             out.append(e.workflow_execution_completed_event_attributes.result.payloads[0])
+        elif event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            details = e.marker_recorded_event_attributes.details
+            if "result" in details:
+                out.append(details["result"].payloads[0])
     return out
 
 
@@ -110,3 +121,10 @@ async def test_answers_memo_and_result_leave_out_agent_names(
     out = CONV.from_payloads([done], [RunOutput])[0]
     assert out.last_agent_name == AGENT
     assert {(i.agent_id, i.agent_name) for i in out.new_items} == {(AGENT, AGENT)}
+    # The graph pinned at the start (the `resolve_agent` marker): agents named as their ids.
+    [pinned] = [
+        m for m in payloads(hist, EventType.EVENT_TYPE_MARKER_RECORDED) if b'"graph"' in m.data
+    ]
+    assert "name" not in stored(pinned)["graph"]["agents"][AGENT]
+    graph = CONV.from_payloads([pinned], [ResolvedRun])[0].graph
+    assert (graph.agents[AGENT].id, graph.agents[AGENT].name) == (AGENT, AGENT)
