@@ -235,7 +235,7 @@ class InboxEntry(WireModel):
     approvers: list[str] = Field(default_factory=list)
     workflow_id: str | None = None
     """The run that owns the call, when it is a nested run (calls inside agent tools); `None`:
-    the run whose memo this is (which runs before 2026-11-27 also named)."""
+    the run whose memo this is (which runs of earlier releases named as well)."""
 
 
 class InboxMemo(WireModel):
