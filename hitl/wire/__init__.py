@@ -3,8 +3,9 @@
 These models are stored in workflow histories, so they are contracts across deployments:
 fields are only ever *added*, always with a default, names never change, and neither do
 defaults (payloads are stored without the fields at their defaults, see `hitl.converter`;
-`tests/unit/test_wire_defaults.py` keeps them). Each workflow, activity, update and query takes
-exactly one of these models and returns one.
+`tests/unit/test_wire_defaults.py` keeps them). A required field may become `derived` from
+another (`hitl.wire.base`): payloads then leave it out where it holds what a reader derives.
+Each workflow, activity, update and query takes exactly one of these models and returns one.
 
 The module is imported by workflow code (passed through the sandbox), so it must stay free of
 I/O and of anything non-deterministic.

@@ -26,7 +26,7 @@ from hitl.wire import (
     RunOutput,
     SettledStatus,
 )
-from tests.agents import support_agent
+from tests.agents import local_support_agent, support_agent
 from tests.helpers import Ledger, serving
 
 CONV = data_converter(codec=None).payload_converter
@@ -128,3 +128,21 @@ async def test_answers_memo_and_result_leave_out_agent_names(
     assert "name" not in stored(pinned)["graph"]["agents"][AGENT]
     graph = CONV.from_payloads([pinned], [ResolvedRun])[0].graph
     assert (graph.agents[AGENT].id, graph.agents[AGENT].name) == (AGENT, AGENT)
+
+
+async def test_a_local_tool_gets_the_key_its_run_and_call_give(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    """A local activity's input is not in history, but it is built the same way: the activity
+    fills in its run and key (`activity.info()` of a local activity names its workflow)."""
+    async with serving(ts_env.client, local_support_agent) as tq:
+        done = await Runner.run(
+            local_support_agent,
+            "Please email the customer",
+            client=ts_env.client,
+            task_queue=tq,
+            serve=False,
+        )
+    [call_id] = {i.call_id for i in done.new_items if i.type == "tool_call_item"}
+    keys = {a.key for a in ledger.attempts("send_email")}
+    assert keys == {f"{done.workflow_id}:{call_id}"}
