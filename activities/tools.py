@@ -96,6 +96,7 @@ class ToolActivities:
     @activity.defn(name=ACT_EXECUTE_TOOL)
     async def execute_tool(self, inp: ExecuteToolInput) -> ToolOutput:
         """Run one approved (or approval-free) tool call with the deployed tool code."""
+        inp = inp.located(activity.info().workflow_id or "")
         tool = await self._deployed_tool(inp)
         ctx = self._tool_context(inp.root_agent, inp.agent_id, inp, activity.info().attempt)
         if tool.tool_input_guardrails:

@@ -15,6 +15,11 @@ What operators read as JSON from the `temporal` CLI or the UI by asking stays co
 with every run (decision answers, the run's result, the inbox memo) is sparse too: a field left
 out reads as its default, which every reader of ours applies.
 
+Sparse payloads also leave out the fields a model declares `derived` (`hitl.wire.base`) when
+they hold what a reader derives: a call's `agent_name` when it is its `agent_id`, a model
+call's `agent_id` when it is the root agent. The model reads a payload without them from their
+sources, so every reader gets the same objects; a present value is read as it is.
+
 Inside a workflow, a payload decoded without a type hint (the arguments of handlers that take
 `*args`) is handed over as the raw payload (`RawValue`): our handlers check the number of
 arguments, the encoding, the size and the schema themselves (`workflows.inputs`), so nothing a
@@ -53,18 +58,24 @@ from temporalio.exceptions import ApplicationError
 from hitl.errors import StoredPayloadMissing
 from hitl.markers import UNDECRYPTABLE, UNRETRIEVABLE
 from hitl.storage import unretrievable
-from hitl.wire import REFUSAL_MARK
+from hitl.wire import REFUSAL_MARK, WireModel
+from hitl.wire.base import derived_exclusions
 
 _SERIALIZER = SchemaSerializer(core_schema.any_schema())
 
 
 class SparseJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
-    """Pydantic JSON (`json/plain`) that omits model fields equal to their defaults."""
+    """Pydantic JSON (`json/plain`) that omits fields equal to their defaults or derived.
+
+    (Derived: a wire model's `derived` field holding what a reader would derive from its
+    sources, see `hitl.wire.base.derived`.)
+    """
 
     def to_payload(self, value: Any) -> temporalio.api.common.v1.Payload | None:
         """Serialize `value`; sparse unless it is a model that asks to stay complete."""
         if isinstance(value, BaseModel) and getattr(value, "_sparse", False):
-            data = _SERIALIZER.to_json(value, exclude_defaults=True)
+            exclude = derived_exclusions(value) if isinstance(value, WireModel) else None
+            data = _SERIALIZER.to_json(value, exclude_defaults=True, exclude=exclude)
             return temporalio.api.common.v1.Payload(
                 metadata={"encoding": self.encoding.encode()}, data=data
             )

@@ -70,7 +70,6 @@ with workflow.unsafe.imports_passed_through():
         TranscriptRef,
         agent_definition,
         definition_digest,
-        idempotency_key,
         model_tools,
     )
     from hitl.workflows.failures import failure_from_activity, tool_failure
@@ -403,7 +402,8 @@ class Steps:
 
     async def execute_tool(self, agent: AgentSpec, rec: CallRecord, tool: ToolSpec) -> ToolOutput:
         """Run one approved (or approval-free) call; a failure becomes text for the model."""
-        info = workflow.info()
+        # Without `workflow_id` and `idempotency_key`: the activity knows its run, and the key
+        # is that run's default (`ExecuteToolInput.located`).
         inp = ExecuteToolInput(
             root_agent=self.inp.agent,
             agent_id=agent.id,
@@ -411,8 +411,6 @@ class Steps:
             call_id=rec.call_id,
             model_call_id=rec.model_call_id,
             arguments=rec.arguments,
-            idempotency_key=idempotency_key(info.workflow_id, rec.call_id),
-            workflow_id=info.workflow_id,
             context=self.state.context,
             decision=rec.decision,
             max_output_bytes=self.inp.run_config.max_tool_output_bytes,

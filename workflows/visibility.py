@@ -313,7 +313,8 @@ class Publisher:
         if key is not None and key != run.state.inbox_shown:
             run.state.inbox_shown = key
             self.clear_memo = False
-            publish_inbox(run.book.pending(run.path(), workflow.info().workflow_id))
+            # Own calls name no run (`InboxEntry.workflow_id`): the memo is the run's own.
+            publish_inbox(run.book.pending(run.path()))
         elif self.clear_memo:
             self.clear_memo = False
             workflow.upsert_memo({INBOX_MEMO: None})  # someone else's words: gone
@@ -349,4 +350,4 @@ class Publisher:
         run = self.run
         if not run.state.inbox_memo or not run.state.inbox_shown:
             return None
-        return {INBOX_MEMO: inbox_memo(run.book.pending(run.path(), workflow.info().workflow_id))}
+        return {INBOX_MEMO: inbox_memo(run.book.pending(run.path()))}

@@ -3,8 +3,9 @@
 These models are stored in workflow histories, so they are contracts across deployments:
 fields are only ever *added*, always with a default, names never change, and neither do
 defaults (payloads are stored without the fields at their defaults, see `hitl.converter`;
-`tests/unit/test_wire_defaults.py` keeps them). Each workflow, activity, update and query takes
-exactly one of these models and returns one.
+`tests/unit/test_wire_defaults.py` keeps them). A required field may become `derived` from
+another (`hitl.wire.base`): payloads then leave it out where it holds what a reader derives.
+Each workflow, activity, update and query takes exactly one of these models and returns one.
 
 The module is imported by workflow code (passed through the sandbox), so it must stay free of
 I/O and of anything non-deterministic.
@@ -42,3 +43,6 @@ _NAMESPACE = {name: globals()[name] for name in __all__}
 for _m in _NAMESPACE.values():
     if isinstance(_m, type) and issubclass(_m, BaseModel):
         _m.model_rebuild(_types_namespace=_NAMESPACE)
+for _m in _NAMESPACE.values():
+    if isinstance(_m, type) and issubclass(_m, _base.WireModel):
+        _m.check_derived()

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from hitl.limits import DEFAULT_TOOL_OUTPUT_BYTES
-from hitl.wire.base import WireModel
+from hitl.wire.base import WireModel, derived
 from hitl.wire.decisions import DecisionRecord, InputAnswer
 from hitl.wire.graph import (
     AgentGraph,
@@ -20,6 +20,7 @@ from hitl.wire.graph import (
     ModelSpec,
     RunConfigSpec,
 )
+from hitl.wire.names import idempotency_key as default_key
 from hitl.wire.policy import PinnedPolicy, PolicyVerdict
 from hitl.wire.runs import (
     ApprovalRequestData,
@@ -165,8 +166,8 @@ class CallModelInput(WireModel):
     """
 
     root_agent: str
-    agent_id: str
-    agent_name: str
+    agent_id: str = derived("agent_id", "root_agent")
+    agent_name: str = derived("agent_name", "agent_id", "root_agent")
     model: ModelSpec | None = None
     """`None` with `definition` only: the agent's model, instructions, tools and output schema are
     the registry's (see `graph`)."""
@@ -382,15 +383,23 @@ class PlanToolsOutput(WireModel):
 
 
 class ExecuteToolInput(WireModel):
-    """Input of `execute_tool`."""
+    """Input of `execute_tool`.
+
+    Stored with every call that runs, so it leaves out what the activity knows: its run's id
+    (`workflow_id`) and the call's default key (`idempotency_key`), filled by `located`; and,
+    in sparse payloads, its `derived` fields: the agent when it is the root, and the call id
+    and tool name its decision names.
+    """
 
     root_agent: str
-    agent_id: str
-    tool_name: str
-    call_id: str
+    agent_id: str = derived("agent_id", "root_agent")
+    tool_name: str = derived("tool_name", ("decision", "tool_name"))
+    call_id: str = derived("call_id", ("decision", "call_id"))
     arguments: str
-    idempotency_key: str
-    workflow_id: str
+    idempotency_key: str = ""
+    """Left out (`""`): the default key, `idempotency_key(workflow_id, call_id)` (`located`)."""
+    workflow_id: str = ""
+    """Left out (`""`): the run that scheduled the activity (`located`)."""
     context: RunContextData | None = None
     decision: DecisionRecord | None = None
     max_output_bytes: int = DEFAULT_TOOL_OUTPUT_BYTES
@@ -400,6 +409,21 @@ class ExecuteToolInput(WireModel):
     """For an MCP tool: its server, as the run's graph records it."""
     model_call_id: str | None = None
     """The id the model gave the call (`call_id` is the run's own), for tools that want it."""
+
+    def located(self, workflow_id: str) -> ExecuteToolInput:
+        """This input with what its activity knows filled in where the payload leaves it out.
+
+        `workflow_id` is the activity's (`activity.info().workflow_id`: the run that
+        scheduled it); the key, `idempotency_key(workflow_id, call_id)`, byte for byte what
+        runs before this version sent. A value the payload holds is kept as it is.
+        """
+        run = self.workflow_id if "workflow_id" in self.model_fields_set else workflow_id
+        key = (
+            self.idempotency_key
+            if "idempotency_key" in self.model_fields_set
+            else default_key(run, self.call_id)
+        )
+        return self.model_copy(update={"workflow_id": run, "idempotency_key": key})
 
 
 class ToolOutput(WireModel):

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from hitl.limits import DEFAULT_TOOL_ARGUMENT_BYTES, DEFAULT_TOOL_OUTPUT_BYTES
-from hitl.wire.base import WireModel
+from hitl.wire.base import WireModel, derived
 from hitl.wire.names import ApprovalMode
 
 __all__ = [
@@ -169,7 +169,7 @@ class AgentSpec(WireModel):
 
     id: str
     """Stable identity inside the graph (the name, suffixed `~2`, `~3` when names repeat)."""
-    name: str
+    name: str = derived("name", "id")
     instructions: str | None = None
     dynamic_instructions: bool = False
     handoff_description: str | None = None

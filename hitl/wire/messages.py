@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
-from hitl.wire.base import WireModel
+from hitl.wire.base import WireModel, derived
 from hitl.wire.decisions import (
     Approval,
     CallAction,
@@ -222,7 +222,7 @@ class InboxEntry(WireModel):
     call_id: str
     tool_name: str
     agent_id: str
-    agent_name: str
+    agent_name: str = derived("agent_name", "agent_id")
     title: str
     path: list[str] = Field(default_factory=list)
     requested_at: datetime | None = None
@@ -234,7 +234,8 @@ class InboxEntry(WireModel):
     approved_by: list[str] = Field(default_factory=list)
     approvers: list[str] = Field(default_factory=list)
     workflow_id: str | None = None
-    """The run that owns the call (a nested run's id for calls inside agent tools)."""
+    """The run that owns the call, when it is a nested run (calls inside agent tools); `None`:
+    the run whose memo this is (which runs of earlier releases named as well)."""
 
 
 class InboxMemo(WireModel):
@@ -263,7 +264,7 @@ class PendingApproval(WireModel):
     call_id: str
     tool_name: str
     agent_id: str
-    agent_name: str
+    agent_name: str = derived("agent_name", "agent_id")
     arguments: str
     turn: int
     requested_at: datetime | None = None

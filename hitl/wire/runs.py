@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from hitl.wire.base import WireModel
+from hitl.wire.base import WireModel, derived
 
 # Their home was this module: importable from here too.
 from hitl.wire.decisions import Approval as Approval
@@ -87,7 +87,7 @@ class RunItem(WireModel):
 
     type: RunItemType
     agent_id: str
-    agent_name: str
+    agent_name: str = derived("agent_name", "agent_id")
     raw_item: dict[str, Any]
     call_id: str | None = None
     """For a tool call or its output: the run's id of the call (`raw_item` names the model's)."""
@@ -185,7 +185,7 @@ class CallRecord(WireModel):
     call_id: str
     tool_name: str
     agent_id: str
-    agent_name: str
+    agent_name: str = derived("agent_name", "agent_id")
     arguments: str
     turn: int
     state: Literal[
@@ -410,7 +410,7 @@ class RunOutput(WireModel):
 
     final_output: Any = None
     last_agent: str
-    last_agent_name: str
+    last_agent_name: str = derived("last_agent_name", "last_agent")
     input_items: list[dict[str, Any]]
     new_items: list[RunItem]
     usage: Usage
