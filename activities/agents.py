@@ -23,7 +23,7 @@ from hitl.wire import (
     ACT_HANDLE_RUN_ERROR,
     ACT_REGISTRY_DIRECTORY,
     ACT_RESOLVE_AGENT,
-    SA_OUTCOMES,
+    RESOLVED_LEVEL,
     SEARCH_ATTRIBUTES,
     AgentGraph,
     ApproverDirectory,
@@ -205,16 +205,12 @@ class AgentActivities:
         attributes = await self._search_attributes_ready()
         return ResolvedRun(
             graph=graph,
-            search_attributes=bool(attributes),
-            outcomes_attribute=SA_OUTCOMES in attributes,
             attributes=attributes,
             tracing=self.tracing,
             directory=self.directory,
             policy=self.policy() if callable(self.policy) else self.policy,
             notify=self.notify,
-            inbox_memo=True,
-            run_call_ids=True,
-            inbox_rounds=True,
+            level=RESOLVED_LEVEL,  # implies what the earlier fields said
         )
 
     @activity.defn(name=ACT_REGISTRY_DIRECTORY)

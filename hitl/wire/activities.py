@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from hitl.limits import DEFAULT_TOOL_OUTPUT_BYTES
 from hitl.wire.base import WireModel, derived
@@ -20,6 +20,7 @@ from hitl.wire.graph import (
     ModelSpec,
     RunConfigSpec,
 )
+from hitl.wire.names import SA_OUTCOMES
 from hitl.wire.names import idempotency_key as default_key
 from hitl.wire.policy import PinnedPolicy, PolicyVerdict
 from hitl.wire.runs import (
@@ -60,6 +61,8 @@ __all__ = [
     "RejectionTextInput",
     "RejectionTextOutput",
     "ResolveAgentInput",
+    "LEVEL_1_ATTRIBUTES",
+    "RESOLVED_LEVEL",
     "ResolvedRun",
     "SessionAppend",
     "SessionInput",
@@ -524,6 +527,49 @@ class ResolvedRun(WireModel):
     """The worker's code writes the inbox memo anew when a listed call changes what it waits
     for (an approved call turns uncertain or asks a question; another question); recorded
     like `inbox_memo`, so runs recorded before write it as they did on replay."""
+    level: int = 0
+    """What the resolving code knew, so its resolution is stored without what that implies.
+
+    From 1 (`RESOLVED_LEVEL`): `inbox_memo`, `run_call_ids` and `inbox_rounds` hold;
+    `search_attributes` and `outcomes_attribute` say what `attributes` holds; `attributes` left
+    out means all six of `LEVEL_1_ATTRIBUTES`. The stored resolution leaves all that out
+    (about 200 bytes of every run's history); reading it back fills the fields in, so readers
+    see what they saw before. Resolutions recorded by older code have no level: read as is."""
+
+    @model_validator(mode="after")
+    def _implied(self) -> ResolvedRun:
+        if self.level >= 1:
+            if self.attributes is None:
+                self.attributes = list(LEVEL_1_ATTRIBUTES)
+            self.search_attributes = bool(self.attributes)
+            self.outcomes_attribute = SA_OUTCOMES in self.attributes
+            self.inbox_memo = self.run_call_ids = self.inbox_rounds = True
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_implied(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.level >= 1:
+            for name in _IMPLIED:
+                data.pop(name, None)
+            if set(self.attributes or ()) == set(LEVEL_1_ATTRIBUTES):
+                data.pop("attributes", None)
+        return data
+
+
+RESOLVED_LEVEL = 1
+"""The level `resolve_agent` records (`ResolvedRun.level`)."""
+LEVEL_1_ATTRIBUTES = (
+    "HitlStatus",
+    "HitlPendingTools",
+    "HitlAgent",
+    "HitlPendingSince",
+    "HitlDeadline",
+    "HitlOutcomes",
+)
+"""Our search attributes as level 1 knows them: never changed (a level-1 resolution that left
+`attributes` out means these); a new attribute comes with a new level."""
+_IMPLIED = ("search_attributes", "outcomes_attribute", "inbox_memo", "run_call_ids", "inbox_rounds")
 
 
 class HandleRunErrorInput(WireModel):

@@ -22,6 +22,7 @@ from hitl.wire import (
     INBOX_MEMO,
     ExecuteToolInput,
     InboxMemo,
+    RESOLVED_LEVEL,
     ResolvedRun,
     RunOutput,
     SettledStatus,
@@ -146,3 +147,26 @@ async def test_a_local_tool_gets_the_key_its_run_and_call_give(
     [call_id] = {i.call_id for i in done.new_items if i.type == "tool_call_item"}
     keys = {a.key for a in ledger.attempts("send_email")}
     assert keys == {f"{done.workflow_id}:{call_id}"}
+
+
+async def test_the_pinned_resolution_stores_its_level_not_what_it_implies(
+    ts_env: WorkflowEnvironment, cache_size: int, ledger: Ledger
+) -> None:
+    _, hist = await approved_run(ts_env, cache_size)
+    [pinned] = [
+        m for m in payloads(hist, EventType.EVENT_TYPE_MARKER_RECORDED) if b'"graph"' in m.data
+    ]
+    data = stored(pinned)
+    assert data["level"] == RESOLVED_LEVEL
+    implied = {"search_attributes", "outcomes_attribute", "inbox_memo", "run_call_ids"}
+    assert not (implied | {"inbox_rounds"}) & set(data), data
+    resolved = CONV.from_payloads([pinned], [ResolvedRun])[0]
+    assert (resolved.inbox_memo, resolved.run_call_ids, resolved.inbox_rounds) == (True,) * 3
+    attributes = resolved.attributes
+    assert attributes is not None
+    assert resolved.search_attributes == bool(attributes)
+    assert resolved.outcomes_attribute == ("HitlOutcomes" in attributes)
+    # What the flags mean happened: the run named its call itself (`run_call_ids`).
+    answers = payloads(hist, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED)
+    ids = [p["call_id"] for a in answers for p in stored(a).get("pending", [])]
+    assert ids and all(i.startswith("t1.") for i in ids), ids
