@@ -97,13 +97,16 @@ class RunItem(WireModel):
 
 
 def transcript_digest(input_items: list[dict[str, Any]], new_items: list[RunItem]) -> str:
-    """Hex SHA-256 naming a transcript (`HeldTranscript.digest`).
+    """The first 16 hex digits of a SHA-256 naming a transcript (`HeldTranscript.digest`).
 
-    The caller's copy and the run's give the same digest when they hold the same items.
+    The caller's copy and the run's give the same digest when they hold the same items. It
+    tells a stale copy from the run's (a handoff's input filter rewrote it), not an adversary
+    from a friend: a caller naming the wrong items only gets a wrong transcript back itself,
+    and the run's state is not touched. 64 bits keep it short in the history of every resume.
     """
     data = [input_items, [i.model_dump(mode="json") for i in new_items]]
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 class RunContextData(WireModel):

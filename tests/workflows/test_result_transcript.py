@@ -200,9 +200,8 @@ async def test_an_answer_sends_the_whole_transcript_when_the_held_one_does_not_m
             )
             assert answer.items_from == 0 and answer.input_items == paused.input
             assert answer.new_items == paused.new_items
-        true = HeldTranscript(
-            new_items=len(paused.new_items), digest=transcript_digest(paused.input, paused.new_items)
-        )
+        digest = transcript_digest(paused.input, paused.new_items)
+        true = HeldTranscript(new_items=len(paused.new_items), digest=digest)
         call = paused.interruptions[0].call_id
         decide = DecideInput(
             decisions=[DecisionRequest(kind="approve", call_id=call, approver="ops")],
@@ -212,5 +211,6 @@ async def test_an_answer_sends_the_whole_transcript_when_the_held_one_does_not_m
         done = await handle.execute_update(UPDATE_DECIDE, decide, result_type=SettledStatus)
         out = await client.get_workflow_handle(paused.workflow_id, result_type=RunOutput).result()
     assert done.phase == "completed" and done.input_items is None and done.items_from == 1
-    assert [i.type for i in done.new_items or []] == ["tool_call_output_item", "message_output_item"]
+    tail = [i.type for i in done.new_items or []]
+    assert tail == ["tool_call_output_item", "message_output_item"]
     assert out.transcript_omitted and out.new_items == [] and out.final_output is not None
