@@ -245,9 +245,10 @@ async def _settle(
     handle: WorkflowHandle[Any, Any] = conn.client.get_workflow_handle(
         workflow_id, result_type=RunOutput
     )
-    ask = WaitInput(items=True, held=_held(known))
+    ask: WaitInput | None = None
     for _ in range(1000):
         if status is None or status.continued_as_new or status.phase in ("starting", "running"):
+            ask = ask or WaitInput(items=True, held=_held(known))
             try:
                 status = await conn.update(workflow_id, UPDATE_WAIT, ask, result_type=SettledStatus)
             except RPCError as exc:

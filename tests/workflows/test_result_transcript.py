@@ -21,7 +21,18 @@ from temporalio.client import (
 )
 from temporalio.testing import WorkflowEnvironment
 
-from hitl import Runner, RunState
+from hitl import (
+    Agent,
+    ModelReply,
+    ModelRequest,
+    Runner,
+    RunState,
+    ScriptedModel,
+    allow,
+    function_tool,
+    handoff,
+)
+from hitl.agent import HandoffInputData
 from hitl.wire import (
     QUERY_SNAPSHOT,
     UPDATE_DECIDE,
@@ -214,3 +225,60 @@ async def test_an_answer_sends_the_whole_transcript_when_the_held_one_does_not_m
     tail = [i.type for i in done.new_items or []]
     assert tail == ["tool_call_output_item", "message_output_item"]
     assert out.transcript_omitted and out.new_items == [] and out.final_output is not None
+
+
+@function_tool(needs_approval=True)
+def refund(order_id: int) -> str:
+    """Refund an order.
+
+    Args:
+        order_id: The order.
+    """
+    return f"refunded {order_id}"
+
+
+@allow  # a handoff names it: workers must allow it (hitl.refs)
+def forget_all(data: HandoffInputData) -> HandoffInputData:
+    """Drop everything before the handoff: the run rewrites what the client held."""
+    return data.clone(input_history=[], pre_handoff_items=[])
+
+
+def _closer(req: ModelRequest) -> ModelReply:
+    return ModelReply.say(f"closed after {len(req.input)} items")
+
+
+def _refunder(req: ModelRequest) -> ModelReply:
+    if not req.tool_results():
+        return ModelReply.call("refund", {"order_id": 3})
+    return ModelReply.call("transfer_to_closer")
+
+
+closer = Agent(name="Closer", model=ScriptedModel(_closer, "tests.result.closer"))
+refunder = Agent(
+    name="Refunder",
+    tools=[refund],
+    handoffs=[handoff(closer, input_filter=forget_all)],  # type: ignore[arg-type]
+    model=ScriptedModel(_refunder, "tests.result.refunder"),
+)
+
+
+async def test_a_transcript_rewritten_after_the_pause_reaches_runner_run_whole(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """A handoff's input filter rewrites what the client held from the pause: its digest no
+    longer names the run's items, so the answer carries the whole transcript as it is now."""
+    client, queries = _counting(ts_env.client)
+    async with serving(ts_env.client, refunder, closer) as tq:
+        paused = await Runner.run(refunder, "refund 3", client=client, task_queue=tq, serve=False)
+        state = paused.to_state()
+        state.approve(paused.interruptions[0])
+        done = await Runner.run(refunder, state, client=client, task_queue=tq, serve=False)
+        assert queries == []
+        snap = await _snapshot(ts_env.client, done.workflow_id)
+        hist = await ts_env.client.get_workflow_handle(done.workflow_id).fetch_history()
+    assert paused.input == [{"role": "user", "content": "refund 3"}]
+    assert done.final_output == "closed after 2 items"
+    assert (done.input, done.new_items) == (snap.input_items, snap.new_items)
+    assert done.input == [], "the filter dropped the input; the client's copy is not used"
+    decide = _answers(hist)[-1]
+    assert decide["input_items"] == [] and "items_from" not in decide
