@@ -48,11 +48,12 @@ MAX_SIGNAL_BYTES = 64 * KB
 MAX_RESULT_BYTES = 1536 * KB
 """A run's result and its continue-as-new state (Temporal refuses payloads over 2 MB)."""
 TRANSCRIPT_INLINE_BYTES = 16 * KB
-"""A run's result repeats its transcript only while the whole result stays this small.
+"""A `wait` / `decide` answer carries the transcript (`WaitInput.items`) only this small.
 
-Every item is in history already; a larger transcript is left out of the result and read by
-query (`snapshot`), which costs a replay of the closed run (tens of milliseconds). Small runs
-keep it inline so `Runner.run` returns without that query."""
+A run's result never repeats it (every item is in history already); the answer that sees the
+run pause or finish carries what the caller lacks of it, so `Runner.run` returns without a
+`snapshot` query, which costs a replay of the closed run (tens of milliseconds). A larger one
+is read by that query. (Runs of older versions kept it in their result up to this size.)"""
 MODEL_INPUT_INLINE_BYTES = 4 * KB
 """A regular model activity gets the transcript in its input while it is this small (JSON).
 

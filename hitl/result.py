@@ -77,6 +77,7 @@ class RunResult:
             context=self.context,
             context_serializer=self.context_serializer,
             session_history=self.session_history,
+            _transcript=(list(self.input), list(self.new_items)),
         )
 
     def final_output_as(self, cls: type[T]) -> T:

@@ -51,6 +51,7 @@ from hitl.wire import (
     UPDATE_WAIT,
     RunEvent,
     RunItem,
+    SettledStatus,
     WaitInput,
 )
 
@@ -373,14 +374,19 @@ class RunResultStreaming:
         )
         history = await session_input(call, input, history)
         async with await _connection(self._agent, input, call) as sess:
-            client = sess.client
+            client, known = sess.client, None
             if isinstance(input, RunState):
-                wid = input.workflow_id
+                wid, known = input.workflow_id, input._transcript
                 offset = await current_offset(client, wid)
                 decisions = _decisions(input, call.approver)
                 settled = asyncio.create_task(
                     _send_decisions(
-                        sess, wid, decisions, _state_context(input), _answers(input, call.approver)
+                        sess,
+                        wid,
+                        decisions,
+                        _state_context(input),
+                        _answers(input, call.approver),
+                        known,
                     )
                 )
             else:
@@ -395,7 +401,9 @@ class RunResultStreaming:
                     result = _known_context(await _settle(sess, wid, None), input, call)
                     self._result = await _known_session(result, input, history, session)
                     return
-                settled = asyncio.create_task(sess.update(wid, UPDATE_WAIT, WaitInput()))
+                settled = asyncio.create_task(
+                    sess.update(wid, UPDATE_WAIT, WaitInput(items=True), result_type=SettledStatus)
+                )
             self.workflow_id = wid
             try:
                 async for event in events_until_settled(client, wid, settled, from_offset=offset):
@@ -407,7 +415,7 @@ class RunResultStreaming:
             finally:
                 if not settled.done():
                     settled.cancel()
-            result = _known_context(await _settle(sess, wid, status), input, call)
+            result = _known_context(await _settle(sess, wid, status, known), input, call)
             self._result = await _known_session(result, input, history, session)
 
     def _done(self) -> RunResult:

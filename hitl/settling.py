@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Any
+from typing import Any, TypeAlias
 
 from temporalio.client import (
     WorkflowExecutionStatus,
@@ -52,6 +52,7 @@ from hitl.wire import (
     DecisionInput,
     DecisionRecord,
     DecisionRequest,
+    HeldTranscript,
     InputAnswer,
     RunContextData,
     RunItem,
@@ -60,9 +61,13 @@ from hitl.wire import (
     RunStatus,
     SettledStatus,
     WaitInput,
+    transcript_digest,
 )
 
 log = logging.getLogger("hitl")
+
+Transcript: TypeAlias = tuple[list[dict[str, Any]], list[RunItem]]
+"""A run's input items and the items it produced."""
 
 
 async def _start(conn: RunnerConnection, request: StartRequest) -> RunResult:
@@ -95,9 +100,15 @@ async def _resume(conn: RunnerConnection, state: RunState, approver: str | None)
         )
     handle = client.get_workflow_handle(state.workflow_id)
     decisions = _decisions(state, approver)
+    known = state._transcript
     try:
         status = await _send_decisions(
-            conn, state.workflow_id, decisions, _state_context(state), _answers(state, approver)
+            conn,
+            state.workflow_id,
+            decisions,
+            _state_context(state),
+            _answers(state, approver),
+            known,
         )
     except WorkflowUpdateFailedError as exc:
         raise _typed(exc) from None
@@ -110,7 +121,7 @@ async def _resume(conn: RunnerConnection, state: RunState, approver: str | None)
         result = await _settle(conn, state.workflow_id, None)
         _check_decisions_applied(result, decisions)
         return result
-    return await _settle(conn, state.workflow_id, status)
+    return await _settle(conn, state.workflow_id, status, known)
 
 
 def _decisions(state: RunState, approver: str | None) -> list[DecisionRequest]:
@@ -135,12 +146,14 @@ async def _send_decisions(
     decisions: list[DecisionRequest],
     context: RunContextData | None = None,
     answers: list[AnswerInput] | None = None,
+    known: Transcript | None = None,
 ) -> RunStatus:
     """Send the decisions (and a new context, if any); return once the run settles again.
 
     Answers to tools' questions go first, each as an `answer` update; then edited approvals,
     each as its own `approve` update (the run plans the edited call before it answers); the
-    rest go together in one `decide`.
+    rest go together in one `decide`. The answer carries the transcript when it is small, less
+    what the caller holds already (`known`).
     """
     for a in answers or []:
         digest = hashlib.sha256(a.model_dump_json().encode()).hexdigest()[:24]
@@ -160,16 +173,40 @@ async def _send_decisions(
             result_type=DecisionRecord,
         )
     decisions = [d for d in decisions if d.arguments is None]
+    held = _held(known)
     if not decisions and context is None:
-        waited: RunStatus = await conn.update(workflow_id, UPDATE_WAIT, WaitInput())
+        waited: RunStatus = await conn.update(
+            workflow_id, UPDATE_WAIT, WaitInput(items=True, held=held), result_type=SettledStatus
+        )
         return waited
     settled: RunStatus = await conn.update(
         workflow_id,
         UPDATE_DECIDE,
-        DecideInput(decisions=decisions, wait=True, context=context, brief=True),
+        DecideInput(
+            decisions=decisions, wait=True, context=context, brief=True, items=True, held=held
+        ),
         update_id=decision_update_id(workflow_id, UPDATE_DECIDE, decisions, context),
+        result_type=SettledStatus,
     )
     return settled
+
+
+def _held(known: Transcript | None) -> HeldTranscript | None:
+    """What to tell a run of the transcript the caller holds (`None`: nothing)."""
+    if known is None:
+        return None
+    return HeldTranscript(new_items=len(known[1]), digest=transcript_digest(*known))
+
+
+def _answered(status: RunStatus, known: Transcript | None) -> Transcript | None:
+    """The transcript an answer carries (`WaitInput.items`), joined to what the caller held."""
+    if not isinstance(status, SettledStatus) or status.new_items is None:
+        return None
+    if status.input_items is not None and status.items_from == 0:
+        return status.input_items, status.new_items
+    if status.input_items is not None or known is None or status.items_from != len(known[1]):
+        return None  # not what this client sends: read the transcript by query
+    return known[0], [*known[1], *status.new_items]
 
 
 def _state_context(state: RunState) -> RunContextData | None:
@@ -194,34 +231,42 @@ def _check_decisions_applied(result: RunResult, decisions: list[DecisionRequest]
             )
 
 
-async def _settle(conn: RunnerConnection, workflow_id: str, status: RunStatus | None) -> RunResult:
-    """Turn a settled run into a `RunResult` (or raise its typed failure)."""
+async def _settle(
+    conn: RunnerConnection,
+    workflow_id: str,
+    status: RunStatus | None,
+    known: Transcript | None = None,
+) -> RunResult:
+    """Turn a settled run into a `RunResult` (or raise its typed failure).
+
+    `known`: the transcript the caller held when it sent what `status` answers.
+    """
     agent, task_queue = conn.agent, conn.task_queue
     handle: WorkflowHandle[Any, Any] = conn.client.get_workflow_handle(
         workflow_id, result_type=RunOutput
     )
+    ask: WaitInput | None = None
     for _ in range(1000):
         if status is None or status.continued_as_new or status.phase in ("starting", "running"):
+            ask = ask or WaitInput(items=True, held=_held(known))
             try:
-                status = await conn.update(
-                    workflow_id, UPDATE_WAIT, WaitInput(items=True), result_type=SettledStatus
-                )
+                status = await conn.update(workflow_id, UPDATE_WAIT, ask, result_type=SettledStatus)
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise
                 return await _closed_result(handle, agent, task_queue)
             continue
+        transcript = _answered(status, known)
         if status.phase == "completed":
-            return await _closed_result(handle, agent, task_queue)
+            return await _closed_result(handle, agent, task_queue, transcript)
         if status.phase == "failed":
             err = status.error
             if err is None:
                 raise RunFailedError(f"run {workflow_id} failed")
             raise from_failure(err.type, err.message, err.details)
-        if isinstance(status, SettledStatus) and status.new_items is not None:
+        if transcript is not None:
             # The run sent its whole status and transcript with the answer (they are small).
-            items = status.input_items or []
-            snap = RunSnapshot(status=status, input_items=items, new_items=status.new_items)
+            snap = RunSnapshot(status=status, input_items=transcript[0], new_items=transcript[1])
             return _paused_result(snap, agent, task_queue)
         snap = await handle.query(QUERY_SNAPSHOT, result_type=RunSnapshot)
         if snap.status.phase != "awaiting_approval":
@@ -232,8 +277,16 @@ async def _settle(conn: RunnerConnection, workflow_id: str, status: RunStatus | 
 
 
 async def _closed_result(
-    handle: WorkflowHandle[Any, Any], agent: Agent[Any], task_queue: str
+    handle: WorkflowHandle[Any, Any],
+    agent: Agent[Any],
+    task_queue: str,
+    transcript: Transcript | None = None,
 ) -> RunResult:
+    """A completed run's `RunResult`.
+
+    Its transcript comes from `transcript` (what the answer that saw it complete carried),
+    else from its result (runs of older versions), else by query.
+    """
     try:
         out: RunOutput = await handle.result()
     except WorkflowFailureError as exc:
@@ -242,7 +295,7 @@ async def _closed_result(
     desc_run_id = out.run_id or handle.run_id or ""
     input_items, new_items = out.input_items, out.new_items
     if out.transcript_omitted:
-        input_items, new_items = await _closed_transcript(handle)
+        input_items, new_items = transcript or await _closed_transcript(handle)
     status = RunStatus(
         workflow_id=handle.id,
         run_id=desc_run_id,

@@ -25,6 +25,7 @@ from hitl.wire import (
     AnswerInput,
     DecisionRequest,
     RunContextData,
+    RunItem,
     text_digest,
 )
 
@@ -93,6 +94,11 @@ class RunState:
     _saved: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     """The `context` entry this state was loaded with: saved again as it was, and sent as it
     was when resuming sends it (never rebuilt from a name in the payload)."""
+    _transcript: tuple[list[dict[str, Any]], list[RunItem]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    """The run's transcript when it paused (`RunResult.to_state()`; `to_string` does not save
+    it): resuming asks the run only for the items that follow it (`HeldTranscript`)."""
 
     def get_interruptions(self) -> list[ToolApprovalItem]:
         """The pending approvals of this state."""

@@ -451,7 +451,7 @@ class AgentRun:
         made = self.decisions.decide_batch(req)
         if req.wait:
             await self._wait_settled()
-        return answers.settled_status(self, made, brief=req.brief)
+        return answers.settled_status(self, made, brief=req.brief, items=req.items, held=req.held)
 
     @decide.validator
     def _validate_decide(self, *args: Any) -> None:
@@ -466,7 +466,7 @@ class AgentRun:
         """Return once the run waits for a person, finishes, or continues as new."""
         req = read_wait(args)
         await self._wait_settled()
-        return answers.settled_status(self, [], items=req.items)
+        return answers.settled_status(self, [], items=req.items, held=req.held)
 
     @wait.validator
     def _validate_wait(self, *args: Any) -> None:

@@ -13,6 +13,7 @@ with workflow.unsafe.imports_passed_through():
         AgentSpec,
         CarriedState,
         DecisionRecord,
+        HeldTranscript,
         PendingApproval,
         Phase,
         RunErrorInfo,
@@ -21,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         RunSnapshot,
         RunStatus,
         SettledStatus,
+        transcript_digest,
     )
     from hitl.workflows.book import ApprovalBook
     from hitl.workflows.events import preview
@@ -101,32 +103,39 @@ def snapshot(run: Reads) -> RunSnapshot:
 
 
 def settled_status(
-    run: Reads, decisions: list[DecisionRecord], *, items: bool = False, brief: bool = False
+    run: Reads,
+    decisions: list[DecisionRecord],
+    *,
+    items: bool = False,
+    brief: bool = False,
+    held: HeldTranscript | None = None,
 ) -> SettledStatus:
     """What `wait` and `decide` return; kept small, since it is stored with the update.
 
-    `items` (a `wait` from `Runner.run`): a paused run whose whole status and transcript are
-    small returns them, so the caller needs no `snapshot` query. `brief` (a `decide` from
+    `items` (from `Runner.run`): a paused run whose whole status and transcript are small
+    returns them, and a completed run its transcript, so the caller needs no `snapshot` query
+    (`held`: what the caller has of it already, left out). `brief` (a `decide` from
     `Runner.run`): a completed run says only that; the caller reads its result.
     """
-    if brief and run.phase() == "completed":
+    phase = run.phase()
+    if items and phase == "awaiting_approval":
+        whole = _whole(run, held)
+        if whole is not None:
+            return whole
+    if brief and phase == "completed":
         info = workflow.info()
-        return SettledStatus(
+        result = SettledStatus(
             workflow_id=info.workflow_id, run_id=info.run_id, phase="completed", agent=run.inp.agent
         )
-    if (
-        items
-        and run.phase() == "awaiting_approval"
-        and fits([*run.state.input_items, *run.state.new_items], TRANSCRIPT_INLINE_BYTES)
-    ):
-        whole = status(run, SettledStatus)
-        assert isinstance(whole, SettledStatus)
-        whole.refused, whole.actions, whole.final_output = [], [], None
-        whole.policy, whole.verdicts = None, []  # (the `status` query has them)
-        whole.policy_changes = []
-        whole.input_items, whole.new_items = run.state.input_items, run.state.new_items
-        if encoded_size(whole) <= TRANSCRIPT_INLINE_BYTES:
-            return whole
+    else:
+        result = _sparse(run, decisions)
+    if items and phase == "completed":
+        _add_transcript(run, result, held, TRANSCRIPT_INLINE_BYTES - encoded_size(result))
+    return result
+
+
+def _sparse(run: Reads, decisions: list[DecisionRecord]) -> SettledStatus:
+    """The status without its long lists: `decisions` made, pending calls cut, a small output."""
     result = status(run, SettledStatus, full=False)
     assert isinstance(result, SettledStatus)
     result.decisions = decisions
@@ -135,6 +144,45 @@ def settled_status(
     if final is not None and len(json.dumps(final, default=str)) <= SETTLED_OUTPUT_BYTES:
         result.final_output = final
     return result
+
+
+def _whole(run: Reads, held: HeldTranscript | None) -> SettledStatus | None:
+    """A paused run's whole status with its transcript, if they are small (else `None`)."""
+    whole = status(run, SettledStatus)
+    assert isinstance(whole, SettledStatus)
+    whole.refused, whole.actions, whole.final_output = [], [], None
+    whole.policy, whole.verdicts = None, []  # (the `status` query has them)
+    whole.policy_changes = []
+    if not _add_transcript(run, whole, held, TRANSCRIPT_INLINE_BYTES):
+        return None
+    if encoded_size(whole) > TRANSCRIPT_INLINE_BYTES:
+        return None
+    return whole
+
+
+def _add_transcript(
+    run: Reads, answer: SettledStatus, held: HeldTranscript | None, budget: int
+) -> bool:
+    """Put the transcript the caller lacks into `answer` if it takes at most `budget` bytes.
+
+    What the caller holds (`held`) is left out only if its digest names exactly what the run
+    has in those places (a handoff's input filter may have rewritten them since).
+    """
+    s = run.state
+    start = 0
+    inputs: list[dict[str, Any]] | None = s.input_items
+    if (
+        held is not None
+        and held.digest
+        and held.new_items <= len(s.new_items)
+        and transcript_digest(s.input_items, s.new_items[: held.new_items]) == held.digest
+    ):
+        start, inputs = held.new_items, None
+    tail = s.new_items[start:]
+    if not fits([*(inputs or []), *tail], budget):
+        return False
+    answer.input_items, answer.new_items, answer.items_from = inputs, tail, start
+    return True
 
 
 def _brief(p: PendingApproval) -> PendingApproval:
@@ -151,30 +199,29 @@ def _brief(p: PendingApproval) -> PendingApproval:
 
 
 def result(run: Reads, final: Any, agent: AgentSpec) -> RunOutput:
-    """The run's result; with its transcript only while that stays small.
+    """The run's result, without its transcript (`transcript_omitted`).
 
-    Every item of the transcript is in history already (model replies, tool outputs), so
-    a long run's result leaves it out (`transcript_omitted`) instead of doubling its
-    history; the `snapshot` and `transcript` queries read it, also after the run closed.
+    Every item of the transcript is in history already (model replies, tool outputs), so the
+    result does not repeat it; the `snapshot` and `transcript` queries read it, also after the
+    run closed, and the `wait` / `decide` answer that sees the run complete carries it to
+    `Runner.run` (`WaitInput.items`).
     """
     s = run.state
     out = RunOutput(
         final_output=final,
         last_agent=agent.id,
         last_agent_name=agent.name,
-        input_items=s.input_items,
-        new_items=s.new_items,
+        input_items=[],
+        new_items=[],
         usage=s.usage,
         decisions=run.book.all_decisions(),
         turns=s.turn,
         run_id=workflow.info().run_id,
         actions=s.actions,
         last_response_id=s.last_response_id,
+        transcript_omitted=True,
     )
     size = encoded_size(out)
-    if size > TRANSCRIPT_INLINE_BYTES:
-        out.input_items, out.new_items, out.transcript_omitted = [], [], True
-        size = encoded_size(out)
     if size > MAX_RESULT_BYTES:  # completing with it would fail every workflow task
         raise RunFailure(
             "RunTooLarge",

@@ -38,6 +38,7 @@ __all__ = [
     "EditPreviewInput",
     "ExtendInput",
     "FromRoot",
+    "HeldTranscript",
     "InboxEntry",
     "InboxMemo",
     "PendingApproval",
@@ -214,6 +215,11 @@ class DecideInput(WireModel):
     """`True`: when the run has completed by the time it answers, the answer says only that
     (the caller reads the run's result, as `Runner.run` does): its output, decisions and usage
     are not stored a second time in history."""
+    items: bool = False
+    """Also return the transcript when the run pauses or completes and it is small, as
+    `WaitInput.items` does (what `Runner.run` needs: a run's result leaves it out)."""
+    held: HeldTranscript | None = None
+    """With `items`: what of the transcript the caller holds already (the answer leaves it out)."""
 
 
 class InboxEntry(WireModel):
@@ -249,13 +255,29 @@ class InboxMemo(WireModel):
     inbox lists a memo only when it matches the run's visibility record (`first_run_id`)."""
 
 
+class HeldTranscript(WireModel):
+    """What of a run's transcript a caller holds already: its input items and `new_items`.
+
+    An answer with items (`WaitInput.items`) then carries only what came after, if `digest`
+    is `transcript_digest` of exactly what the run has in those places; else (the run rewrote
+    them, as a handoff's input filter does, or the caller's copy differs) it carries it all.
+    """
+
+    new_items: int = Field(default=0, ge=0)
+    """How many of the run's first new items the caller holds."""
+    digest: str = Field(default="", max_length=64)
+    """`transcript_digest` of the input items and those new items, as the caller holds them."""
+
+
 class WaitInput(WireModel):
     """Payload of the `wait` update: returns once the run pauses for a person or finishes."""
 
     items: bool = False
-    """Also return the transcript so far, and the whole status, when the run pauses and they
-    are small (`TRANSCRIPT_INLINE_BYTES`): what `Runner.run` needs, without a `snapshot`
-    query (a round trip through the server to a worker)."""
+    """Also return the transcript so far when the run pauses (with the whole status) or
+    completes, and it is small (`TRANSCRIPT_INLINE_BYTES`): what `Runner.run` needs, without a
+    `snapshot` query (a round trip through the server to a worker)."""
+    held: HeldTranscript | None = None
+    """With `items`: what of the transcript the caller holds already (the answer leaves it out)."""
 
 
 class PendingApproval(WireModel):
@@ -463,9 +485,14 @@ class SettledStatus(RunStatus):
 
     input_items: list[dict[str, Any]] | None = None
     """With `WaitInput(items=True)` on a paused run: its input items (then the status is whole:
-    every pending call and decision, texts uncut)."""
+    every pending call and decision, texts uncut), or on a completed run. `None` with
+    `new_items` set: the caller holds them (`HeldTranscript`)."""
     new_items: list[RunItem] | None = None
-    """With `WaitInput(items=True)` on a paused run: the items it produced so far."""
+    """With `WaitInput(items=True)` on a paused or completed run: the items it produced so far,
+    from `items_from` on."""
+    items_from: int = 0
+    """`new_items` start at this index of the run's new items: the caller holds those before
+    (`HeldTranscript.new_items`), and the input items."""
 
 
 class TranscriptPage(WireModel):

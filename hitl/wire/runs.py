@@ -6,6 +6,8 @@ What people do to a call (decisions, approvals, edits, resolutions, answers) is 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from typing import Any, Literal
 
@@ -47,6 +49,7 @@ __all__ = [
     "StandingRule",
     "TurnInfo",
     "Usage",
+    "transcript_digest",
 ]
 
 
@@ -91,6 +94,19 @@ class RunItem(WireModel):
     raw_item: dict[str, Any]
     call_id: str | None = None
     """For a tool call or its output: the run's id of the call (`raw_item` names the model's)."""
+
+
+def transcript_digest(input_items: list[dict[str, Any]], new_items: list[RunItem]) -> str:
+    """The first 16 hex digits of a SHA-256 naming a transcript (`HeldTranscript.digest`).
+
+    The caller's copy and the run's give the same digest when they hold the same items. It
+    tells a stale copy from the run's (a handoff's input filter rewrote it), not an adversary
+    from a friend: a caller naming the wrong items only gets a wrong transcript back itself,
+    and the run's state is not touched. 64 bits keep it short in the history of every resume.
+    """
+    data = [input_items, [i.model_dump(mode="json") for i in new_items]]
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 class RunContextData(WireModel):
@@ -406,7 +422,13 @@ class RunInput(WireModel):
 
 
 class RunOutput(WireModel):
-    """Result of a completed `AgentRun`."""
+    """Result of a completed `AgentRun`.
+
+    It leaves the transcript out (`transcript_omitted`): every item of it is in history
+    already, as a model reply or a tool output. Read it with the `snapshot` query, or ask the
+    `wait` / `decide` that sees the run complete for it (`WaitInput.items`), as `Runner.run`
+    does. Runs of older versions kept it here while the result stayed small.
+    """
 
     final_output: Any = None
     last_agent: str
@@ -423,5 +445,6 @@ class RunOutput(WireModel):
     """The id of the run's latest Responses API response (for `previous_response_id`)."""
     transcript_omitted: bool = False
     """The transcript was left out (`input_items` and `new_items` are empty): read it with the
-    `snapshot` query. Left out when the result with it would pass `TRANSCRIPT_INLINE_BYTES`
-    (16 KB; older versions: Temporal's payload limit)."""
+    `snapshot` query. Always so since issue 31; older versions left it out only when the
+    result with it would pass `TRANSCRIPT_INLINE_BYTES` (16 KB; before that, Temporal's payload
+    limit)."""

@@ -29,6 +29,7 @@ from hitl.wire import (
     PendingApproval,
     RunInput,
     RunOutput,
+    RunSnapshot,
     RunStatus,
     WaitInput,
 )
@@ -357,8 +358,9 @@ async def test_any_call_id_a_model_sends_can_be_decided(surface: Surface, model_
     out = await handle.result()
     assert out.final_output == "refunded $500.0"
     assert surface.ledger.count("refund") == 1
-    # The model is answered under its own id.
-    [output] = [i for i in out.new_items if i.type == "tool_call_output_item"]
+    # The model is answered under its own id (the result leaves the transcript out: query it).
+    snap = await handle.query("snapshot", result_type=RunSnapshot)
+    [output] = [i for i in snap.new_items if i.type == "tool_call_output_item"]
     assert output.raw_item["call_id"] == model_id
 
 

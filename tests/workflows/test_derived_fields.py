@@ -118,10 +118,16 @@ async def test_answers_memo_and_result_leave_out_agent_names(
     [done] = payloads(hist, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)
     data = stored(done)
     assert "last_agent_name" not in data
-    assert data["new_items"] and all("agent_name" not in i for i in data["new_items"])
     out = CONV.from_payloads([done], [RunOutput])[0]
     assert out.last_agent_name == AGENT
-    assert {(i.agent_id, i.agent_name) for i in out.new_items} == {(AGENT, AGENT)}
+    # The run's items travel with the answer that saw it finish (the result leaves them out).
+    with_items = [a for a in answers if stored(a).get("new_items")]
+    assert with_items, "Runner.run's last answer carries the items since the pause"
+    assert all("agent_name" not in i for a in with_items for i in stored(a)["new_items"])
+    items = [
+        i for a in with_items for i in CONV.from_payloads([a], [SettledStatus])[0].new_items or []
+    ]
+    assert {(i.agent_id, i.agent_name) for i in items} == {(AGENT, AGENT)}
     # The graph pinned at the start (the `resolve_agent` marker): agents named as their ids.
     [pinned] = [
         m for m in payloads(hist, EventType.EVENT_TYPE_MARKER_RECORDED) if b'"graph"' in m.data
