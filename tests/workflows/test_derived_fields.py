@@ -20,9 +20,9 @@ from hitl import Runner
 from hitl.client import data_converter
 from hitl.wire import (
     INBOX_MEMO,
+    RESOLVED_LEVEL,
     ExecuteToolInput,
     InboxMemo,
-    RESOLVED_LEVEL,
     ResolvedRun,
     RunOutput,
     SettledStatus,
