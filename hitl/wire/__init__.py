@@ -23,6 +23,7 @@ from hitl.wire import ledger as _ledger
 from hitl.wire import messages as _messages
 from hitl.wire import names as _names
 from hitl.wire import policy as _policy
+from hitl.wire import resolution as _resolution
 from hitl.wire import runs as _runs
 from hitl.wire.activities import *  # noqa: F403
 from hitl.wire.base import *  # noqa: F403
@@ -32,9 +33,21 @@ from hitl.wire.ledger import *  # noqa: F403
 from hitl.wire.messages import *  # noqa: F403
 from hitl.wire.names import *  # noqa: F403
 from hitl.wire.policy import *  # noqa: F403
+from hitl.wire.resolution import *  # noqa: F403
 from hitl.wire.runs import *  # noqa: F403
 
-_MODULES = (_activities, _base, _decisions, _graph, _ledger, _messages, _names, _policy, _runs)
+_MODULES = (
+    _activities,
+    _base,
+    _decisions,
+    _graph,
+    _ledger,
+    _messages,
+    _names,
+    _policy,
+    _resolution,
+    _runs,
+)
 __all__ = sorted(name for module in _MODULES for name in module.__all__)
 """The contracts: models, names, literal types and id functions (nothing they import)."""
 

@@ -7,20 +7,16 @@ import json
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import Field
 
 from hitl.limits import DEFAULT_TOOL_OUTPUT_BYTES
 from hitl.wire.base import WireModel, derived
 from hitl.wire.decisions import DecisionRecord, InputAnswer
 from hitl.wire.graph import (
-    AgentGraph,
     AgentSpec,
-    ApproverDirectory,
     ModelSettings,
     ModelSpec,
-    RunConfigSpec,
 )
-from hitl.wire.names import SA_OUTCOMES
 from hitl.wire.names import idempotency_key as default_key
 from hitl.wire.policy import PinnedPolicy, PolicyVerdict
 from hitl.wire.runs import (
@@ -60,10 +56,6 @@ __all__ = [
     "PlanToolsOutput",
     "RejectionTextInput",
     "RejectionTextOutput",
-    "ResolveAgentInput",
-    "LEVEL_1_ATTRIBUTES",
-    "RESOLVED_LEVEL",
-    "ResolvedRun",
     "SessionAppend",
     "SessionInput",
     "SessionItems",
@@ -71,13 +63,6 @@ __all__ = [
     "ToolOutput",
     "TranscriptRef",
 ]
-
-
-class ResolveAgentInput(WireModel):
-    """Input of `resolve_agent`: which registered agent, plus references to check."""
-
-    agent: str
-    run_config: RunConfigSpec = Field(default_factory=RunConfigSpec)
 
 
 class TranscriptRef(WireModel):
@@ -492,84 +477,6 @@ class SessionRef(WireModel):
     session_id: str
     task_queue: str
     append: SessionAppend | None = None
-
-
-class ResolvedRun(WireModel):
-    """Output of `resolve_agent`: the pinned graph plus what the worker's cluster supports."""
-
-    graph: AgentGraph
-    search_attributes: bool = False
-    """The custom search attributes are registered, so the run keeps them current."""
-    tracing: bool = False
-    """The worker traces with OpenTelemetry (the run records its own spans)."""
-    directory: ApproverDirectory | None = None
-    """The worker's approver directory (groups, public keys), pinned into the run."""
-    policy: PinnedPolicy | None = None
-    """The worker's approval policy (docs/policies.md), pinned into the run."""
-    notify: bool = False
-    """The worker has notifiers: the run starts `notify` activities for its waits."""
-    outcomes_attribute: bool = False
-    """`HitlOutcomes` is registered too, so the run keeps it current."""
-    inbox_memo: bool = False
-    """The worker's code keeps a paused run's pending calls in its memo (`hitl_inbox`).
-
-    Recorded with the resolution, so a run knows its version from its own history without a
-    patch marker (which would cost two events: the marker and core's `TemporalChangeVersion`
-    upsert). A resolution recorded by older code lacks it: that run keeps the older behaviour."""
-    attributes: list[str] | None = None
-    """Our search attributes registered in the namespace when the run started: the run keeps
-    these current and skips the others (`None`: recorded by older code, which kept all of them
-    or none, as `search_attributes` says)."""
-    run_call_ids: bool = False
-    """The worker's code names each call itself (`t<turn>.<n>`, the model's id kept as data);
-    recorded like `inbox_memo`, so runs recorded before keep the model's ids on replay."""
-    inbox_rounds: bool = False
-    """The worker's code writes the inbox memo anew when a listed call changes what it waits
-    for (an approved call turns uncertain or asks a question; another question); recorded
-    like `inbox_memo`, so runs recorded before write it as they did on replay."""
-    level: int = 0
-    """What the resolving code knew, so its resolution is stored without what that implies.
-
-    From 1 (`RESOLVED_LEVEL`): `inbox_memo`, `run_call_ids` and `inbox_rounds` hold;
-    `search_attributes` and `outcomes_attribute` say what `attributes` holds; `attributes` left
-    out means all six of `LEVEL_1_ATTRIBUTES`. The stored resolution leaves all that out
-    (about 200 bytes of every run's history); reading it back fills the fields in, so readers
-    see what they saw before. Resolutions recorded by older code have no level: read as is."""
-
-    @model_validator(mode="after")
-    def _implied(self) -> ResolvedRun:
-        if self.level >= 1:
-            if self.attributes is None:
-                self.attributes = list(LEVEL_1_ATTRIBUTES)
-            self.search_attributes = bool(self.attributes)
-            self.outcomes_attribute = SA_OUTCOMES in self.attributes
-            self.inbox_memo = self.run_call_ids = self.inbox_rounds = True
-        return self
-
-    @model_serializer(mode="wrap")
-    def _without_implied(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if self.level >= 1:
-            for name in _IMPLIED:
-                data.pop(name, None)
-            if set(self.attributes or ()) == set(LEVEL_1_ATTRIBUTES):
-                data.pop("attributes", None)
-        return data
-
-
-RESOLVED_LEVEL = 1
-"""The level `resolve_agent` records (`ResolvedRun.level`)."""
-LEVEL_1_ATTRIBUTES = (
-    "HitlStatus",
-    "HitlPendingTools",
-    "HitlAgent",
-    "HitlPendingSince",
-    "HitlDeadline",
-    "HitlOutcomes",
-)
-"""Our search attributes as level 1 knows them: never changed (a level-1 resolution that left
-`attributes` out means these); a new attribute comes with a new level."""
-_IMPLIED = ("search_attributes", "outcomes_attribute", "inbox_memo", "run_call_ids", "inbox_rounds")
 
 
 class HandleRunErrorInput(WireModel):
