@@ -8,6 +8,14 @@ worker again: 1,000 runs chosen at random are approved at once, and the ledger p
 each decided call's tool ran exactly once and no other tool ran. A sample `hitl audit` (which
 asks each run for its status) gives its cost per run.
 
+Parking 100,000 runs takes hours on a small machine, so it can be done in parts:
+`HITL_SCALE_DIR` keeps the server's SQLite file, the ledger and `progress.json` in a directory
+of its own (kept between invocations), and `HITL_SCALE_PARK_MINUTES` bounds the parking of one
+invocation: when it runs out, the runs parked so far are recorded and the test is skipped,
+saying how many; the next invocation with the same directory parks the rest (the runs'
+ids are their numbers: a run whose start was cut off is asked again, `USE_EXISTING`), then
+measures. Each part's rate, CPU and load are in the report.
+
 It measures; correctness is asserted, times are not. Figures go to
 `bench/results/soak-parked-N.{json,md}` and the test prints them (`-s`). The shipping agent's
 scripted model is a local activity, so a run parks in one workflow task: the fastest honest
@@ -58,6 +66,10 @@ AUDIT_SAMPLE = 1000
 """Runs `hitl audit` asks for their status (each one an evicted run's replay)."""
 STARTS_AT_ONCE = 32
 DECISIONS_AT_ONCE = 20
+SCALE_DIR = os.environ.get("HITL_SCALE_DIR")
+"""A directory kept between invocations (the server's database, the ledger, the progress)."""
+PARK_MINUTES = float(os.environ.get("HITL_SCALE_PARK_MINUTES", "0"))
+"""Minutes one invocation spends parking (0: until all are parked)."""
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -121,13 +133,20 @@ def timed_cli(address: str, *args: str) -> tuple[subprocess.CompletedProcess[str
 
 
 async def park(
-    client: Client, tq: str, n: int, worker: WorkerProcess, server: DevServer
+    client: Client,
+    tq: str,
+    runs: range,
+    worker: WorkerProcess,
+    server: DevServer,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
-    """Park `n` runs, `STARTS_AT_ONCE` at a time; the rate, with worker RSS and the CPU of
-    both processes along the way."""
+    """Park `runs` (their numbers), `STARTS_AT_ONCE` at a time, until `deadline` (monotonic
+    seconds) if any: the part's rate, with worker RSS and the CPU of both processes along the
+    way. `to` is the first number not parked (every run below it is)."""
     assert worker.process is not None and server.pid is not None
     wpid, spid = worker.process.pid, server.pid
-    numbers = iter(range(n))
+    numbers = iter(runs)
+    taken: list[int] = []
     curve: list[dict[str, float]] = []
     cpu0 = {"worker": cpu_s(wpid), "server": cpu_s(spid)}
     began = time.monotonic()
@@ -136,7 +155,11 @@ async def park(
         # Closed loop: each starter waits for its run to park before the next start (`wait`
         # with the start, as `Runner.run` sends it). Fire-and-forget starts outrun the server:
         # at 20,000 they piled up 6,000 unstarted workflow tasks and parking fell to 1 run/s.
-        for k in numbers:
+        while deadline is None or time.monotonic() < deadline:
+            k = next(numbers, None)
+            if k is None:
+                return
+            taken.append(k)
             status = await park_one(client, tq, k)
             assert status.phase == "awaiting_approval" and len(status.pending) == 1, status
 
@@ -149,9 +172,7 @@ async def park(
             curve.append(
                 {"s": time.monotonic() - began, "parked": got, "worker_rss_mb": rss_mb(wpid)}
             )
-            print(f"  parked {got:,}/{n:,} at {curve[-1]['s']:.0f}s", flush=True)
-            if got >= n:
-                return
+            print(f"  parked {got:,}/{runs.stop:,} at {curve[-1]['s']:.0f}s", flush=True)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), 15)
 
@@ -159,18 +180,42 @@ async def park(
     sampling = asyncio.create_task(sampler(done))
     await asyncio.gather(*(starter() for _ in range(STARTS_AT_ONCE)))
     started = time.monotonic() - began
-    await wait_for(lambda: counted(parked, n), timeout=3600, what=f"{n} parked runs")
+    # Every start taken was awaited until its run parked: all below the next number are.
+    to = max(taken, default=runs.start - 1) + 1
+    await wait_for(lambda: counted(parked, to), timeout=3600, what=f"{to} parked runs")
     took = time.monotonic() - began
     done.set()
     await sampling
+    n = to - runs.start
     return {
+        "from": runs.start,
+        "to": to,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_average": os.getloadavg(),
         "starts_s": started,
         "parked_s": took,
         "parked_per_s": n / took,
-        "worker_cpu_ms_per_run": 1000 * (cpu_s(wpid) - cpu0["worker"]) / n,
-        "server_cpu_ms_per_run": 1000 * (cpu_s(spid) - cpu0["server"]) / n,
+        "worker_cpu_s": cpu_s(wpid) - cpu0["worker"],
+        "server_cpu_s": cpu_s(spid) - cpu0["server"],
+        "worker_cpu_ms_per_run": 1000 * (cpu_s(wpid) - cpu0["worker"]) / max(n, 1),
+        "server_cpu_ms_per_run": 1000 * (cpu_s(spid) - cpu0["server"]) / max(n, 1),
         "worker_rss_mb_final": rss_mb(wpid),
         "curve": curve,
+    }
+
+
+def parts_total(parts: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    """The parking of every part, as one: rate over the parts' own time, CPU per run."""
+    took = sum(p["parked_s"] for p in parts)
+    return {
+        "parts": len(parts),
+        "parked_s": took,
+        "parked_per_s": n / took,
+        "worker_cpu_ms_per_run": 1000 * sum(p["worker_cpu_s"] for p in parts) / n,
+        "server_cpu_ms_per_run": 1000 * sum(p["server_cpu_s"] for p in parts) / n,
+        "worker_rss_mb_final": parts[-1]["worker_rss_mb_final"],
+        "by_part": [{k: v for k, v in p.items() if k != "curve"} for p in parts],
+        "curve": parts[-1]["curve"],
     }
 
 
@@ -331,15 +376,41 @@ async def why_retried(client: Client, runs: list[str]) -> list[str]:
 # ----------------------------------------------------------------------------- the test
 
 
+class Progress:
+    """What earlier invocations parked, kept in `progress.json` of the soak's directory."""
+
+    def __init__(self, home: Path, n: int) -> None:
+        self.path = home / "progress.json"
+        self.data: dict[str, Any] = (
+            json.loads(self.path.read_text()) if self.path.exists() else {"runs": n}
+        )
+        if self.data["runs"] != n:
+            raise AssertionError(
+                f"{home} holds a soak of {self.data['runs']:,} runs, not {n:,}: "
+                "use another HITL_SCALE_DIR or the same HITL_SCALE_RUNS"
+            )
+        if self.data.get("deciding"):
+            raise AssertionError(
+                f"{home}: an earlier invocation began deciding its runs; "
+                "start again in a fresh HITL_SCALE_DIR"
+            )
+
+    def save(self) -> None:
+        self.path.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
+
+
 async def test_parked_runs_at_scale(tmp_path: Path) -> None:
     n = RUNS
     report: dict[str, Any] = {"runs": n, "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
     report["machine"] = machine()
-    db = tmp_path / "scale.db"
-    server = DevServer(db_filename=db, log_file=tmp_path / "server.log").start()
+    home = Path(SCALE_DIR) if SCALE_DIR else tmp_path
+    home.mkdir(parents=True, exist_ok=True)
+    progress = Progress(home, n)
+    db = home / "scale.db"
+    server = DevServer(db_filename=db, log_file=home / "server.log").start()
     try:
         client = await Client.connect(server.address, data_converter=data_converter())
-        await _soak(client, server, db, tmp_path, n, report)
+        await _soak(client, server, db, home, progress, report)
     finally:
         server.stop()
     report["machine"]["load_average_at_end"] = os.getloadavg()
@@ -347,17 +418,41 @@ async def test_parked_runs_at_scale(tmp_path: Path) -> None:
 
 
 async def _soak(
-    client: Client, server: DevServer, db: Path, tmp: Path, n: int, report: dict[str, Any]
+    client: Client,
+    server: DevServer,
+    db: Path,
+    home: Path,
+    progress: Progress,
+    report: dict[str, Any],
 ) -> None:
-    tq, ledger = queue_name("scale"), tmp / "ledger.db"
+    n, state = report["runs"], progress.data
+    if "task_queue" not in state:
+        state |= {"task_queue": queue_name("scale"), "next": 0, "parts": []}
+        state["storage0"] = sqlite_bytes(db)
+        progress.save()
+    tq, ledger = state["task_queue"], home / "ledger.db"
     Ledger(ledger)
     env = {"HITL_TEST_LEDGER": str(ledger)}
-    storage0 = sqlite_bytes(db)
-    with WorkerProcess(server.address, tq, env=env) as worker:
-        assert worker.process is not None
-        report["worker_rss_mb_idle"] = rss_mb(worker.process.pid)
-        report["parking"] = await park(client, tq, n, worker, server)
-    storage1 = sqlite_bytes(db)
+    if state["next"] < n:
+        # The last part's unfinished starts are asked again: the same runs (`USE_EXISTING`).
+        resume = max(0, state["next"] - STARTS_AT_ONCE) if state["parts"] else 0
+        deadline = time.monotonic() + 60 * PARK_MINUTES if PARK_MINUTES else None
+        with WorkerProcess(server.address, tq, env=env) as worker:
+            assert worker.process is not None
+            state.setdefault("worker_rss_mb_idle", rss_mb(worker.process.pid))
+            part = await park(client, tq, range(resume, n), worker, server, deadline)
+        state["next"] = part["to"]
+        state["parts"].append(part)
+        progress.save()
+        if state["next"] < n:
+            pytest.skip(
+                f"parked {state['next']:,} of {n:,} runs in {len(state['parts'])} part(s) "
+                f"(HITL_SCALE_PARK_MINUTES={PARK_MINUTES:g}); run again with "
+                f"HITL_SCALE_DIR={home} to go on"
+            )
+    report["worker_rss_mb_idle"] = state["worker_rss_mb_idle"]
+    report["parking"] = parts_total(state["parts"], n)
+    storage0, storage1 = state["storage0"], sqlite_bytes(db)
     report["storage"] = {
         "used_bytes_per_run": (storage1[0] - storage0[0]) / n,
         "file_bytes_per_run": (storage1[1] - storage0[1]) / n,
@@ -370,6 +465,8 @@ async def _soak(
     report["listing"] = got
     print(json.dumps(report["console"] | got, indent=1), flush=True)
     chosen = random.Random(n).sample(sorted(calls), min(DECIDE, n))
+    state["deciding"] = True
+    progress.save()
     with WorkerProcess(server.address, tq, env=env) as worker:
         report["deciding"] = await decide(client, calls, chosen, worker)
         out, took = timed_cli(
@@ -410,7 +507,12 @@ def markdown(r: dict[str, Any]) -> str:
     n, a = r["runs"], r["audit_sample"]
     rows = [
         ("runs parked (one approval each)", f"{n:,}"),
-        ("parking rate", f"{p['parked_per_s']:.1f} runs/s ({p['parked_s']:.0f} s)"),
+        (
+            "parking rate",
+            f"{p['parked_per_s']:.1f} runs/s ({p['parked_s']:.0f} s"
+            + (f", in {p['parts']} parts" if p.get("parts", 1) > 1 else "")
+            + ")",
+        ),
         (
             "server / worker CPU per parked run",
             f"{p['server_cpu_ms_per_run']:.1f} / {p['worker_cpu_ms_per_run']:.1f} ms",
