@@ -172,15 +172,22 @@ class Console(Acts):
         q = request.query_params
         person = request.state.session.person
         inbox: Inbox = await self.data.inbox()
-        mine = [r for r in inbox.rows if self.may_see_row(person, r)]
-        done = [r for r in await self.settled.rows() if visible(self.rules, person, r)]
         agent, tool, group = q.get("agent", ""), q.get("tool", ""), q.get("group", "")
-        text, age = q.get("q", "").strip().lower(), q.get("age", "")
+        text, age = q.get("q", "").strip(), q.get("age", "")
         sort = q.get("sort", "oldest") if q.get("sort") in SORTS else "oldest"
         view = q.get("view", "") if q.get("view") in VIEWS else ""
+        rows: list[Any] = inbox.rows
+        min_age = AGES.get(age, 0)
+        if inbox.waiting and (text or agent or tool or min_age) and view not in SETTLED_VIEWS:
+            # The reading was cut: the server finds what the search names past it.
+            have = {(r.namespace, r.workflow_id, r.call_id) for r in rows}
+            found = await self.data.search(text, agent, tool, min_age)
+            rows = rows + [r for r in found if (r.namespace, r.workflow_id, r.call_id) not in have]
+        text = text.lower()
+        mine = [r for r in rows if self.may_see_row(person, r)]
+        done = [r for r in await self.settled.rows() if visible(self.rules, person, r)]
         counts = {v: sum(1 for r in mine if self.in_view(person, r, v)) for v in VIEWS}
         counts |= {v: sum(1 for r in done if r.view == v) for v in SETTLED_VIEWS}
-        rows: list[Any]
         if view in SETTLED_VIEWS:  # newest first: what was settled lately
             rows = [
                 r
@@ -191,7 +198,7 @@ class Console(Acts):
                 and (not text or text in r.haystack())
             ]
         else:
-            rows = self.pending(person, mine, view, (agent, tool, group, text), AGES.get(age, 0))
+            rows = self.pending(person, mine, view, (agent, tool, group, text), min_age)
             rows.sort(key=lambda r: r.since, reverse=sort == "newest")
         matched = len(rows)
         pages = max(1, -(-matched // PAGE_SIZE))
@@ -203,6 +210,7 @@ class Console(Acts):
         return rows, self.inbox_context(mine, done, shown, counts, page, pages, matched) | {
             "left_out": inbox.left_out,
             "cut_at": inbox.cut_at,
+            "waiting": inbox.counted(),
         }
 
     def pending(

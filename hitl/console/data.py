@@ -43,6 +43,7 @@ from hitl.cli.inbox import (
     queue_clause,
 )
 from hitl.console.rows import Row as Row
+from hitl.console.window import search_clause
 from hitl.signing import sign_input
 from hitl.starting import decision_update_id
 from hitl.wire import (
@@ -81,6 +82,8 @@ INBOX_QUICK_SECONDS = 1.0
 INBOX_STALE_SECONDS = 30.0
 """How old a reading may be and still be served while the next is read in the background."""
 QUERY_TIMEOUT = 5.0
+COUNT_TIMEOUT = timedelta(seconds=2)
+"""How long a reading waits for the count of a cut namespace's paused runs."""
 CLIENT = "console"
 CHANGED = "This call changed since you opened it: look again"
 
@@ -117,10 +120,19 @@ class Inbox:
     left_out: int = 0
     """Paused runs on task queues outside the console's list (not listed)."""
     cut_at: int = 0
-    """A namespace had more paused runs than one reading lists (`limit`): listed up to this."""
+    """A namespace had more paused runs than one reading lists (`limit`): listed up to this,
+    those waiting longest (`hitl.console.window`)."""
+    waiting: dict[str, int | None] = field(default_factory=dict)
+    """Namespace -> paused runs found there, for the namespaces whose reading was cut
+    (`None`: not counted in `COUNT_TIMEOUT`)."""
     read_at: float = 0.0
     took: float = 0.0
     """Seconds the reading took."""
+
+    def counted(self) -> int | None:
+        """Paused runs found in the namespaces whose reading was cut (`None`: not all counted)."""
+        counts = list(self.waiting.values())
+        return None if None in counts else sum(c or 0 for c in counts)
 
 
 @dataclass
@@ -153,6 +165,9 @@ class ConsoleData:
         self._lock = asyncio.Lock()
         self._refresh: asyncio.Task[None] | None = None
         self._forgotten = 0
+        self.clauses: dict[str, tuple[list[str], str | None, bool]] = {}
+        """Namespace -> the last reading's clauses, task-queue clause and whether degraded."""
+        self._searches: dict[tuple[str, str, str, int], tuple[float, list[Row]]] = {}
         self.approvers_seen: dict[tuple[str, str, str], list[str]] = {}
         """(namespace, run, call) -> who could decide it, as last listed pending (for the
         settled views, `hitl.console.settled`; the latest 50,000)."""
@@ -195,6 +210,7 @@ class ConsoleData:
         request on, which is served the reading it has meanwhile.
         """
         self._forgotten += 1
+        self._searches.clear()
         if self._inbox.took <= INBOX_QUICK_SECONDS:
             self._inbox.read_at = 0.0
         else:
@@ -203,18 +219,15 @@ class ConsoleData:
     async def _read_inbox(self) -> Inbox:
         began = time.monotonic()
         inbox = Inbox()
-        semaphore = asyncio.Semaphore(16)  # runs asked at once, across namespaces
         for ns, client in self.clients.items():
-            await self._read_namespace(inbox, ns, client, semaphore)
+            await self._read_namespace(inbox, ns, client)
         # Served for INBOX_SECONDS from when it is ready: stamped when it began, a reading that
         # took longer (10,000 calls: seconds) was stale on arrival and every request read again.
         inbox.read_at = time.monotonic()
         inbox.took = inbox.read_at - began
         return inbox
 
-    async def _read_namespace(
-        self, inbox: Inbox, ns: str, client: Client, semaphore: asyncio.Semaphore
-    ) -> None:
+    async def _read_namespace(self, inbox: Inbox, ns: str, client: Client) -> None:
         """Namespace `ns`'s paused runs of ours into `inbox`: their calls, or why not."""
         queues = self.task_queues
         kind = f"WorkflowType = '{WORKFLOW_TYPE}'"
@@ -224,7 +237,18 @@ class ConsoleData:
         async def listing(query: list[str]) -> list[Any]:
             text = " AND ".join([*query, within] if within else query)
             # One more than listed: whether there are more than `limit` is then known.
-            return [w async for w in client.list_workflows(text, limit=self.limit + 1)]
+            found = [w async for w in client.list_workflows(text, limit=self.limit + 1)]
+            if len(found) > self.limit:  # the newest-started `limit`: searches reach the rest
+                inbox.cut_at, found = self.limit, found[: self.limit]
+                inbox.waiting[ns] = await waiting(text)
+            return found
+
+        async def waiting(text: str) -> int | None:
+            try:  # a count scans every paused run on some stores: bounded, else unknown
+                found = await client.count_workflows(text, rpc_timeout=COUNT_TIMEOUT)
+            except RPCError:
+                return None
+            return int(found.count)
 
         degraded = False
         try:
@@ -232,10 +256,29 @@ class ConsoleData:
         except RPCError:  # our search attributes are not registered: ask every run
             degraded, clauses = True, ["ExecutionStatus = 'Running'", kind]
             found = await listing(clauses)
-        if len(found) > self.limit:
-            inbox.cut_at, found = self.limit, found[: self.limit]
+        self.clauses[ns] = (clauses, within, degraded)
         found = [w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in queues]
+        rows = await self._rows(ns, client, found, degraded, inbox.unavailable)
+        inbox.rows += rows
         inbox.left_out += await left_out(client, clauses, queues) or 0
+        for r in rows:
+            if r.confirmed and not r.viewers_only:
+                self.approvers_seen.pop((ns, r.workflow_id, r.call_id), None)  # now the newest
+                self.approvers_seen[(ns, r.workflow_id, r.call_id)] = list(r.approvers)
+        while len(self.approvers_seen) > 50_000:
+            del self.approvers_seen[next(iter(self.approvers_seen))]
+
+    async def _rows(
+        self,
+        ns: str,
+        client: Client,
+        found: list[Any],
+        degraded: bool,
+        unavailable: list[tuple[str, str, str]],
+    ) -> list[Row]:
+        """The rows of paused runs `found` in namespace `ns`: from their memos, else asked."""
+        rows: list[Row] = []
+        semaphore = asyncio.Semaphore(16)  # runs asked at once
         pollers = _Pollers(client)
         answers = await asyncio.gather(
             *(_ask(client, w, pollers, semaphore, degraded) for w in found)
@@ -243,22 +286,49 @@ class ConsoleData:
         for w, answer in zip(found, answers, strict=True):
             agent = str(w.typed_search_attributes.get(AGENT_KEY) or "")
             if isinstance(answer, InboxMemo):
-                inbox.rows += [Row.of_entry(ns, w.id, agent, w.task_queue, e) for e in answer.calls]
+                rows += [Row.of_entry(ns, w.id, agent, w.task_queue, e) for e in answer.calls]
             elif isinstance(answer, RunStatus):
-                inbox.rows += [
+                rows += [
                     Row.of_pending(ns, w.id, answer.agent, w.task_queue, p) for p in answer.pending
                 ]
             elif isinstance(answer, tuple) and not degraded:
                 why, memo = answer
-                inbox.unavailable.append((ns, w.id, why))
-                inbox.rows.append(Row.unconfirmed(ns, w.id, agent, w.task_queue, why, memo))
-        await _mark_unserved([r for r in inbox.rows if r.namespace == ns], pollers)
-        for r in inbox.rows:
-            if r.namespace == ns and r.confirmed and not r.viewers_only:
-                self.approvers_seen.pop((ns, r.workflow_id, r.call_id), None)  # now the newest
-                self.approvers_seen[(ns, r.workflow_id, r.call_id)] = list(r.approvers)
-        while len(self.approvers_seen) > 50_000:
-            del self.approvers_seen[next(iter(self.approvers_seen))]
+                unavailable.append((ns, w.id, why))
+                rows.append(Row.unconfirmed(ns, w.id, agent, w.task_queue, why, memo))
+        await _mark_unserved(rows, pollers)
+        return rows
+
+    async def search(self, text: str, agent: str, tool: str, min_age: int) -> list[Row]:
+        """Rows of paused runs a search names, read from the server past a cut reading.
+
+        Only in namespaces whose last reading was cut (`[]` when none was, or when the server
+        cannot match the search: the reading's own search then stands). Kept for
+        `INBOX_SECONDS` per search (the page polls); `forget` drops them.
+        """
+        cut = [ns for ns in self.clients if ns in self._inbox.waiting]
+        where = search_clause(text, agent, tool, min_age) if cut else None
+        if where is None:
+            return []
+        key = (text, agent, tool, min_age)
+        kept = self._searches.get(key)
+        if kept is not None and time.monotonic() - kept[0] <= INBOX_SECONDS:
+            return kept[1]
+        rows: list[Row] = []
+        for ns in cut:
+            client, (clauses, within, degraded) = self.clients[ns], self.clauses[ns]
+            query = " AND ".join([*clauses, *([within] if within else []), where])
+            try:
+                found = [w async for w in client.list_workflows(query, limit=self.limit)]
+            except RPCError:
+                log.warning("searching paused runs in %s failed", ns, exc_info=True)
+                continue
+            ours = self.task_queues
+            found = [w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in ours]
+            rows += await self._rows(ns, client, found, degraded, [])
+        while len(self._searches) >= 64:
+            del self._searches[next(iter(self._searches))]
+        self._searches[key] = (time.monotonic(), rows)
+        return rows
 
     async def snapshot(self, namespace: str, workflow_id: str) -> RunSnapshot:
         """A run's status and transcript (`_Gone` / `_Unreadable` when it cannot say).

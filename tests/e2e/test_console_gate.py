@@ -26,9 +26,10 @@ from hitl.console.app import create_app
 from hitl.console.auth import COOKIE, Authenticator, AuthMode, token_digest
 from hitl.console.data import ConsoleData
 from hitl.console.urls import call_url, decide_url
+from hitl.console.window import search_clause
 from hitl.wire import RunOutput, RunStatus
 from tests.agents import support_agent
-from tests.helpers import serving
+from tests.helpers import serving, wait_for
 
 BASE = "http://127.0.0.1:8090"
 TOKENS = {"ann": "ann-token-0123456789", "bob": "bob-token-0123456789"}
@@ -151,23 +152,65 @@ async def test_a_form_for_one_call_cannot_decide_another(dev_client: Client, que
     await dev_client.get_workflow_handle(second).terminate("test over")
 
 
-async def test_an_inbox_with_more_runs_than_one_reading_lists_says_so(
+async def test_an_inbox_with_more_runs_than_one_reading_lists_says_so_and_searches_past_it(
     dev_client: Client,
 ) -> None:
     # The console lists at most `max_runs` paused runs per namespace (`hitl console --max-runs`):
-    # past that it says some are not shown, instead of silently leaving them out.
+    # past that it says so, and a search or a filter reaches the runs it did not list.
     async with serving(dev_client, support_agent) as tq:
-        for n in range(3):
-            await park(dev_client, tq, f"cancel order {60 + n}")
+        # The first (oldest) run also waits on an email.
+        texts = ["cancel order 60 and email about the refund", "cancel order 61", "cancel order 62"]
+        runs = [(await park(dev_client, tq, text))[0] for text in texts]
+        awaiting = f"TaskQueue = '{tq}' AND HitlStatus = 'awaiting_approval'"
+        await wait_for(
+            lambda: counted(dev_client, awaiting, 3), what="three runs visible as awaiting"
+        )
         auth = Authenticator(mode="tokens", users={n: token_digest(t) for n, t in TOKENS.items()})
-        pages = []
+        pages = {}
         for limit in (2, 3):
             data = ConsoleData({dev_client.namespace: dev_client}, limit=limit, task_queues=[tq])
-            app = create_app(data, auth)
-            transport = httpx.ASGITransport(app=app)
+            transport = httpx.ASGITransport(app=create_app(data, auth))
             async with httpx.AsyncClient(transport=transport, base_url=BASE) as web:
                 await signed_in(web, "ann")
-                pages.append((await web.get("/inbox/rows")).text)
-    cut, whole = pages
-    assert 'data-testid="cut"' in cut and "the 2 listed first" in cut
+                pages[limit] = (await web.get("/inbox/rows")).text
+                if limit == 2:
+                    for q in (runs[0], runs[0][:-3], HOSTILE, 'x" \\'):
+                        pages[q] = (await web.get("/inbox/rows", params={"q": q})).text
+                    for name, params in {
+                        "tool": {"tool": "send_email"},
+                        "age": {"age": "1h"},
+                        "tool, hostile text": {"tool": "cancel_order", "q": HOSTILE},
+                    }.items():
+                        pages[name] = (await web.get("/inbox/rows", params=params)).text
+        # The hostile text is one literal to the server: it finds nothing and escapes nothing.
+        where = search_clause(HOSTILE, "", "cancel_order")
+        assert where is not None
+        assert (await dev_client.count_workflows(f"{awaiting} AND {where}")).count == 0
+    cut, whole = pages[2], pages[3]
+    assert 'data-testid="cut"' in cut and "3 paused runs wait" in cut
+    assert "the 2 started last" in cut
     assert 'data-testid="cut"' not in whole
+    assert shown(whole) == set(runs)
+    # Visibility lists the newest-started first: the oldest is left out of the reading.
+    assert shown(cut) == {runs[1], runs[2]}
+    # A search for it, by its id or the id's start, finds it past the reading.
+    assert shown(pages[runs[0]]) == {runs[0]}
+    assert runs[0] in shown(pages[runs[0][:-3]])
+    # So does a filter: only the oldest waits on an email.
+    assert shown(pages["tool"]) == {runs[0]}
+    # None has waited an hour; what no literal expresses stays in the reading (no match there).
+    assert shown(pages["age"]) == set()
+    assert shown(pages[HOSTILE]) == shown(pages["tool, hostile text"]) == set()
+    assert shown(pages['x" \\']) == set()
+
+
+HOSTILE = "' OR WorkflowId != '"
+
+
+def shown(page: str) -> set[str]:
+    """The runs whose calls an inbox page lists."""
+    return set(re.findall(r'<tr data-call="[^"]+" data-run="([^"]+)"', page))
+
+
+async def counted(client: Client, query: str, n: int) -> bool:
+    return bool((await client.count_workflows(query)).count == n)
