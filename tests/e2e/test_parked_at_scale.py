@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -139,14 +140,18 @@ async def park(
     worker: WorkerProcess,
     server: DevServer,
     deadline: float | None = None,
+    saved: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Park `runs` (their numbers), `STARTS_AT_ONCE` at a time, until `deadline` (monotonic
     seconds) if any: the part's rate, with worker RSS and the CPU of both processes along the
-    way. `to` is the first number not parked (every run below it is)."""
+    way. `to` is the first number not parked (every run below it is); `saved(k)` is told,
+    every 15 s, a number below which every run has parked (an invocation cut off resumes
+    there)."""
     assert worker.process is not None and server.pid is not None
     wpid, spid = worker.process.pid, server.pid
     numbers = iter(runs)
     taken: list[int] = []
+    flying: set[int] = set()
     curve: list[dict[str, float]] = []
     cpu0 = {"worker": cpu_s(wpid), "server": cpu_s(spid)}
     began = time.monotonic()
@@ -160,8 +165,10 @@ async def park(
             if k is None:
                 return
             taken.append(k)
+            flying.add(k)
             status = await park_one(client, tq, k)
             assert status.phase == "awaiting_approval" and len(status.pending) == 1, status
+            flying.discard(k)
 
     async def parked() -> int:
         return (await client.count_workflows(f'TaskQueue="{tq}" AND {AWAITING}')).count
@@ -173,6 +180,8 @@ async def park(
                 {"s": time.monotonic() - began, "parked": got, "worker_rss_mb": rss_mb(wpid)}
             )
             print(f"  parked {got:,}/{runs.stop:,} at {curve[-1]['s']:.0f}s", flush=True)
+            if saved is not None and taken:
+                saved(min(flying) if flying else max(taken) + 1)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), 15)
 
@@ -205,14 +214,17 @@ async def park(
 
 
 def parts_total(parts: list[dict[str, Any]], n: int) -> dict[str, Any]:
-    """The parking of every part, as one: rate over the parts' own time, CPU per run."""
+    """The parking of every part, as one: rate and CPU per run over the parts' own runs and
+    time (an invocation cut off before it recorded its part is in neither)."""
     took = sum(p["parked_s"] for p in parts)
+    timed = sum(p["to"] - p["from"] for p in parts)
     return {
         "parts": len(parts),
+        "runs_timed": timed,
         "parked_s": took,
-        "parked_per_s": n / took,
-        "worker_cpu_ms_per_run": 1000 * sum(p["worker_cpu_s"] for p in parts) / n,
-        "server_cpu_ms_per_run": 1000 * sum(p["server_cpu_s"] for p in parts) / n,
+        "parked_per_s": timed / took,
+        "worker_cpu_ms_per_run": 1000 * sum(p["worker_cpu_s"] for p in parts) / timed,
+        "server_cpu_ms_per_run": 1000 * sum(p["server_cpu_s"] for p in parts) / timed,
         "worker_rss_mb_final": parts[-1]["worker_rss_mb_final"],
         "by_part": [{k: v for k, v in p.items() if k != "curve"} for p in parts],
         "curve": parts[-1]["curve"],
@@ -251,38 +263,59 @@ async def counted(count: Any, expected: int) -> bool:
 # ----------------------------------------------------------------------------- reading
 
 
-async def console_pages(client: Client, tq: str, n: int) -> dict[str, Any]:
-    """The console's inbox against the server (no worker): its reading of Temporal alone, then
-    the first page and a search for one run, each read afresh (the console keeps a reading for
-    2 s from when it began, so a reading slower than that is never served twice)."""
+async def console_pages(client: Client, tq: str, n: int, limit: int = 5000) -> dict[str, Any]:
+    """The console's inbox against the server (no worker), reading at most `limit` runs: its
+    reading of Temporal alone, then the first page, a search for a run it read, a search for
+    the oldest run (past the reading when it was cut: the server's search) and the filter for
+    calls waiting over an hour, each by a console that has read nothing yet (the worst case: a
+    reading nobody made in the last 30 s), and the search for the oldest from a reading."""
     auth = Authenticator(mode="link", user="ann")
     cookie, _ = auth.sessions.issue("ann")
-    data = ConsoleData({client.namespace: client}, task_queues=[tq])
-    app = create_app(data, auth, rules=Rules(viewers=frozenset({"ann"})))
+
+    def console() -> tuple[ConsoleData, httpx.AsyncClient]:
+        data = ConsoleData({client.namespace: client}, task_queues=[tq], limit=limit)
+        app = create_app(data, auth, rules=Rules(viewers=frozenset({"ann"})))
+        web = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://127.0.0.1:8090",
+            cookies={COOKIE: cookie},
+        )
+        return data, web
+
+    data, web = console()
     began = time.perf_counter()
     inbox = await data.inbox()
-    # The console reads at most `data.limit` runs: search for one of those it read.
-    target = random.Random(1).choice(inbox.rows).workflow_id
-    pages = {"first page": "/", "search (one run)": f"/?q={target}"}
     out: dict[str, Any] = {
         "console_read_limit": data.limit,
         "console_rows_read": len(inbox.rows),
         "inbox reading (s)": time.perf_counter() - began,
+        "waiting (counted)": inbox.counted(),
     }
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://127.0.0.1:8090", cookies={COOKIE: cookie}
-    ) as web:
-        for what, path in pages.items():
-            data.forget()
+    # Search for one of the runs it read, and for the oldest (run 0: read only when all were).
+    target = random.Random(1).choice(inbox.rows).workflow_id
+    pages = {
+        "first page": "/",
+        "search (one run)": f"/?q={target}",
+        "search (the oldest run)": f"/?q={tq}-0",
+        "filter (waiting over 1 h)": "/?age=1h",
+    }
+    for what, path in pages.items():
+        async with console()[1] as fresh:
             began = time.perf_counter()
-            page = await web.get(path)
+            page = await fresh.get(path)
             out[f"{what} (s)"] = time.perf_counter() - began
-            assert page.status_code == 200, page.text[:500]
-            out[f"{what}: rows shown"] = page.text.count("<tr data-call=")
+        assert page.status_code == 200, page.text[:500]
+        out[f"{what}: rows shown"] = page.text.count("<tr data-call=")
+    async with web:  # its reading is a few seconds old: served as it is
+        began = time.perf_counter()
+        page = await web.get(f"/?q={tq}-0&sort=newest")
+        out["search (the oldest run), from a reading (s)"] = time.perf_counter() - began
     assert out["console_rows_read"] == min(n, data.limit)
     assert out["first page: rows shown"] == min(n, PAGE_SIZE, data.limit)
     assert out["search (one run): rows shown"] == 1
+    assert out["search (the oldest run): rows shown"] == 1
+    if n > data.limit:  # cut: counted, unless the count took over 2 s
+        assert out["waiting (counted)"] in (None, n), out["waiting (counted)"]
     return out
 
 
@@ -434,13 +467,18 @@ async def _soak(
     Ledger(ledger)
     env = {"HITL_TEST_LEDGER": str(ledger)}
     if state["next"] < n:
-        # The last part's unfinished starts are asked again: the same runs (`USE_EXISTING`).
-        resume = max(0, state["next"] - STARTS_AT_ONCE) if state["parts"] else 0
+        # Unfinished starts of a part cut off are asked again: the same runs (`USE_EXISTING`).
+        resume = max(0, state.get("saved", 0), state["next"] - STARTS_AT_ONCE)
+
+        def saved(k: int) -> None:
+            state["saved"] = k
+            progress.save()
+
         deadline = time.monotonic() + 60 * PARK_MINUTES if PARK_MINUTES else None
         with WorkerProcess(server.address, tq, env=env) as worker:
             assert worker.process is not None
             state.setdefault("worker_rss_mb_idle", rss_mb(worker.process.pid))
-            part = await park(client, tq, range(resume, n), worker, server, deadline)
+            part = await park(client, tq, range(resume, n), worker, server, deadline, saved)
         state["next"] = part["to"]
         state["parts"].append(part)
         progress.save()
@@ -460,6 +498,8 @@ async def _soak(
     }
     print(json.dumps(report, indent=1, default=str), flush=True)
     report["console"] = await console_pages(client, tq, n)
+    if n > 1000:
+        report["console_1000"] = await console_pages(client, tq, n, limit=1000)
     got = await listings(client, server.address, tq, n)
     calls = got.pop("calls")
     report["listing"] = got
@@ -495,6 +535,33 @@ def write_report(report: dict[str, Any]) -> None:
     print(markdown(report), flush=True)
 
 
+def console_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    """The console's figures added with its searches past a cut reading (absent before)."""
+    rows = []
+    for c in (r["console"], r.get("console_1000")):
+        if not c or "search (the oldest run) (s)" not in c:
+            continue
+        read = f"reading at most {c['console_read_limit']:,} runs"
+        rows += [
+            (f"console, {read}: its reading alone", f"{c['inbox reading (s)']:.2f} s"),
+            (f"console, {read}: first page, nothing read yet", f"{c['first page (s)']:.2f} s"),
+            (
+                f"console, {read}: search for the oldest run (past any cut), nothing read yet",
+                f"{c['search (the oldest run) (s)']:.2f} s",
+            ),
+            (
+                f"console, {read}: the same search from a reading",
+                f"{c['search (the oldest run), from a reading (s)']:.2f} s",
+            ),
+            (
+                f"console, {read}: filter waiting over 1 h, nothing read yet",
+                f"{c['filter (waiting over 1 h) (s)']:.2f} s "
+                f"({c['filter (waiting over 1 h): rows shown']} rows on the page)",
+            ),
+        ]
+    return rows
+
+
 def markdown(r: dict[str, Any]) -> str:
     m, p, s, c, li, d = (
         r["machine"],
@@ -509,7 +576,8 @@ def markdown(r: dict[str, Any]) -> str:
         ("runs parked (one approval each)", f"{n:,}"),
         (
             "parking rate",
-            f"{p['parked_per_s']:.1f} runs/s ({p['parked_s']:.0f} s"
+            f"{p['parked_per_s']:.1f} runs/s "
+            f"({p.get('runs_timed', n):,} runs in {p['parked_s']:.0f} s"
             + (f", in {p['parts']} parts" if p.get("parts", 1) > 1 else "")
             + ")",
         ),
@@ -528,8 +596,9 @@ def markdown(r: dict[str, Any]) -> str:
             f"{n:,} runs; it reads at most {c['console_read_limit']:,} runs)",
             f"{c['inbox reading (s)']:.2f} s",
         ),
-        ("console first page, read afresh", f"{c['first page (s)']:.2f} s"),
-        ("console search for one run, read afresh", f"{c['search (one run) (s)']:.2f} s"),
+        ("console first page, nothing read yet", f"{c['first page (s)']:.2f} s"),
+        ("console search for one run, nothing read yet", f"{c['search (one run) (s)']:.2f} s"),
+        *console_rows(r),
         (
             f"`hitl pending --json` over all {n:,} runs, no worker",
             f"{li['hitl_pending_all_s']:.1f} s",
