@@ -176,18 +176,22 @@ class Console(Acts):
         text, age = q.get("q", "").strip(), q.get("age", "")
         sort = q.get("sort", "oldest") if q.get("sort") in SORTS else "oldest"
         view = q.get("view", "") if q.get("view") in VIEWS else ""
-        rows: list[Any] = inbox.rows
         min_age = AGES.get(age, 0)
+        mine = [r for r in inbox.rows if self.may_see_row(person, r)]
+        past: list[Row] = []  # found past a cut reading: listed, not counted in the views
         if inbox.waiting and (text or agent or tool or min_age) and view not in SETTLED_VIEWS:
-            # The reading was cut: the server finds what the search names past it.
-            have = {(r.namespace, r.workflow_id, r.call_id) for r in rows}
-            found = await self.data.search(text, agent, tool, min_age)
-            rows = rows + [r for r in found if (r.namespace, r.workflow_id, r.call_id) not in have]
+            have = {(r.namespace, r.workflow_id, r.call_id) for r in inbox.rows}
+            past = [
+                r
+                for r in await self.data.search(text, agent, tool, min_age)
+                if (r.namespace, r.workflow_id, r.call_id) not in have
+                and self.may_see_row(person, r)
+            ]
         text = text.lower()
-        mine = [r for r in rows if self.may_see_row(person, r)]
         done = [r for r in await self.settled.rows() if visible(self.rules, person, r)]
         counts = {v: sum(1 for r in mine if self.in_view(person, r, v)) for v in VIEWS}
         counts |= {v: sum(1 for r in done if r.view == v) for v in SETTLED_VIEWS}
+        rows: list[Any]
         if view in SETTLED_VIEWS:  # newest first: what was settled lately
             rows = [
                 r
@@ -198,7 +202,8 @@ class Console(Acts):
                 and (not text or text in r.haystack())
             ]
         else:
-            rows = self.pending(person, mine, view, (agent, tool, group, text), min_age)
+            by = (agent, tool, group, text)
+            rows = self.pending(person, mine + past, view, by, min_age)
             rows.sort(key=lambda r: r.since, reverse=sort == "newest")
         matched = len(rows)
         pages = max(1, -(-matched // PAGE_SIZE))

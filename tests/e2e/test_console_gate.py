@@ -188,13 +188,15 @@ async def test_an_inbox_with_more_runs_than_one_reading_lists_says_so_and_search
         assert (await dev_client.count_workflows(f"{awaiting} AND {where}")).count == 0
     cut, whole = pages[2], pages[3]
     assert 'data-testid="cut"' in cut and "3 paused runs wait" in cut
-    assert "the 2 started last" in cut
+    assert "the 2 started last" in cut and "2 read of 3 pending" in cut
     assert 'data-testid="cut"' not in whole
     assert shown(whole) == set(runs)
     # Visibility lists the newest-started first: the oldest is left out of the reading.
     assert shown(cut) == {runs[1], runs[2]}
     # A search for it, by its id or the id's start, finds it past the reading.
     assert shown(pages[runs[0]]) == {runs[0]}
+    # What a search found past the reading is listed, not counted as read.
+    assert "2 read of 3 pending" in pages[runs[0]]
     assert runs[0] in shown(pages[runs[0][:-3]])
     # So does a filter: only the oldest waits on an email.
     assert shown(pages["tool"]) == {runs[0]}
