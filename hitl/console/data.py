@@ -82,8 +82,9 @@ INBOX_QUICK_SECONDS = 1.0
 INBOX_STALE_SECONDS = 30.0
 """How old a reading may be and still be served while the next is read in the background."""
 QUERY_TIMEOUT = 5.0
-COUNT_TIMEOUT = timedelta(seconds=2)
-"""How long a reading waits for the count of a cut namespace's paused runs."""
+SEARCH_RUNS, SEARCHES_KEPT = 1000, 8
+"""The most runs one search past a cut reading lists, and the searches kept (`INBOX_SECONDS`)."""
+COUNT_TIMEOUT = timedelta(seconds=2)  # a reading's count of a cut namespace's paused runs
 CLIENT = "console"
 CHANGED = "This call changed since you opened it: look again"
 
@@ -318,16 +319,19 @@ class ConsoleData:
             client, (clauses, within, degraded) = self.clients[ns], self.clauses[ns]
             query = " AND ".join([*clauses, *([within] if within else []), where])
             try:
-                found = [w async for w in client.list_workflows(query, limit=self.limit)]
+                found = [w async for w in client.list_workflows(query, limit=SEARCH_RUNS)]
             except RPCError:
                 log.warning("searching paused runs in %s failed", ns, exc_info=True)
                 continue
             ours = self.task_queues
             found = [w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in ours]
             rows += await self._rows(ns, client, found, degraded, [])
-        while len(self._searches) >= 64:
+        now = time.monotonic()
+        for old in [k for k, (at, _) in self._searches.items() if now - at > INBOX_SECONDS]:
+            del self._searches[old]
+        while len(self._searches) >= SEARCHES_KEPT:
             del self._searches[next(iter(self._searches))]
-        self._searches[key] = (time.monotonic(), rows)
+        self._searches[key] = (now, rows)
         return rows
 
     async def snapshot(self, namespace: str, workflow_id: str) -> RunSnapshot:

@@ -24,7 +24,7 @@ from temporalio.client import Client
 from hitl import Runner
 from hitl.console.app import create_app
 from hitl.console.auth import COOKIE, Authenticator, AuthMode, token_digest
-from hitl.console.data import ConsoleData
+from hitl.console.data import SEARCHES_KEPT, ConsoleData
 from hitl.console.urls import call_url, decide_url
 from hitl.console.window import search_clause
 from hitl.wire import RunOutput, RunStatus
@@ -182,6 +182,10 @@ async def test_an_inbox_with_more_runs_than_one_reading_lists_says_so_and_search
                         "tool, hostile text": {"tool": "cancel_order", "q": HOSTILE},
                     }.items():
                         pages[name] = (await web.get("/inbox/rows", params=params)).text
+                    # A browser sending many searches holds at most 8 of them, 1,000 runs each.
+                    for k in range(12):
+                        await web.get("/inbox/rows", params={"q": f"{runs[0]}-{k}"})
+                    assert len(data._searches) <= SEARCHES_KEPT
         # The hostile text is one literal to the server: it finds nothing and escapes nothing.
         where = search_clause(HOSTILE, "", "cancel_order")
         assert where is not None
