@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal, TypeVar, cast
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -43,6 +43,7 @@ from hitl.cli.inbox import (
     queue_clause,
 )
 from hitl.console.rows import Row as Row
+from hitl.console.rows import recorded_words, when
 from hitl.console.window import search_clause
 from hitl.signing import sign_input
 from hitl.starting import decision_update_id
@@ -122,7 +123,7 @@ class Inbox:
     """Paused runs on task queues outside the console's list (not listed)."""
     cut_at: int = 0
     """A namespace had more paused runs than one reading lists (`limit`): listed up to this,
-    those waiting longest (`hitl.console.window`)."""
+    the newest-started (searches reach the rest: `hitl.console.window`)."""
     waiting: dict[str, int | None] = field(default_factory=dict)
     """Namespace -> paused runs found there, for the namespaces whose reading was cut
     (`None`: not counted in `COUNT_TIMEOUT`)."""
@@ -262,10 +263,14 @@ class ConsoleData:
         rows = await self._rows(ns, client, found, degraded, inbox.unavailable)
         inbox.rows += rows
         inbox.left_out += await left_out(client, clauses, queues) or 0
+        self._seen(rows)
+
+    def _seen(self, rows: list[Row]) -> None:
+        """Who could decide each listed call, kept for the settled views (the latest 50,000)."""
         for r in rows:
             if r.confirmed and not r.viewers_only:
-                self.approvers_seen.pop((ns, r.workflow_id, r.call_id), None)  # now the newest
-                self.approvers_seen[(ns, r.workflow_id, r.call_id)] = list(r.approvers)
+                self.approvers_seen.pop((r.namespace, r.workflow_id, r.call_id), None)
+                self.approvers_seen[(r.namespace, r.workflow_id, r.call_id)] = list(r.approvers)
         while len(self.approvers_seen) > 50_000:
             del self.approvers_seen[next(iter(self.approvers_seen))]
 
@@ -317,6 +322,8 @@ class ConsoleData:
         rows: list[Row] = []
         for ns in cut:
             client, (clauses, within, degraded) = self.clients[ns], self.clauses[ns]
+            if degraded:  # our search attributes are not registered there
+                continue
             query = " AND ".join([*clauses, *([within] if within else []), where])
             try:
                 found = [w async for w in client.list_workflows(query, limit=SEARCH_RUNS)]
@@ -326,6 +333,7 @@ class ConsoleData:
             ours = self.task_queues
             found = [w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in ours]
             rows += await self._rows(ns, client, found, degraded, [])
+        self._seen(rows)
         now = time.monotonic()
         for old in [k for k, (at, _) in self._searches.items() if now - at > INBOX_SECONDS]:
             del self._searches[old]
@@ -570,29 +578,3 @@ async def _ask(
             return None
         except _Unreadable as exc:
             return (exc.reason, memo)
-
-
-def when(at: datetime | None) -> str:
-    """A time as a person reads it."""
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if at else "unknown"
-
-
-def recorded_words(d: DecisionRecord) -> tuple[str, str]:
-    """What the run recorded, as a headline and a detail line."""
-    who = d.approver or d.source
-    via = f" via {d.client}" if d.client else ""
-    signed = " (signed)" if d.verified else ""
-    if d.still_needed:
-        done = ", ".join(a.approver for a in d.approvals)
-        return (
-            f"Approved by {who}{via}; it needs {d.still_needed} more approver(s)",
-            f"Approved so far by {done}. Another person must approve before it runs.",
-        )
-    if d.kind == "approve":
-        edited = " with edited arguments" if d.arguments is not None else ""
-        return f"Approved{edited} by {who}{via}{signed}", f"Recorded at {when(d.decided_at)}."
-    what = "Expired" if d.expired else f"Rejected by {who}{via}{signed}"
-    told = (
-        f'The model is told: "{d.message}"' if d.message else "The model is told it was rejected."
-    )
-    return what, told

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from hitl.wire import InboxEntry, InboxMemo, PendingApproval
+from hitl.wire import DecisionRecord, InboxEntry, InboxMemo, PendingApproval
 
 
 @dataclass
@@ -98,3 +98,29 @@ class Row:
         """What the search box searches: run, call, tool, agent, title (and arguments)."""
         parts = [self.workflow_id, self.call_id, self.tool_name, self.agent, self.title, self.text]
         return "\n".join(parts).lower()
+
+
+def when(at: datetime | None) -> str:
+    """A time as a person reads it."""
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if at else "unknown"
+
+
+def recorded_words(d: DecisionRecord) -> tuple[str, str]:
+    """What the run recorded, as a headline and a detail line."""
+    who = d.approver or d.source
+    via = f" via {d.client}" if d.client else ""
+    signed = " (signed)" if d.verified else ""
+    if d.still_needed:
+        done = ", ".join(a.approver for a in d.approvals)
+        return (
+            f"Approved by {who}{via}; it needs {d.still_needed} more approver(s)",
+            f"Approved so far by {done}. Another person must approve before it runs.",
+        )
+    if d.kind == "approve":
+        edited = " with edited arguments" if d.arguments is not None else ""
+        return f"Approved{edited} by {who}{via}{signed}", f"Recorded at {when(d.decided_at)}."
+    what = "Expired" if d.expired else f"Rejected by {who}{via}{signed}"
+    told = (
+        f'The model is told: "{d.message}"' if d.message else "The model is told it was rejected."
+    )
+    return what, told

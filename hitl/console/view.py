@@ -16,7 +16,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from hitl.cli.common import _ago
 from hitl.console import md
-from hitl.console.data import when
+from hitl.console.rows import when
 from hitl.console.urls import (
     audit_url,
     call_url,
