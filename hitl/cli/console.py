@@ -36,10 +36,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     c.add_argument(
         "--max-runs",
         type=int,
-        default=5000,
+        default=1000,
         metavar="N",
-        help="paused runs one reading of the inbox lists per namespace (default 5000; the "
-        "inbox says when there are more)",
+        help="paused runs one reading of the inbox lists per namespace (default 1000; the "
+        "inbox says when there are more, and searches and filters reach them)",
     )
     c.add_argument(
         "--task-queue",

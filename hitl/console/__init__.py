@@ -78,7 +78,7 @@ class ConsoleSettings:
     slack_secret_env: str = "HITL_SLACK_SIGNING_SECRET"
     chat_reply_hosts: list[str] = field(default_factory=lambda: ["https://hooks.slack.com/"])
     metrics_token_env: str = "HITL_CONSOLE_METRICS_TOKEN"
-    max_runs: int = 5000
+    max_runs: int = 1000
 
 
 async def start_console(settings: ConsoleSettings) -> tuple[Any, Authenticator]:

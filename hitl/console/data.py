@@ -155,7 +155,7 @@ class ConsoleData:
         self,
         clients: dict[str, Client],
         signing: tuple[str, Ed25519PrivateKey] | None = None,
-        limit: int = 5000,
+        limit: int = 1000,
         task_queues: list[str] | None = None,
     ) -> None:
         self.clients = clients
