@@ -133,9 +133,12 @@ class Plan:
 
     # N was cut on 2026-11-26 to keep `make bench` near its 6-minute budget (docs/benchmarks.md
     # says from what): latency 50/20 -> 30/15 runs, throughput 200 -> 60 at once (the rate is flat
-    # from 25 at once up), parked 1,000 -> 300 per side, the floor 50 -> 20 runs.
+    # from 25 at once up), parked 1,000 -> 300 per side, the floor 50 -> 20 runs; and on
+    # 2026-11-27 (373 s on a quiet machine): secondary latency 15 -> 10 runs, parked 300 -> 240
+    # per side (still 140 past the default cache of 100), replayed 150 -> 100 (twice the bounded
+    # cache of 50).
     latency_runs: int = 30
-    latency_runs_secondary: int = 15
+    latency_runs_secondary: int = 10
     warmup_runs: int = 2
     """Unmeasured runs per variant before its latency, and per side before parking."""
     latency_variants: tuple[str, ...] = (
@@ -161,9 +164,9 @@ class Plan:
     throughput_runs_secondary: int = 40
     # Throughput against concurrency (the chart), besides `throughput_runs` above.
     scaling_levels: tuple[int, ...] = (5, 25, 50, 100)
-    parked_runs: int = 300
+    parked_runs: int = 240
     parked_query_sample: int = 100
-    parked_replay_sample: int = 150
+    parked_replay_sample: int = 100
     long_turns: tuple[int, ...] = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
     long_variants: tuple[str, ...] = ("ours", "peer", "ours-scripted", "peer-local")
     floor_runs: int = 20
