@@ -178,15 +178,8 @@ class Console(Acts):
         view = q.get("view", "") if q.get("view") in VIEWS else ""
         min_age = AGES.get(age, 0)
         mine = [r for r in inbox.rows if self.may_see_row(person, r)]
-        past: list[Row] = []  # found past a cut reading: listed, not counted in the views
-        if inbox.waiting and (text or agent or tool or min_age) and view not in SETTLED_VIEWS:
-            have = {(r.namespace, r.workflow_id, r.call_id) for r in inbox.rows}
-            past = [
-                r
-                for r in await self.data.search(text, agent, tool, min_age)
-                if (r.namespace, r.workflow_id, r.call_id) not in have
-                and self.may_see_row(person, r)
-            ]
+        found = [] if view in SETTLED_VIEWS else await self.data.search(text, agent, tool, min_age)
+        past = [r for r in found if self.may_see_row(person, r)]  # listed, not counted in views
         text = text.lower()
         done = [r for r in await self.settled.rows() if visible(self.rules, person, r)]
         counts = {v: sum(1 for r in mine if self.in_view(person, r, v)) for v in VIEWS}

@@ -167,8 +167,8 @@ class ConsoleData:
         self._lock = asyncio.Lock()
         self._refresh: asyncio.Task[None] | None = None
         self._forgotten = 0
-        self.clauses: dict[str, tuple[list[str], str | None, bool]] = {}
-        """Namespace -> the last reading's clauses, task-queue clause and whether degraded."""
+        self.queries: dict[str, str | None] = {}
+        """Namespace -> the last reading's query (`None`: read without our search attributes)."""
         self._searches: dict[tuple[str, str, str, int], tuple[float, list[Row]]] = {}
         self.approvers_seen: dict[tuple[str, str, str], list[str]] = {}
         """(namespace, run, call) -> who could decide it, as last listed pending (for the
@@ -258,8 +258,8 @@ class ConsoleData:
         except RPCError:  # our search attributes are not registered: ask every run
             degraded, clauses = True, ["ExecutionStatus = 'Running'", kind]
             found = await listing(clauses)
-        self.clauses[ns] = (clauses, within, degraded)
-        found = [w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in queues]
+        query = " AND ".join([*clauses, within] if within else clauses)
+        self.queries[ns] = None if degraded else query
         rows = await self._rows(ns, client, found, degraded, inbox.unavailable)
         inbox.rows += rows
         inbox.left_out += await left_out(client, clauses, queues) or 0
@@ -282,7 +282,12 @@ class ConsoleData:
         degraded: bool,
         unavailable: list[tuple[str, str, str]],
     ) -> list[Row]:
-        """The rows of paused runs `found` in namespace `ns`: from their memos, else asked."""
+        """The rows of paused runs `found` in namespace `ns` (ours, on our task queues).
+
+        Read from their memos, else asked.
+        """
+        ours = self.task_queues
+        found = [w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in ours]
         rows: list[Row] = []
         semaphore = asyncio.Semaphore(16)  # runs asked at once
         pollers = _Pollers(client)
@@ -305,11 +310,12 @@ class ConsoleData:
         return rows
 
     async def search(self, text: str, agent: str, tool: str, min_age: int) -> list[Row]:
-        """Rows of paused runs a search names, read from the server past a cut reading.
+        """Rows of paused runs a search names that the last (cut) reading did not list.
 
-        Only in namespaces whose last reading was cut (`[]` when none was, or when the server
-        cannot match the search: the reading's own search then stands). Kept for
-        `INBOX_SECONDS` per search (the page polls); `forget` drops them.
+        Read from the server in the namespaces where that reading was cut; `[]` when none was,
+        when there is nothing to search for, or when the server cannot match the search (the
+        reading's own search then stands). Kept for `INBOX_SECONDS` per search (the page
+        polls); `forget` drops them.
         """
         cut = [ns for ns in self.clients if ns in self._inbox.waiting]
         where = search_clause(text, agent, tool, min_age) if cut else None
@@ -317,30 +323,36 @@ class ConsoleData:
             return []
         key = (text, agent, tool, min_age)
         kept = self._searches.get(key)
-        if kept is not None and time.monotonic() - kept[0] <= INBOX_SECONDS:
-            return kept[1]
+        if kept is None or time.monotonic() - kept[0] > INBOX_SECONDS:
+            kept = (time.monotonic(), await self._search(cut, where))
+            self._keep(key, kept)
+        have = {(r.namespace, r.workflow_id, r.call_id) for r in self._inbox.rows}
+        return [r for r in kept[1] if (r.namespace, r.workflow_id, r.call_id) not in have]
+
+    async def _search(self, namespaces: list[str], where: str) -> list[Row]:
+        """The rows of the paused runs `where` narrows each namespace's reading to."""
         rows: list[Row] = []
-        for ns in cut:
-            client, (clauses, within, degraded) = self.clients[ns], self.clauses[ns]
-            if degraded:  # our search attributes are not registered there
+        for ns in namespaces:
+            client, query = self.clients[ns], self.queries.get(ns)
+            if query is None:  # our search attributes are not registered there
                 continue
-            query = " AND ".join([*clauses, *([within] if within else []), where])
             try:
-                found = [w async for w in client.list_workflows(query, limit=SEARCH_RUNS)]
+                listing = client.list_workflows(f"{query} AND {where}", limit=SEARCH_RUNS)
+                found = [w async for w in listing]
             except RPCError:
                 log.warning("searching paused runs in %s failed", ns, exc_info=True)
                 continue
-            ours = self.task_queues
-            found = [w for w in found if w.workflow_type == WORKFLOW_TYPE and w.task_queue in ours]
-            rows += await self._rows(ns, client, found, degraded, [])
+            rows += await self._rows(ns, client, found, False, [])
         self._seen(rows)
-        now = time.monotonic()
-        for old in [k for k, (at, _) in self._searches.items() if now - at > INBOX_SECONDS]:
+        return rows
+
+    def _keep(self, key: tuple[str, str, str, int], kept: tuple[float, list[Row]]) -> None:
+        """Keep a search's rows (`SEARCHES_KEPT` at most, the expired dropped first)."""
+        for old in [k for k, (at, _) in self._searches.items() if kept[0] - at > INBOX_SECONDS]:
             del self._searches[old]
         while len(self._searches) >= SEARCHES_KEPT:
             del self._searches[next(iter(self._searches))]
-        self._searches[key] = (now, rows)
-        return rows
+        self._searches[key] = kept
 
     async def snapshot(self, namespace: str, workflow_id: str) -> RunSnapshot:
         """A run's status and transcript (`_Gone` / `_Unreadable` when it cannot say).
