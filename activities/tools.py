@@ -95,7 +95,16 @@ class ToolActivities:
 
     @activity.defn(name=ACT_EXECUTE_TOOL)
     async def execute_tool(self, inp: ExecuteToolInput) -> ToolOutput:
-        """Run one approved (or approval-free) tool call with the deployed tool code."""
+        """Run one approved (or approval-free) tool call with the deployed tool code.
+
+        A tool with a heartbeat timeout heartbeats from the activity's start, not only while
+        its body runs: the timeout runs from the start, and finding the tool (an MCP server's
+        listing) and its input guardrails take time of their own.
+        """
+        async with heartbeating(heartbeat_timeout()):
+            return await self._execute_tool(inp)
+
+    async def _execute_tool(self, inp: ExecuteToolInput) -> ToolOutput:
         inp = inp.located(activity.info().workflow_id or "")
         tool = await self._deployed_tool(inp)
         ctx = self._tool_context(inp.root_agent, inp.agent_id, inp, activity.info().attempt)
@@ -220,41 +229,38 @@ async def _input_guardrails(
 
 
 async def _invoke(tool: FunctionTool, ctx: ToolContext[Any], arguments: str) -> Any:
-    """Run the tool's code, heartbeating while it runs.
+    """Run the tool's code (`execute_tool` heartbeats around it).
 
     What the tool raises on purpose becomes the typed failure the workflow acts on: bad
     arguments and an unknown effect are not retried, a question (MCP elicitation) parks the
     call for an answer, and an MCP server that cannot be reached is retried.
     """
-    async with heartbeating(heartbeat_timeout()):
-        try:
-            return await tool.invoke(ctx, arguments, UserAction(primary_confirmed=True))
-        except ToolArgumentsError as exc:
-            raise ApplicationError(
-                str(exc), type="ToolArgumentsInvalid", non_retryable=True
-            ) from None
-        except EffectUnknown as exc:
-            raise ApplicationError(
-                str(exc) or "the tool cannot tell whether its effect happened",
-                type=EffectUnknown.type_name,
-                non_retryable=True,
-            ) from None
-        except InputRequired as ask:
-            raise ApplicationError(
-                f"{tool.name} asks: {ask.message}",
-                {
-                    "server": ask.server,
-                    "message": ask.message,
-                    "schema": ask.schema,
-                    "index": ask.index,
-                    "timeout": ask.timeout,
-                },
-                type="ToolInputRequired",
-                non_retryable=True,
-                category=ApplicationErrorCategory.BENIGN,  # a question, not a failure
-            ) from None
-        except MCPServerError as exc:
-            raise ApplicationError(str(exc), type="MCPServerUnavailable") from None
+    try:
+        return await tool.invoke(ctx, arguments, UserAction(primary_confirmed=True))
+    except ToolArgumentsError as exc:
+        raise ApplicationError(str(exc), type="ToolArgumentsInvalid", non_retryable=True) from None
+    except EffectUnknown as exc:
+        raise ApplicationError(
+            str(exc) or "the tool cannot tell whether its effect happened",
+            type=EffectUnknown.type_name,
+            non_retryable=True,
+        ) from None
+    except InputRequired as ask:
+        raise ApplicationError(
+            f"{tool.name} asks: {ask.message}",
+            {
+                "server": ask.server,
+                "message": ask.message,
+                "schema": ask.schema,
+                "index": ask.index,
+                "timeout": ask.timeout,
+            },
+            type="ToolInputRequired",
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,  # a question, not a failure
+        ) from None
+    except MCPServerError as exc:
+        raise ApplicationError(str(exc), type="MCPServerUnavailable") from None
 
 
 def _tool_output(inp: ExecuteToolInput, text: str, changed: RunContextData | None) -> ToolOutput:

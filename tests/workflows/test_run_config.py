@@ -247,6 +247,65 @@ async def test_tool_guardrail_can_stop_the_run_when_the_call_executes(
     assert ledger.count() == 0
 
 
+GUARD_CALLS: list[str] = []
+
+
+@tool_input_guardrail
+async def slow_check(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+    """Takes longer than the tool's heartbeat timeout (a policy service that answers slowly)."""
+    GUARD_CALLS.append(data.call_id)
+    await asyncio.sleep(3.5)
+    return ToolGuardrailFunctionOutput.allow()
+
+
+@function_tool(heartbeat_timeout=1.5, max_attempts=3, tool_input_guardrails=[slow_check])
+def archive(ctx: ToolContext[object], ticket: int) -> str:
+    """Archive a ticket.
+
+    Args:
+        ticket: The ticket.
+    """
+    record_effect(ctx, "archive")
+    return f"archived {ticket}"
+
+
+def archive_once(req: ModelRequest) -> ModelReply:
+    if not req.tool_results():
+        return ModelReply.call("archive", {"ticket": 7})
+    return ModelReply.say(req.tool_results()[0].output or "")
+
+
+async def test_a_slow_tool_guardrail_is_covered_by_the_tools_heartbeats(
+    ts_env: WorkflowEnvironment, ledger: Ledger
+) -> None:
+    """The heartbeat timeout runs from the activity's start: the guardrail's 3.5 s count too."""
+    archiver = Agent(
+        name="Archiver", tools=[archive], model=ScriptedModel(archive_once, "tests.config.arch")
+    )
+    GUARD_CALLS.clear()
+    async with serving(ts_env.client, archiver) as tq:
+        result = await Runner.run(
+            archiver, "archive", client=ts_env.client, task_queue=tq, serve=False
+        )
+    assert result.final_output == "archived 7"
+    assert len(GUARD_CALLS) == 1, "one attempt: the guardrail ran once"
+    assert ledger.count() == 1
+    hist = await ts_env.client.get_workflow_handle(result.workflow_id).fetch_history()
+    [scheduled] = [
+        e.event_id
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "execute_tool"
+    ]
+    [started] = [
+        e.activity_task_started_event_attributes
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id == scheduled
+    ]
+    assert started.attempt == 1, started.last_failure
+
+
 # ----------------------------------------------------------------------------- handoff hooks
 
 
