@@ -10,16 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.wire import EVENTS_TOPIC, RunEvent
 
 TERMINAL = ("final_output", "run_failed")
+
+# A poll the server gave up on: a worker too busy, paused or restarting to answer the stream's
+# query (30 s on the dev server) or a connection lost. The stream resumes from the next offset,
+# so nothing is lost or repeated; any other error (no such run, a rejected query) is final.
+TRANSIENT = frozenset(
+    {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE}
+)
+RESUBSCRIBE_ATTEMPTS = 5
+
+log = logging.getLogger("hitl.stream")
 
 
 async def stream_events(
@@ -33,16 +45,41 @@ async def stream_events(
     """Yield a run's events from `from_offset` on, each with its `offset` set.
 
     Stops after an event whose type is in `stop_after` (by default the final output or the
-    failure), or when the run has closed and every event was delivered.
+    failure), or when the run has closed and every event was delivered. A poll that times out
+    or loses its connection is made again from the next offset, up to `RESUBSCRIBE_ATTEMPTS`
+    times in a row.
     """
-    stream = WorkflowStreamClient.create(client, workflow_id)
-    async for item in stream.subscribe(
-        [EVENTS_TOPIC], from_offset=from_offset, result_type=RunEvent, poll_cooldown=poll_cooldown
-    ):
-        event = item.data.model_copy(update={"offset": item.offset})
-        yield event
-        if event.type in stop_after:
+    offset, failures = from_offset, 0
+    while True:
+        stream = WorkflowStreamClient.create(client, workflow_id)
+        try:
+            async for item in stream.subscribe(
+                [EVENTS_TOPIC],
+                from_offset=offset,
+                result_type=RunEvent,
+                poll_cooldown=poll_cooldown,
+            ):
+                failures = 0
+                offset = item.offset + 1
+                event = item.data.model_copy(update={"offset": item.offset})
+                yield event
+                if event.type in stop_after:
+                    return
             return
+        except RPCError as exc:
+            failures += 1
+            if exc.status not in TRANSIENT or failures > RESUBSCRIBE_ATTEMPTS:
+                raise
+            log.warning(
+                "the event stream of run %s failed (%s); following it again from offset %d"
+                " (retry %d of %d)",
+                workflow_id,
+                exc.message,
+                offset,
+                failures,
+                RESUBSCRIBE_ATTEMPTS,
+            )
+            await asyncio.sleep(min(0.25 * 2**failures, 4.0))
 
 
 async def current_offset(client: Client, workflow_id: str) -> int:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 import re
+import signal
 
 import pytest
 from temporalio.client import Client
@@ -19,8 +23,9 @@ from hitl import (
     stream_events,
 )
 from hitl.wire import RunEvent, RunOutput
-from tests.agents import support_agent
-from tests.helpers import queue_name, serving
+from hitl.worker.devserver import DevServer
+from tests.agents import support_agent, weather_agent
+from tests.helpers import WorkerProcess, queue_name, serving, wait_for
 
 
 @function_tool(needs_approval=True)
@@ -193,3 +198,37 @@ async def test_model_text_deltas_stream_from_openai_compatible_servers(
         assert fake.requests_to("/v1/responses")[0].body["stream"] is True
         assert fake.requests_to("/v1/chat/completions")[0].body["stream"] is True
     assert outputs == [("Hello there", "Hello there"), ("Goodbye", "Goodbye")]
+
+
+@pytest.mark.timeout(150)
+async def test_a_stream_whose_poll_times_out_follows_the_run_again_from_its_offset(
+    dev_server: DevServer, dev_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker that answers a closed run's stream query is paused (SIGSTOP) past the server's
+    30 s query timeout: the stream polls again from the same offset and loses nothing."""
+    caplog.set_level(logging.WARNING, logger="hitl.stream")
+    tq = queue_name("stall")
+    with WorkerProcess(dev_server.address, tq) as worker:
+        assert worker.process is not None
+        done = await Runner.run(
+            weather_agent, "hi there", client=dev_client, task_queue=tq, serve=False
+        )
+        expected = [e async for e in stream_events(dev_client, done.workflow_id)]
+        os.kill(worker.process.pid, signal.SIGSTOP)
+        try:
+            following = asyncio.create_task(_collect(dev_client, done.workflow_id))
+            await wait_for(
+                lambda: "following it again from offset 0" in caplog.text or following.done(),
+                timeout=90,
+                what="the stream's first poll to time out",
+            )
+        finally:
+            os.kill(worker.process.pid, signal.SIGCONT)
+        events = await asyncio.wait_for(following, 60)
+    assert [e.model_dump() for e in events] == [e.model_dump() for e in expected]
+    assert [e.offset for e in events] == list(range(len(expected)))
+    assert events[-1].type == "final_output" and events[-1].text == done.final_output
+
+
+async def _collect(client: Client, workflow_id: str) -> list[RunEvent]:
+    return [e async for e in stream_events(client, workflow_id)]
