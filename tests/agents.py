@@ -249,7 +249,9 @@ local_refund_agent = Agent(
 # ----------------------------------------------------------------------------- scale-out
 
 
-@function_tool(needs_approval=True, heartbeat_timeout=2.0, max_attempts=5)
+# 4 s: a SIGKILLed worker's shipments are retried within seconds, while a worker that two busy
+# cores starve for a second or two (CI) does not lose an attempt it is running to the timeout.
+@function_tool(needs_approval=True, heartbeat_timeout=4.0, max_attempts=5)
 async def ship_order(ctx: ToolContext[object], order_id: int) -> str:
     """Ship an order (tests kill and stop workers while shipments run).
 
@@ -259,13 +261,18 @@ async def ship_order(ctx: ToolContext[object], order_id: int) -> str:
     # The attempt (with its process) is noted first, then the effect, then the first attempt
     # lingers: a worker killed or stopped now leaves a committed effect and an unfinished
     # activity, the worst case for the idempotency key. How the body ended is noted too.
+    # The ledger is written from a thread: SQLite waiting on another process's lock must not
+    # hold up the event loop, and with it the activity's heartbeats.
     path = os.environ.get("HITL_TEST_LEDGER")
     ledger = Ledger(Path(path)) if path else None
     key = ctx.idempotency_key
-    started = ledger.attempt(key, "ship_order", ctx.attempt) if ledger else 0
+    started = (
+        await asyncio.to_thread(ledger.attempt, key, "ship_order", ctx.attempt) if ledger else 0
+    )
     try:
         if ledger:
-            ledger.effect(key, "ship_order", json.dumps({"order_id": order_id}))
+            args = json.dumps({"order_id": order_id})
+            await asyncio.to_thread(ledger.effect, key, "ship_order", args)
         if ctx.attempt == 1:
             await asyncio.sleep(float(os.environ.get("HITL_TEST_TOOL_SECONDS", "0")))
     except asyncio.CancelledError:
@@ -273,7 +280,7 @@ async def ship_order(ctx: ToolContext[object], order_id: int) -> str:
             ledger.finish(started, "cancelled")
         raise
     if ledger:
-        ledger.finish(started, "done")
+        await asyncio.to_thread(ledger.finish, started, "done")
     return f"Shipped order {order_id}"
 
 

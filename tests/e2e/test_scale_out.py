@@ -199,7 +199,7 @@ async def test_fifty_runs_on_two_workers_survive_killing_one_mid_way(
     unfinished = {a.key for a in at_kill if a.outcome is None}
     twice = {key for key, rows in by_key.items() if len(rows) > 1}
     assert unfinished, "the kill landed while the victim was running shipments"
-    assert unfinished <= twice <= {a.key for a in at_kill}, (unfinished, twice)
+    assert unfinished <= twice <= {a.key for a in at_kill}, {k: by_key[k] for k in twice}
     assert survivor.process is not None
     survivor_pid = survivor.process.pid
     for key, rows in by_key.items():
