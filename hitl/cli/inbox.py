@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -48,6 +49,8 @@ from hitl.wire import (
     INBOX_MEMO,
     QUERY_STATUS,
     SA_AGENT,
+    SA_PENDING_SINCE,
+    SA_PENDING_TOOLS,
     SA_STATUS,
     WORKFLOW_TYPE,
     InboxEntry,
@@ -87,6 +90,50 @@ def queue_clause(queues: Sequence[str], *, outside: bool = False) -> str | None:
     if len(literals) == 1:
         return f"TaskQueue {'!=' if outside else '='} {literals[0]}"
     return f"TaskQueue {'NOT IN' if outside else 'IN'} ({', '.join(literals)})"
+
+
+PAGE = 1000
+"""Runs per visibility page: the most the server returns in one (`visibilityMaxPageSize`)."""
+
+
+async def list_runs(
+    client: Client,
+    query: str,
+    limit: int,
+    keep: Sequence[str] = (SA_AGENT,),
+    rpc_timeout: timedelta | None = None,
+) -> tuple[list[WorkflowExecution], bool]:
+    """The newest-started `limit` runs `query` finds, and whether more match.
+
+    What an inbox reads of each run, for less client CPU than `Client.list_workflows`: that
+    decodes every search attribute of every run twice (untyped and typed), 4/5 of a 1,000-run
+    reading's client CPU; here only the attributes named in `keep` are decoded (the others are
+    dropped from the listed runs). Pages are as large as the server allows, and whether more
+    match is asked for with one more run, not one more page.
+    """
+    found: list[WorkflowExecution] = []
+    token, limit = b"", max(limit, 0)
+    while True:
+        size = min(PAGE, limit - len(found)) or 1  # 1: only whether another run matches
+        page = await client.workflow_service.list_workflow_executions(
+            ListWorkflowExecutionsRequest(
+                namespace=client.namespace, query=query, page_size=size, next_page_token=token
+            ),
+            retry=True,
+            timeout=rpc_timeout,
+        )
+        if len(found) == limit:
+            return found, bool(page.executions)
+        for info in page.executions[: limit - len(found)]:
+            fields = info.search_attributes.indexed_fields
+            for name in [name for name in fields if name not in keep]:
+                del fields[name]
+            found.append(
+                WorkflowExecution._from_raw_info(info, client.namespace, client.data_converter)
+            )
+        token = page.next_page_token
+        if not token:
+            return found, False
 
 
 async def left_out(client: Client, clauses: Sequence[str], queues: Sequence[str]) -> int | None:
@@ -177,7 +224,15 @@ async def _paused_runs(
 
     async def listing(query: list[str]) -> list[WorkflowExecution]:
         text = " AND ".join([*query, within] if within else query)
-        return [w async for w in client.list_workflows(text, limit=args.limit, rpc_timeout=timeout)]
+        keep = (SA_AGENT, SA_PENDING_TOOLS, SA_PENDING_SINCE)
+        found, more = await list_runs(client, text, args.limit, keep, timeout)
+        if more:
+            print(
+                f"note: more than {args.limit} paused runs match; these are the newest-started "
+                f"{args.limit} (raise --limit, or narrow with --agent or --queue)",
+                file=sys.stderr,
+            )
+        return found
 
     degraded = False
     try:

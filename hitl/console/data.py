@@ -39,12 +39,13 @@ from hitl.cli.inbox import (
     allowed_queues,
     inbox_memo,
     left_out,
+    list_runs,
     memo_confirmed,
     queue_clause,
 )
 from hitl.console.rows import Row as Row
 from hitl.console.rows import recorded_words, when
-from hitl.console.window import search_clause
+from hitl.console.window import Counts, search_clause
 from hitl.signing import sign_input
 from hitl.starting import decision_update_id
 from hitl.wire import (
@@ -85,7 +86,6 @@ INBOX_STALE_SECONDS = 30.0
 QUERY_TIMEOUT = 5.0
 SEARCH_RUNS, SEARCHES_KEPT = 1000, 8
 """The most runs one search past a cut reading lists, and the searches kept (`INBOX_SECONDS`)."""
-COUNT_TIMEOUT = timedelta(seconds=2)  # a reading's count of a cut namespace's paused runs
 CLIENT = "console"
 CHANGED = "This call changed since you opened it: look again"
 
@@ -126,7 +126,7 @@ class Inbox:
     the newest-started (searches reach the rest: `hitl.console.window`)."""
     waiting: dict[str, int | None] = field(default_factory=dict)
     """Namespace -> paused runs found there, for the namespaces whose reading was cut
-    (`None`: not counted in `COUNT_TIMEOUT`)."""
+    (`None`: not counted in `window.COUNT_TIMEOUT`)."""
     read_at: float = 0.0
     took: float = 0.0
     """Seconds the reading took."""
@@ -170,6 +170,7 @@ class ConsoleData:
         self.queries: dict[str, str | None] = {}
         """Namespace -> the last reading's query (`None`: read without our search attributes)."""
         self._searches: dict[tuple[str, str, str, int], tuple[float, list[Row]]] = {}
+        self._counts = Counts()
         self.approvers_seen: dict[tuple[str, str, str], list[str]] = {}
         """(namespace, run, call) -> who could decide it, as last listed pending (for the
         settled views, `hitl.console.settled`; the latest 50,000)."""
@@ -238,19 +239,16 @@ class ConsoleData:
 
         async def listing(query: list[str]) -> list[Any]:
             text = " AND ".join([*query, within] if within else query)
-            # One more than listed: whether there are more than `limit` is then known.
-            found = [w async for w in client.list_workflows(text, limit=self.limit + 1)]
-            if len(found) > self.limit:  # the newest-started `limit`: searches reach the rest
-                inbox.cut_at, found = self.limit, found[: self.limit]
-                inbox.waiting[ns] = await waiting(text)
+            counting, more = self._counts.counting(ns, client, text), False
+            try:
+                found, more = await list_runs(client, text, self.limit)
+            finally:
+                if not more:
+                    counting.cancel()
+            if more:  # the newest-started `limit`: searches reach the rest
+                inbox.cut_at = self.limit
+                inbox.waiting[ns] = await counting
             return found
-
-        async def waiting(text: str) -> int | None:
-            try:  # a count scans every paused run on some stores: bounded, else unknown
-                found = await client.count_workflows(text, rpc_timeout=COUNT_TIMEOUT)
-            except RPCError:
-                return None
-            return int(found.count)
 
         degraded = False
         try:
@@ -337,8 +335,7 @@ class ConsoleData:
             if query is None:  # our search attributes are not registered there
                 continue
             try:
-                listing = client.list_workflows(f"{query} AND {where}", limit=SEARCH_RUNS)
-                found = [w async for w in listing]
+                found, _ = await list_runs(client, f"{query} AND {where}", SEARCH_RUNS)
             except RPCError:
                 log.warning("searching paused runs in %s failed", ns, exc_info=True)
                 continue

@@ -28,7 +28,7 @@ from temporalio.service import RPCError
 
 from hitl.cli.common import _AGENT_KEY as AGENT_KEY
 from hitl.cli.common import _Gone, _Pollers, _query, _Unreadable
-from hitl.cli.inbox import queue_clause
+from hitl.cli.inbox import list_runs, queue_clause
 from hitl.console.data import QUERY_TIMEOUT, ConsoleData
 from hitl.console.rules import Rules
 from hitl.wire import QUERY_STATUS, SA_OUTCOMES, WORKFLOW_TYPE, DecisionRecord, RunOutput
@@ -133,7 +133,7 @@ class Settled:
         within = queue_clause(self.data.task_queues)
         query = " AND ".join([*clauses, within] if within else clauses)
         try:
-            found = [w async for w in client.list_workflows(query, limit=self.limit)]
+            found, _ = await list_runs(client, query, self.limit)
         except RPCError:  # our search attributes are not registered: nothing to list by
             return []
         found = [

@@ -79,6 +79,11 @@ async def test_operator_flow_pending_show_approve_reject(
         hitl(address, "pending", "--queue", tq, "--agent", "File editor", "--json").stdout
     )
     assert [e["workflow_id"] for e in only_editor] == [edit_run]
+    # --limit lists the newest-started runs, and says that more match.
+    cut = hitl(address, "pending", "--queue", tq, "--limit", "2", "--json")
+    assert {e["workflow_id"] for e in json.loads(cut.stdout)} == {edit_run, support_run}
+    assert "more than 2 paused runs match" in cut.stderr
+    assert "paused runs match" not in table.stderr
 
     # The plain Temporal CLI finds exactly the paused runs by search attribute.
     found = temporal_cli(

@@ -22,11 +22,14 @@ import pytest_asyncio
 from temporalio.client import Client
 
 from hitl import Runner
+from hitl.cli import inbox
+from hitl.cli.inbox import list_runs
+from hitl.console import window
 from hitl.console.app import create_app
 from hitl.console.auth import COOKIE, Authenticator, AuthMode, token_digest
 from hitl.console.data import SEARCHES_KEPT, ConsoleData
 from hitl.console.urls import call_url, decide_url
-from hitl.console.window import search_clause
+from hitl.console.window import Counts, search_clause
 from hitl.wire import RunOutput, RunStatus
 from tests.agents import support_agent
 from tests.helpers import serving, wait_for
@@ -162,6 +165,7 @@ async def test_an_inbox_with_more_runs_than_one_reading_lists_says_so_and_search
         texts = ["cancel order 60 and email about the refund", "cancel order 61", "cancel order 62"]
         runs = [(await park(dev_client, tq, text))[0] for text in texts]
         awaiting = f"TaskQueue = '{tq}' AND HitlStatus = 'awaiting_approval'"
+        kind = "WorkflowType = 'AgentRun'"
         await wait_for(
             lambda: counted(dev_client, awaiting, 3), what="three runs visible as awaiting"
         )
@@ -190,6 +194,30 @@ async def test_an_inbox_with_more_runs_than_one_reading_lists_says_so_and_search
         where = search_clause(HOSTILE, "", "cancel_order")
         assert where is not None
         assert (await dev_client.count_workflows(f"{awaiting} AND {where}")).count == 0
+        # A count (it scans every paused run on SQLite) is kept for the readings that follow.
+        counts, ns = Counts(), dev_client.namespace
+        assert await counts.counting(ns, dev_client, awaiting) == 3
+        await park(dev_client, tq, "cancel order 63")
+        await wait_for(lambda: counted(dev_client, awaiting, 4), what="a fourth run awaiting")
+        assert await counts.counting(ns, dev_client, awaiting) == 3, "kept"
+        assert await counts.counting(ns, dev_client, f"{awaiting} AND {kind}") == 4, "new query"
+        window.COUNT_KEPT_SECONDS, kept_for = 0.0, window.COUNT_KEPT_SECONDS
+        try:
+            assert await counts.counting(ns, dev_client, awaiting) == 4, "counted again"
+        finally:
+            window.COUNT_KEPT_SECONDS = kept_for
+        # The listing pages (2 runs a page here), says whether more match, and decodes only the
+        # search attributes asked for.
+        inbox.PAGE, page = 2, inbox.PAGE
+        try:
+            three, more = await list_runs(dev_client, awaiting, 3)
+            everything, no_more = await list_runs(dev_client, awaiting, 10)
+        finally:
+            inbox.PAGE = page
+        assert (len(three), more, len(everything), no_more) == (3, True, 4, False)
+        assert [w.id for w in three] == [w.id for w in everything[:3]]
+        assert {w.id for w in everything} >= set(runs)
+        assert {p.key.name for w in everything for p in w.typed_search_attributes} == {"HitlAgent"}
     cut, whole = pages[2], pages[3]
     assert 'data-testid="cut"' in cut and "3 paused runs wait" in cut
     assert "the 2 started last" in cut and "2 read of 3 pending" in cut

@@ -190,15 +190,10 @@ class _FailingListing:
     def __init__(self, error: Exception) -> None:
         self.error = error
         self.queries: list[str] = []
+        self.workflow_service = self
 
-    def list_workflows(self, query: str, **_: object) -> _FailingListing:
-        self.queries.append(query)
-        return self
-
-    def __aiter__(self) -> _FailingListing:
-        return self
-
-    async def __anext__(self) -> object:
+    async def list_workflow_executions(self, req: Any, **_: object) -> object:
+        self.queries.append(req.query)
         raise self.error
 
 
