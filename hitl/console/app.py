@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,7 @@ from hitl.console.acts import CHAT_SLACK, MAX_RUN_CALLS, Acts
 from hitl.console.acts import Shown as Shown
 from hitl.console.auth import COOKIE, Authenticator, Session
 from hitl.console.chat import SlackGateway
-from hitl.console.data import ConsoleData, Inbox, Row
+from hitl.console.data import ConsoleData, Row
 from hitl.console.forms import (
     form_fields,
     one_text_each,
@@ -169,19 +170,19 @@ class Console(Acts):
 
         Only rows the person may see are counted, filtered or named in the filters' choices.
         """
-        q = request.query_params
-        person = request.state.session.person
-        inbox: Inbox = await self.data.inbox()
-        agent, tool, group = q.get("agent", ""), q.get("tool", ""), q.get("group", "")
-        text, age = q.get("q", "").strip(), q.get("age", "")
-        sort = q.get("sort", "oldest") if q.get("sort") in SORTS else "oldest"
+        q, person = request.query_params, request.state.session.person
         view = q.get("view", "") if q.get("view") in VIEWS else ""
-        min_age = AGES.get(age, 0)
+        waits = view not in SETTLED_VIEWS and asyncio.ensure_future(self.settled.rows_within(0.5))
+        inbox = await self.data.inbox()  # beside the settled views' counts (None: not read yet)
+        settled = await waits if waits else await self.settled.rows()
+        agent, tool, group = q.get("agent", ""), q.get("tool", ""), q.get("group", "")
+        text, min_age = q.get("q", "").strip(), AGES.get(q.get("age", ""), 0)
+        sort = q.get("sort", "oldest") if q.get("sort") in SORTS else "oldest"
         mine = [r for r in inbox.rows if self.may_see_row(person, r)]
         found = [] if view in SETTLED_VIEWS else await self.data.search(text, agent, tool, min_age)
         past = [r for r in found if self.may_see_row(person, r)]  # listed, not counted in views
         text = text.lower()
-        done = [r for r in await self.settled.rows() if visible(self.rules, person, r)]
+        done = [r for r in settled or [] if visible(self.rules, person, r)]
         counts = {v: sum(1 for r in mine if self.in_view(person, r, v)) for v in VIEWS}
         counts |= {v: sum(1 for r in done if r.view == v) for v in SETTLED_VIEWS}
         rows: list[Any]
@@ -198,10 +199,8 @@ class Console(Acts):
             by = (agent, tool, group, text)
             rows = self.pending(person, mine + past, view, by, min_age)
             rows.sort(key=lambda r: r.since, reverse=sort == "newest")
-        matched = len(rows)
-        pages = max(1, -(-matched // PAGE_SIZE))
-        page = int(q["page"]) if q.get("page", "").isdigit() else 1
-        page = min(max(page, 1), pages)
+        matched, pages = len(rows), max(1, -(-len(rows) // PAGE_SIZE))
+        page = min(max(int(q["page"]) if q.get("page", "").isdigit() else 1, 1), pages)
         rows = rows[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
         shown = {k: q.get(k, "") for k in ("agent", "tool", "group", "q", "age")}
         shown |= {"sort": sort, "view": view}
@@ -209,6 +208,7 @@ class Console(Acts):
             "left_out": inbox.left_out,
             "cut_at": inbox.cut_at,
             "waiting": inbox.counted(),
+            "unknown_counts": list(SETTLED_VIEWS) if settled is None else [],
         }
 
     def pending(

@@ -20,7 +20,8 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Literal, TypeVar, cast
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -45,7 +46,7 @@ from hitl.cli.inbox import (
 )
 from hitl.console.rows import Row as Row
 from hitl.console.rows import recorded_words, when
-from hitl.console.window import Counts, search_clause
+from hitl.console.window import Counts, before_clause, count_runs, search_clause
 from hitl.signing import sign_input
 from hitl.starting import decision_update_id
 from hitl.wire import (
@@ -127,6 +128,8 @@ class Inbox:
     waiting: dict[str, int | None] = field(default_factory=dict)
     """Namespace -> paused runs found there, for the namespaces whose reading was cut
     (`None`: not counted in `window.COUNT_TIMEOUT`)."""
+    started_by: dict[str, datetime] = field(default_factory=dict)
+    """Namespace -> when the oldest run a cut reading listed started (searches go past it)."""
     read_at: float = 0.0
     took: float = 0.0
     """Seconds the reading took."""
@@ -223,44 +226,49 @@ class ConsoleData:
         began = time.monotonic()
         inbox = Inbox()
         for ns, client in self.clients.items():
-            await self._read_namespace(inbox, ns, client)
+            await self._read_namespace(inbox, ns, client, began)
         # Served for INBOX_SECONDS from when it is ready: stamped when it began, a reading that
         # took longer (10,000 calls: seconds) was stale on arrival and every request read again.
         inbox.read_at = time.monotonic()
         inbox.took = inbox.read_at - began
         return inbox
 
-    async def _read_namespace(self, inbox: Inbox, ns: str, client: Client) -> None:
-        """Namespace `ns`'s paused runs of ours into `inbox`: their calls, or why not."""
+    async def _read_namespace(self, inbox: Inbox, ns: str, client: Client, began: float) -> None:
+        """Namespace `ns`'s paused runs of ours into `inbox`: their calls, or why not.
+
+        With the counts the page shows (`Counts`): the runs left out, and where the reading is
+        cut how many wait, counted beside the listing when the last reading was cut too.
+        """
         queues = self.task_queues
         kind = f"WorkflowType = '{WORKFLOW_TYPE}'"
         within = queue_clause(queues)
         clauses = [f"{SA_STATUS} = 'awaiting_approval'", "ExecutionStatus = 'Running'", kind]
 
-        async def listing(query: list[str]) -> list[Any]:
+        async def listing(query: list[str]) -> tuple[list[Any], str, bool]:
             text = " AND ".join([*query, within] if within else query)
-            counting, more = self._counts.counting(ns, client, text), False
-            try:
-                found, more = await list_runs(client, text, self.limit)
-            finally:
-                if not more:
-                    counting.cancel()
-            if more:  # the newest-started `limit`: searches reach the rest
-                inbox.cut_at = self.limit
-                inbox.waiting[ns] = await counting
-            return found
+            if ns in self._inbox.waiting:
+                self._counts.start((ns, text), partial(count_runs, client, text))
+            found, more = await list_runs(client, text, self.limit)
+            return found, text, more
 
         degraded = False
         try:
-            found = await listing(clauses)
+            found, text, more = await listing(clauses)
         except RPCError:  # our search attributes are not registered: ask every run
             degraded, clauses = True, ["ExecutionStatus = 'Running'", kind]
-            found = await listing(clauses)
-        query = " AND ".join([*clauses, within] if within else clauses)
-        self.queries[ns] = None if degraded else query
+            found, text, more = await listing(clauses)
+        outside = (ns, f"left out: {' AND '.join(clauses)}")
+        self._counts.start(outside, partial(left_out, client, clauses, queues))
+        if more:  # the newest-started `limit`: searches reach the rest
+            self._counts.start((ns, text), partial(count_runs, client, text))
+        self.queries[ns] = None if degraded else text
         rows = await self._rows(ns, client, found, degraded, inbox.unavailable)
         inbox.rows += rows
-        inbox.left_out += await left_out(client, clauses, queues) or 0
+        inbox.left_out += await self._counts.value(outside, began) or 0
+        if more:
+            inbox.cut_at = self.limit
+            inbox.started_by[ns] = min((w.start_time for w in found), default=datetime.now(UTC))
+            inbox.waiting[ns] = await self._counts.value((ns, text), began)
         self._seen(rows)
 
     def _seen(self, rows: list[Row]) -> None:
@@ -334,8 +342,9 @@ class ConsoleData:
             client, query = self.clients[ns], self.queries.get(ns)
             if query is None:  # our search attributes are not registered there
                 continue
-            try:
-                found, _ = await list_runs(client, f"{query} AND {where}", SEARCH_RUNS)
+            past = before_clause(self._inbox.started_by.get(ns) or datetime.now(UTC))
+            try:  # the runs started before the reading's oldest: what it did not list
+                found, _ = await list_runs(client, f"{query} AND {where} AND {past}", SEARCH_RUNS)
             except RPCError:
                 log.warning("searching paused runs in %s failed", ns, exc_info=True)
                 continue

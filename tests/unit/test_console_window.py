@@ -16,9 +16,9 @@ NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 
 def test_a_minimum_waiting_time_is_a_bound_on_since() -> None:
     got = search_clause("", min_age=3600, now=NOW)
-    assert got == "HitlPendingSince <= '2026-11-27T11:00:00.000000Z'"
+    assert got == "StartTime <= '2026-11-27T11:00:00.000000Z'"
     both = search_clause("run-1", tool="refund", min_age=60, now=NOW)
-    assert both is not None and both.startswith("HitlPendingSince <= '2026-11-27T11:59:00")
+    assert both is not None and both.startswith("StartTime <= '2026-11-27T11:59:00")
 
 
 @pytest.mark.parametrize(
