@@ -30,6 +30,7 @@ from hitl.cli.common import (
     _query,
     parse_span,
 )
+from hitl.cli.inbox import list_runs
 from hitl.wire import (
     QUERY_STATUS,
     SA_AGENT,
@@ -267,17 +268,18 @@ async def _runs(client: Client, args: argparse.Namespace) -> list[WorkflowExecut
     agent = _literal(args.agent) if args.agent else None
     if agent:
         clauses.append(f"{SA_AGENT} = {agent}")
+    query, timeout = " AND ".join(clauses), timedelta(seconds=args.timeout)
     try:
-        found = [
-            w
-            async for w in client.list_workflows(
-                " AND ".join(clauses),
-                limit=args.limit,
-                rpc_timeout=timedelta(seconds=args.timeout),
-            )
-        ]
+        found, more = await list_runs(client, query, args.limit, rpc_timeout=timeout)
     except RPCError as exc:
         raise Refused(f"cannot list runs: {exc.message} ({_code(exc)})") from None
+    if more:  # visibility lists running runs first: the closed ones may all be past the limit
+        print(
+            f"note: more than {args.limit} runs started within {args.since}; these are the "
+            f"first {args.limit} the server lists (running runs before closed ones): raise "
+            "--limit, or narrow with --since or --agent",
+            file=sys.stderr,
+        )
     return sorted(found, key=lambda w: w.start_time or since)
 
 

@@ -107,9 +107,10 @@ async def test_audit_lists_decisions_and_refusals_across_runs(
     )
 
     rows: list[dict[str, str]] = []
+    across = None
 
     async def listed() -> bool:  # runs are listed from visibility (eventually consistent)
-        nonlocal rows
+        nonlocal rows, across
         across = hitl(address, "audit", "--since", "1h", "--agent", "Treasury", "--csv")
         assert across.returncode == 0, across.stderr
         found = csv.DictReader(io.StringIO(across.stdout))
@@ -127,6 +128,10 @@ async def test_audit_lists_decisions_and_refusals_across_runs(
     assert any("refused approve update: NotAuthorized" in line for line in worker.output)
     usage = hitl(address, "audit", "--since", "soon")
     assert usage.returncode == 2 and "is not a span" in usage.stderr
+    # A limit that cuts the list says so (the server lists running runs before closed ones).
+    cut = hitl(address, "audit", "--since", "1h", "--agent", "Treasury", "--limit", "1")
+    assert cut.returncode == 0 and "more than 1 runs started within 1h" in cut.stderr
+    assert across is not None and "more than" not in across.stderr
 
 
 async def test_a_deadline_is_extended_from_the_cli(
