@@ -260,6 +260,27 @@ def event_count(hist: WorkflowHistory, event_type: int) -> int:
     return sum(1 for e in hist.events if e.event_type == event_type)
 
 
+def tool_started(hist: WorkflowHistory) -> tuple[int, Any]:
+    """The run's one execute_tool activity: its scheduled event id and its started attributes.
+
+    Temporal writes an activity's started event when the activity closes, with the attempt that
+    closed it (and the last failure before it): abandoned attempts leave no event of their own.
+    """
+    [scheduled] = [
+        e.event_id
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "execute_tool"
+    ]
+    [started] = [
+        e.activity_task_started_event_attributes
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id == scheduled
+    ]
+    return scheduled, started
+
+
 def tool_activity_count(hist: WorkflowHistory, tool_name: str | None = None) -> int:
     """execute_tool activities scheduled (optionally for one tool, by the activity summary)."""
     n = 0

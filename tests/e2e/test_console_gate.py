@@ -180,7 +180,7 @@ async def test_an_inbox_with_more_runs_than_one_reading_lists_says_so_and_search
                 await signed_in(web, "ann")
                 # Counts a reading does not wait for (over 0.5 s) are shown by the next one.
                 await data.inbox()
-                await wait_for(lambda: not data._counts.counting(), what="the reading's counts")
+                await wait_for(lambda c=data._counts: not c.counting(), what="the reading's counts")
                 data.forget()
                 pages[limit] = (await web.get("/inbox/rows")).text
                 if limit == 2:

@@ -35,6 +35,7 @@ from tests.helpers import (
     event_count,
     queue_name,
     tool_activity_count,
+    tool_started,
     wait_for,
 )
 
@@ -68,23 +69,8 @@ def workflow_task_identities(hist: WorkflowHistory) -> set[str]:
 
 
 def tool_attempt(hist: WorkflowHistory) -> tuple[int, str]:
-    """(attempt, worker identity) that completed the run's one execute_tool activity.
-
-    Temporal writes an activity's started event when the activity closes, with the attempt that
-    closed it: the attempts a dead or stopping worker abandoned leave no event of their own.
-    """
-    [scheduled] = [
-        e.event_id
-        for e in hist.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and e.activity_task_scheduled_event_attributes.activity_type.name == "execute_tool"
-    ]
-    [started] = [
-        e.activity_task_started_event_attributes
-        for e in hist.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.scheduled_event_id == scheduled
-    ]
+    """(attempt, worker identity) that completed the run's one execute_tool activity."""
+    scheduled, started = tool_started(hist)
     [_] = [
         e
         for e in hist.events

@@ -58,6 +58,7 @@ from tests.helpers import (
     local_markers,
     record_effect,
     serving,
+    tool_started,
 )
 
 
@@ -291,18 +292,7 @@ async def test_a_slow_tool_guardrail_is_covered_by_the_tools_heartbeats(
     assert len(GUARD_CALLS) == 1, "one attempt: the guardrail ran once"
     assert ledger.count() == 1
     hist = await ts_env.client.get_workflow_handle(result.workflow_id).fetch_history()
-    [scheduled] = [
-        e.event_id
-        for e in hist.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and e.activity_task_scheduled_event_attributes.activity_type.name == "execute_tool"
-    ]
-    [started] = [
-        e.activity_task_started_event_attributes
-        for e in hist.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.scheduled_event_id == scheduled
-    ]
+    _, started = tool_started(hist)
     assert started.attempt == 1, started.last_failure
 
 
