@@ -258,7 +258,8 @@ class ConsoleData:
             degraded, clauses = True, ["ExecutionStatus = 'Running'", kind]
             found, text, more = await listing(clauses)
         outside = (ns, f"left out: {' AND '.join(clauses)}")
-        self._counts.start(outside, partial(left_out, client, clauses, queues))
+        # Every reading (a run that appears on another queue is news), never waited long for.
+        self._counts.start(outside, partial(left_out, client, clauses, queues), keep=0.0)
         if more:  # the newest-started `limit`: searches reach the rest
             self._counts.start((ns, text), partial(count_runs, client, text))
         self.queries[ns] = None if degraded else text

@@ -113,10 +113,18 @@ class Counts:
         self._kept: dict[tuple[str, str], tuple[float, int | None]] = {}
         self._running: dict[tuple[str, str], asyncio.Future[None]] = {}
 
-    def start(self, key: tuple[str, str], count: Callable[[], Awaitable[int | None]]) -> None:
-        """Count `key` with `count()`, unless it was counted lately or is being counted."""
+    def start(
+        self,
+        key: tuple[str, str],
+        count: Callable[[], Awaitable[int | None]],
+        keep: float = COUNT_KEPT_SECONDS,
+    ) -> None:
+        """Count `key` with `count()`, unless counted in the last `keep` seconds or under way.
+
+        With `keep=0` every reading counts, and shows the last count meanwhile.
+        """
         kept = self._kept.get(key)
-        if key in self._running or (kept and time.monotonic() - kept[0] <= COUNT_KEPT_SECONDS):
+        if key in self._running or (kept and time.monotonic() - kept[0] <= keep):
             return
 
         async def run() -> None:

@@ -26,12 +26,11 @@ from temporalio.client import Client
 from hitl import Runner
 from hitl.cli import inbox
 from hitl.cli.inbox import list_runs
-from hitl.console import window
 from hitl.console.app import create_app
 from hitl.console.auth import COOKIE, Authenticator, AuthMode, token_digest
 from hitl.console.data import SEARCHES_KEPT, ConsoleData
 from hitl.console.urls import call_url, decide_url
-from hitl.console.window import Counts, count_runs, search_clause
+from hitl.console.window import COUNT_KEPT_SECONDS, Counts, count_runs, search_clause
 from hitl.wire import RunOutput, RunStatus
 from tests.agents import support_agent
 from tests.helpers import serving, wait_for
@@ -201,24 +200,19 @@ async def test_an_inbox_with_more_runs_than_one_reading_lists_says_so_and_search
         assert where is not None
         assert (await dev_client.count_workflows(f"{awaiting} AND {where}")).count == 0
         # A count (it scans every paused run on SQLite) is kept for the readings that follow.
-        counts, key, began = Counts(), (dev_client.namespace, awaiting), time.monotonic()
+        counts, ns, began = Counts(), dev_client.namespace, time.monotonic()
 
-        async def count(query: str = awaiting) -> int | None:
-            counts.start((dev_client.namespace, query), partial(count_runs, dev_client, query))
+        async def count(query: str = awaiting, keep: float = COUNT_KEPT_SECONDS) -> int | None:
+            counts.start((ns, query), partial(count_runs, dev_client, query), keep=keep)
             await wait_for(lambda: not counts.counting(), what="the count")
-            return await counts.value((dev_client.namespace, query), began)
+            return await counts.value((ns, query), began)
 
         assert await count() == 3
         await park(dev_client, tq, "cancel order 63")
         await wait_for(lambda: counted(dev_client, awaiting, 4), what="a fourth run awaiting")
         assert await count() == 3, "kept"
         assert await count(f"{awaiting} AND {kind}") == 4, "another query"
-        window.COUNT_KEPT_SECONDS, kept_for = 0.0, window.COUNT_KEPT_SECONDS
-        try:
-            assert await count() == 4, "counted again"
-        finally:
-            window.COUNT_KEPT_SECONDS = kept_for
-        assert key in counts._kept
+        assert await count(keep=0.0) == 4, "counted again"
         # The listing pages (2 runs a page here), says whether more match, and decodes only the
         # search attributes asked for.
         inbox.PAGE, page = 2, inbox.PAGE
