@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -303,6 +305,24 @@ async def _update_stage(client: Client, wid: str, update_id: str) -> int | None:
     return int(response.stage)
 
 
+@contextlib.contextmanager
+def _explained(worker: WorkerProcess, server: DevServer, log: Path) -> Iterator[WorkerProcess]:
+    """`worker`, started; if it cannot start, the error says whether the server still runs and
+    ends with its log."""
+    try:
+        worker.start()
+    except RuntimeError as exc:
+        alive = server.process is not None and server.process.poll() is None
+        tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+        raise AssertionError(
+            f"{exc}\nserver still running: {alive}\nits log ends:\n{tail}"
+        ) from None
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
 async def test_a_server_killed_with_an_update_in_flight_applies_it_once(
     tmp_path: Path, ledger_path: Path
 ) -> None:
@@ -342,7 +362,8 @@ async def test_a_server_killed_with_an_update_in_flight_applies_it_once(
         server.start()
         client = await Client.connect(server.address, data_converter=data_converter())
         assert cli.poll() is None, "the CLI is still retrying its call"
-        with WorkerProcess(server.address, tq, env=env):
+        # (Once in CI this worker found nothing listening just after the restart: say why.)
+        with _explained(WorkerProcess(server.address, tq, env=env), server, tmp_path / "s.log"):
             output, _ = await asyncio.to_thread(cli.communicate, timeout=60)
             handle = client.get_workflow_handle(wid, result_type=RunOutput)
             out = await asyncio.wait_for(handle.result(), 60)
