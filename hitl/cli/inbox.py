@@ -136,19 +136,24 @@ async def list_runs(
             return found, False
 
 
+async def count_runs(
+    client: Client, query: str, rpc_timeout: timedelta | None = None
+) -> int | None:
+    """How many runs `query` finds (`None`: the server could not say, within `rpc_timeout`)."""
+    try:
+        found = await client.count_workflows(query, rpc_timeout=rpc_timeout)
+    except RPCError:
+        return None
+    return int(found.count)
+
+
 async def left_out(client: Client, clauses: Sequence[str], queues: Sequence[str]) -> int | None:
     """How many runs the query `clauses` finds on task queues outside `queues` (`None`: unknown).
 
     One count query, for the note that says so; eventually consistent like every listing.
     """
     outside = queue_clause(queues, outside=True)
-    if outside is None:
-        return None
-    try:
-        found = await client.count_workflows(" AND ".join([*clauses, outside]))
-    except RPCError:
-        return None
-    return int(found.count)
+    return None if outside is None else await count_runs(client, " AND ".join([*clauses, outside]))
 
 
 def left_out_note(n: int, queues: Sequence[str], how: str) -> str:
@@ -193,6 +198,22 @@ class Unconfirmed:
     memo: InboxMemo
 
 
+async def _listed(
+    client: Client, query: str, limit: int, timeout: timedelta
+) -> list[WorkflowExecution]:
+    """`hitl pending`'s runs: the newest-started `limit`, with a note when more match."""
+    found, more = await list_runs(
+        client, query, limit, (SA_AGENT, SA_PENDING_TOOLS, SA_PENDING_SINCE), timeout
+    )
+    if more:
+        print(
+            f"note: more than {limit} paused runs match; these are the newest-started "
+            f"{limit} (raise --limit, or narrow with --agent or --queue)",
+            file=sys.stderr,
+        )
+    return found
+
+
 async def _paused_runs(
     client: Client, args: argparse.Namespace
 ) -> tuple[list[WorkflowExecution], bool, list[str], list[str]]:
@@ -224,15 +245,7 @@ async def _paused_runs(
 
     async def listing(query: list[str]) -> list[WorkflowExecution]:
         text = " AND ".join([*query, within] if within else query)
-        keep = (SA_AGENT, SA_PENDING_TOOLS, SA_PENDING_SINCE)
-        found, more = await list_runs(client, text, args.limit, keep, timeout)
-        if more:
-            print(
-                f"note: more than {args.limit} paused runs match; these are the newest-started "
-                f"{args.limit} (raise --limit, or narrow with --agent or --queue)",
-                file=sys.stderr,
-            )
-        return found
+        return await _listed(client, text, args.limit, timeout)
 
     degraded = False
     try:

@@ -38,6 +38,7 @@ from hitl.cli.common import _AGENT_KEY as AGENT_KEY
 from hitl.cli.common import _Gone, _Pollers, _query, _Unreadable
 from hitl.cli.inbox import (
     allowed_queues,
+    count_runs,
     inbox_memo,
     left_out,
     list_runs,
@@ -46,7 +47,7 @@ from hitl.cli.inbox import (
 )
 from hitl.console.rows import Row as Row
 from hitl.console.rows import recorded_words, when
-from hitl.console.window import Counts, before_clause, count_runs, search_clause
+from hitl.console.window import COUNT_TIMEOUT, Counts, before_clause, search_clause
 from hitl.signing import sign_input
 from hitl.starting import decision_update_id
 from hitl.wire import (
@@ -247,7 +248,7 @@ class ConsoleData:
         async def listing(query: list[str]) -> tuple[list[Any], str, bool]:
             text = " AND ".join([*query, within] if within else query)
             if ns in self._inbox.waiting:
-                self._counts.start((ns, text), partial(count_runs, client, text))
+                self._counts.start((ns, text), partial(count_runs, client, text, COUNT_TIMEOUT))
             found, more = await list_runs(client, text, self.limit)
             return found, text, more
 
@@ -261,7 +262,7 @@ class ConsoleData:
         # Every reading (a run that appears on another queue is news), never waited long for.
         self._counts.start(outside, partial(left_out, client, clauses, queues), keep=0.0)
         if more:  # the newest-started `limit`: searches reach the rest
-            self._counts.start((ns, text), partial(count_runs, client, text))
+            self._counts.start((ns, text), partial(count_runs, client, text, COUNT_TIMEOUT))
         self.queries[ns] = None if degraded else text
         rows = await self._rows(ns, client, found, degraded, inbox.unavailable)
         inbox.rows += rows
@@ -343,7 +344,7 @@ class ConsoleData:
             client, query = self.clients[ns], self.queries.get(ns)
             if query is None:  # our search attributes are not registered there
                 continue
-            past = before_clause(self._inbox.started_by.get(ns) or datetime.now(UTC))
+            past = before_clause(self._inbox.started_by[ns])  # cut: set with `waiting`
             try:  # the runs started before the reading's oldest: what it did not list
                 found, _ = await list_runs(client, f"{query} AND {where} AND {past}", SEARCH_RUNS)
             except RPCError:

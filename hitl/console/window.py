@@ -21,9 +21,6 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
-from temporalio.client import Client
-from temporalio.service import RPCError
-
 from hitl.cli.common import _literal
 from hitl.wire import SA_AGENT, SA_PENDING_TOOLS
 
@@ -88,15 +85,6 @@ COUNT_KEPT_SECONDS = 30.0
 dev server's SQLite), and the inbox is read every 2 s while anyone has it open."""
 COUNT_WAIT = 0.5
 """How long after it began a reading waits for its counts (a later reading shows the rest)."""
-
-
-async def count_runs(client: Client, query: str) -> int | None:
-    """The runs `query` finds (`None`: not counted within `COUNT_TIMEOUT`)."""
-    try:
-        found = await client.count_workflows(query, rpc_timeout=COUNT_TIMEOUT)
-    except RPCError:
-        return None
-    return int(found.count)
 
 
 class Counts:

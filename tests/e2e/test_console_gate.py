@@ -25,12 +25,12 @@ from temporalio.client import Client
 
 from hitl import Runner
 from hitl.cli import inbox
-from hitl.cli.inbox import list_runs
+from hitl.cli.inbox import count_runs, list_runs
 from hitl.console.app import create_app
 from hitl.console.auth import COOKIE, Authenticator, AuthMode, token_digest
 from hitl.console.data import SEARCHES_KEPT, ConsoleData
 from hitl.console.urls import call_url, decide_url
-from hitl.console.window import COUNT_KEPT_SECONDS, Counts, count_runs, search_clause
+from hitl.console.window import COUNT_KEPT_SECONDS, Counts, search_clause
 from hitl.wire import RunOutput, RunStatus
 from tests.agents import support_agent
 from tests.helpers import serving, wait_for
