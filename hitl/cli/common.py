@@ -172,6 +172,9 @@ def _code(exc: RPCError) -> str:
 
 
 _UNANSWERED = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
+NO_POLLER = "no poller seen"
+"""How the server starts a query's FAILED_PRECONDITION when no worker polled the run's queue of
+late: it may say so before the task queue's poller list forgets a worker just stopped."""
 
 
 class _Pollers:
@@ -241,6 +244,8 @@ async def _query(
             raise _Gone(f"no run {handle.id!r} in this namespace") from None
         if exc.status in _UNANSWERED:
             raise _Unreadable(handle.id, await pollers.why_unanswered(queue, timeout)) from None
+        if exc.status == RPCStatusCode.FAILED_PRECONDITION and NO_POLLER in exc.message:
+            raise _Unreadable(handle.id, f"no worker is polling task queue {queue!r}") from None
         raise _Unreadable(handle.id, f"{exc.message} ({_code(exc)})") from None
     except WorkflowQueryFailedError as exc:
         raise _Unreadable(handle.id, f"the {name} query failed: {exc}") from None

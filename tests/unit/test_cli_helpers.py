@@ -410,3 +410,38 @@ def test_pending_labels_what_each_call_waits_for() -> None:
     assert _call_row(w, "run", "A", "Pay", 0, entry)[1][2] == "uncertain: hitl resolve"
     approval = entry.model_copy(update={"kind": "approval"})
     assert _call_row(w, "run", "A", "Pay", 0, approval)[1][2] == "approval"
+
+
+async def test_a_query_the_server_refuses_for_want_of_pollers_says_no_worker_polls() -> None:
+    """Just after a worker stops, the task queue may still list it while the server already
+    refuses the query (FAILED_PRECONDITION, "no poller seen ..."; seen under load): the reader
+    is told no worker polls, not handed the server's words. Other refusals keep theirs."""
+    from hitl.cli.common import _Pollers, _query, _Unreadable
+    from hitl.wire import RunStatus
+
+    class Handle:
+        id = "run-1"
+
+        def __init__(self, error: RPCError) -> None:
+            self.error = error
+
+        async def query(self, *_: object, **__: object) -> RunStatus:
+            raise self.error
+
+    class Listed(_Pollers):
+        async def count(self, queue: str, *, fresh: bool = False) -> int | None:
+            return 1  # the stopped worker, still listed
+
+    no_poller = RPCError(
+        "no poller seen for task queue recently, worker may be down",
+        RPCStatusCode.FAILED_PRECONDITION,
+        b"",
+    )
+    other = RPCError("workflow is busy", RPCStatusCode.FAILED_PRECONDITION, b"")
+    for error, said in [
+        (no_poller, "no worker is polling task queue 'q'"),
+        (other, "workflow is busy (FAILED_PRECONDITION)"),
+    ]:
+        with pytest.raises(_Unreadable) as caught:
+            await _query(None, Handle(error), "status", RunStatus, 1.0, Listed(None), "q")  # type: ignore[arg-type]
+        assert caught.value.reason == said
