@@ -343,6 +343,7 @@ async def _listed_by_visibility(address: str, tq: str, wid: str) -> None:
     )
 
 
+@pytest.mark.timeout(180)  # a worker start and eight `hitl` processes: 31 s in the suite here
 async def test_pending_show_and_approve_all_say_when_no_worker_answers(
     dev_server: DevServer, dev_client: Client, tmp_path: Path
 ) -> None:

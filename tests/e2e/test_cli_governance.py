@@ -73,6 +73,7 @@ async def test_two_people_approve_from_the_cli(
     assert Ledger(tmp / "ledger.db").count("release_funds") == 1
 
 
+@pytest.mark.timeout(180)  # a dozen `hitl` processes: 54 s in the suite on 2 cores, >60 s at -n 3
 async def test_audit_lists_decisions_and_refusals_across_runs(
     stack: tuple[str, str, Path, WorkerProcess], dev_client: Client
 ) -> None:
@@ -230,6 +231,7 @@ async def test_signed_decisions_from_the_cli(
     assert json.loads(row["original_arguments"])["amount"] == 500
 
 
+@pytest.mark.timeout(180)  # its own worker and a dozen `hitl` processes: 42 s in the suite here
 async def test_refused_updates_reach_the_audit_through_the_worker_log(
     dev_server: DevServer, tmp_path: Path
 ) -> None:

@@ -95,6 +95,8 @@ async def test_fifty_runs_on_one_customer_never_refund_past_the_cap_across_a_wor
     (ledger_id,) = ledgers
     seen = await reservations(dev_client, ledger_id)
     assert set(seen.accepted_per_reservation().values()) == {1}
-    assert len(seen.accepted) == RUNS
+    # (Fewer: some runs were denied with no reservation accepted, as when the ledger gives no
+    # answer within `RETRY_FOR` and the rule fails closed. Seen once, with the suite at -n 3.)
+    assert len(seen.accepted) == RUNS, f"{len(seen.accepted)} reservations for {RUNS} runs"
     fits = [seen.answers[u] for u in seen.update_ids if seen.answers[u].fits]
     assert len(fits) == FITS and sum(Decimal(a.amount) for a in fits) <= ABOVE

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
 from temporalio.client import WorkflowHandle
 
 from hitl.wire import DecisionInput, DecisionRecord, RunInput, RunOutput, RunStatus, WaitInput
@@ -35,6 +36,7 @@ async def test_long_polls_cannot_take_every_update_slot(desk: Desk) -> None:
     await desk.approve_and_finish(handle, call_id)
 
 
+@pytest.mark.timeout(180)  # 2,100 updates: 41 s in the suite on 2 cores, >60 s at -n 3
 async def test_the_update_budget_cannot_be_spent(desk: Desk) -> None:
     """2,100 accepted updates would exhaust a run's 2,000: it continues as new while parked,
     keeps its pending call, and the decision sent by workflow id lands on the new run."""
