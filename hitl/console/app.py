@@ -28,22 +28,12 @@ from hitl.console.acts import Shown as Shown
 from hitl.console.auth import COOKIE, Authenticator, Session
 from hitl.console.chat import SlackGateway
 from hitl.console.data import ConsoleData, Row
-from hitl.console.forms import (
-    form_fields,
-    one_text_each,
-)
+from hitl.console.forms import form_fields, one_text_each
 from hitl.console.insights import INSIGHTS, METRICS, InsightsPages
 from hitl.console.realtime import REALTIME, socket_endpoint
 from hitl.console.rules import Rules
 from hitl.console.settled import SETTLED_VIEWS, SettledRow, visible
-from hitl.console.urls import (
-    AUDIT,
-    CALL,
-    DECIDE,
-    DECIDE_RUN,
-    LIVE,
-    RUN,
-)
+from hitl.console.urls import AUDIT, CALL, DECIDE, DECIDE_RUN, LIVE, RUN
 from hitl.console.view import HERE, live_ids, local_path, message_of, seen_of, words_of
 from hitl.console.view import _env as _env
 from hitl.console.view import _transcript as _transcript
@@ -147,23 +137,25 @@ class Console(Acts):
         return self.render(request, "inbox.html", rows_html=html, version=version, **ctx)
 
     async def inbox_rows(self, request: Request) -> Response:
-        """`/inbox/rows`: the inbox's rows alone (htmx polls them); 204 while unchanged."""
+        """`/inbox/rows`: the rows and the views' counts (htmx polls them); 204 while unchanged."""
         rows, ctx = await self.filtered(request)
         html, version = self.rows_html(request, rows, ctx)
         if request.query_params.get("v") == version:
             return Response(status_code=204)  # nothing to swap: focus and scroll stay put
-        return self.render(request, "_inbox.html", rows_html=html, version=version, **ctx)
+        ctx |= {"rows_html": html, "version": version, "oob_views": True}
+        return self.render(request, "_inbox.html", **ctx)
 
     def rows_html(
         self, request: Request, rows: list[Any], ctx: dict[str, Any]
     ) -> tuple[Markup, str]:
-        """The rows as the page shows them, and a short digest naming that version."""
+        """The rows as the page shows them, and a digest naming them and the views' counts."""
         session: Session = request.state.session
         name = "_settled.html" if ctx["filters"]["view"] in SETTLED_VIEWS else "_rows.html"
         html = self.env.get_template(name).render(
             rows=rows, person=session.person, namespaces=list(self.data.clients), **ctx
         )
-        return Markup(html), hashlib.sha256(html.encode()).hexdigest()[:16]
+        counts = repr((ctx["total"], sorted(ctx["view_counts"].items()), ctx["unknown_counts"]))
+        return Markup(html), hashlib.sha256((html + counts).encode()).hexdigest()[:16]
 
     async def filtered(self, request: Request) -> tuple[list[Any], dict[str, Any]]:
         """The inbox rows the query string asks for, and what the page needs to show the filters.

@@ -4,6 +4,7 @@ inbox and decides it. Every test checks what the run recorded, not only the page
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -179,16 +180,29 @@ async def test_forged_posts_are_refused(browser: Any, console: Console) -> None:
 
 
 async def test_live_inbox_shows_a_new_call_without_a_reload(browser: Any, console: Console):
+    """The rows and the views' counts follow the calls while the page stays open."""
     page = await signed_in(browser, console, "bob")
     await page.goto(console.url + "/")
+    everything = page.locator("[data-testid=views] #view-all")
+    before = await everything.inner_text()  # "All (N)"
     wid, call_id = await park(console, support_agent, "cancel order 37")
     await row_of(page, wid, call_id).wait_for(timeout=20_000)  # htmx polling
+
+    def counted(n: int) -> Callable[[], Awaitable[bool]]:
+        async def shows() -> bool:
+            return await everything.inner_text() == f"All ({n})"
+
+        return shows
+
+    n = int(before.removeprefix("All (").removesuffix(")"))
+    await wait_for(counted(n + 1), timeout=20, what=f"the count to go from {before} up by one")
     await console.client.get_workflow_handle(wid).terminate("test over")
 
     async def gone() -> bool:
         return await row_of(page, wid, call_id).count() == 0
 
     await wait_for(gone, timeout=20, what="the call to leave the inbox")
+    await wait_for(counted(n), timeout=20, what=f"the count to be back at {before}")
 
 
 async def test_a_run_that_finished_meanwhile_says_what_it_recorded(browser: Any, console: Console):
