@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -44,12 +45,32 @@ def temporal_binary() -> str:
     )
 
 
+PICKED_FROM = 20_000
+"""The lowest port `free_port` picks (below the kernel's ephemeral range, where it can)."""
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port(ip: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now on `ip`."""
+    """A TCP port that is free right now on `ip`, below the kernel's ephemeral range if it can.
+
+    The kernel hands out a port for `bind(0)` from the range it also gives every outgoing
+    connection, so between this answer and the server's own bind a connection may take it and
+    the server fails to start (or, for a port it binds late, dies after a healthy start). A
+    port below that range is taken only by someone who asks for it by number.
+    """
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    rng = random.SystemRandom()
+    for _ in range(64 if low > PICKED_FROM + 1_000 else 0):
+        port = rng.randrange(PICKED_FROM, low)
+        if port_free(port, ip):
+            return port
     with socket.socket() as s:
         s.bind((ip, 0))
-        port: int = s.getsockname()[1]
-        return port
+        picked: int = s.getsockname()[1]
+        return picked
 
 
 def port_free(port: int, ip: str = "127.0.0.1") -> bool:
