@@ -8,13 +8,17 @@ after an upgrade with one log line. Now a run keeps the attributes the namespace
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from google.protobuf.duration_pb2 import Duration
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, RegisterNamespaceRequest
 from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
+from temporalio.worker import Worker
 
 from hitl.admin import search_attribute_type
 from hitl.client import data_converter
@@ -31,7 +35,7 @@ from hitl.wire import (
 )
 from hitl.worker.devserver import DevServer
 from tests.agents import treasury_agent
-from tests.helpers import serving, wait_for
+from tests.helpers import queue_name, serving, wait_for
 from tests.hostile import raw
 
 
@@ -62,7 +66,27 @@ async def old_release_namespace(dev_server: DevServer) -> Client:
         return True
 
     await wait_for(registered, timeout=30, what=f"namespace {ns} with the earlier attributes")
-    return await Client.connect(dev_server.address, namespace=ns, data_converter=data_converter())
+    client = await Client.connect(dev_server.address, namespace=ns, data_converter=data_converter())
+    # The history service learns a new namespace's attributes when it next refreshes its cache:
+    # until then an upsert fails its workflow task ("no mapping defined", seen under load). A
+    # probe run's upsert succeeds, its task retried, once the run under test's would.
+    tq = queue_name("probe")
+    async with Worker(client, task_queue=tq, workflows=[UpsertProbe]):
+        await client.execute_workflow(
+            UpsertProbe.run, id=f"{ns}-probe", task_queue=tq, execution_timeout=timedelta(minutes=2)
+        )
+    return client
+
+
+@workflow.defn(sandboxed=False)
+class UpsertProbe:
+    """Upserts `HitlStatus` once: it completes when the namespace's attributes are usable."""
+
+    @workflow.run
+    async def run(self) -> None:
+        workflow.upsert_search_attributes(
+            [SearchAttributeKey.for_keyword(SA_STATUS).value_set("x")]
+        )
 
 
 async def test_a_namespace_from_an_earlier_release_keeps_the_attributes_it_has(
