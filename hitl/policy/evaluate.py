@@ -143,7 +143,9 @@ def _decide(verdict: Verdict, rules: list[Rule]) -> None:
         return
     verdict.effect, verdict.rule = winner.effect, winner.id
     if winner.effect == "deny":
-        verdict.message = winner.message
+        report = next(r for r in verdict.reports if r.rule == winner.id)
+        unchecked = any(w.endswith(_closed(True)) for w in report.why)
+        verdict.message = UNCHECKED.format(rule=winner.id) if unchecked else winner.message
         return
     if winner.effect != "ask":
         return
@@ -187,6 +189,16 @@ def _conditions(rule: Rule, arguments: Any, why: list[str]) -> bool:
         if not held:
             return False
     return True
+
+
+UNCHECKED = (
+    "Refused by policy rule {rule!r}: it could not be checked for this call, so the call was "
+    "not made."
+)
+"""What a deny that holds only by failing closed tells the model, instead of the rule's own
+message: that message states what the rule found (a cap reached, a limit passed), which was not
+found. The reason (a ledger that did not answer, an argument that is not a number) is in the
+verdict's reports, for the audit."""
 
 
 def _closed(holds: bool) -> str:

@@ -145,6 +145,36 @@ async def test_conditions_that_cannot_be_evaluated_fail_closed() -> None:
     pattern = doc(rule("no", "deny", "{arg: to, regex: 'b'}"))
     v = await verdict(pattern, {"to": too_long})
     assert v.effect == "deny" and "fails closed" in v.reports[0].why[0]
+    # The model is not told what the rule would have found (its message), only that the rule
+    # could not be checked; a rule that was checked keeps its message.
+    assert v.message is not None and "could not be checked" in v.message
+    assert "no by no" not in v.message
+    checked = await verdict(deny, {"amount": 500})
+    assert (checked.effect, checked.message) == ("deny", "no by no")
+
+
+async def test_a_cap_the_ledger_could_not_check_is_not_reported_as_reached() -> None:
+    """The ledger gives no answer (a timeout, a refusal): the deny rule fails closed, and the
+    model is told the rule could not be checked, not the rule's "the cap is reached"."""
+    from datetime import UTC, datetime
+
+    from hitl.policy import LimitLedgerError
+
+    class Silent(CaseLedger):
+        async def check_and_reserve(self, check: Any) -> Any:
+            raise LimitLedgerError("the ledger did not answer in time")
+
+    limit = "    limit: {key: 'c:{customer}', window: 24h, measure: sum, of: amount, above: 50}\n"
+    d = doc(rule("cap", "deny", extra=limit))
+    args = {"customer": "C-1", "amount": Decimal("60")}
+    at = datetime.now(UTC)
+    facts = CallFacts(agent="Desk", tool="refund", arguments=args, at=at, call_id="c1")
+    silent = await evaluate(d, "sha256:x", facts, Silent({}))
+    assert silent.effect == "deny" and silent.message is not None
+    assert "'cap': it could not be checked" in silent.message and "no by cap" not in silent.message
+    assert any("did not answer" in w for w in silent.reports[0].why), silent.reports[0].why
+    reached = await evaluate(d, "sha256:x", facts, CaseLedger({}))
+    assert (reached.effect, reached.message) == ("deny", "no by cap")
 
 
 async def test_limits_ask_the_ledger_and_fail_closed_without_one() -> None:
