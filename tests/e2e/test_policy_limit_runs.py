@@ -89,14 +89,15 @@ async def test_fifty_runs_on_one_customer_never_refund_past_the_cap_across_a_wor
     assert len(ran) == FITS, f"{len(ran)} refunds ran; the cap lets {FITS} through"
     assert sum(Decimal(str(AMOUNT)) for _ in ran) <= ABOVE
     assert sum(1 for f in finals if f.startswith("refunded")) == FITS
-    assert sum(1 for f in finals if "reached the cap" in f) == RUNS - FITS
+    others = [f for f in finals if not f.startswith("refunded") and "reached the cap" not in f]
+    assert sum(1 for f in finals if "reached the cap" in f) == RUNS - FITS, others
     # What the ledger recorded: one reservation per run, each accepted and answered once, and
     # the "fits" answers never past the cap.
     (ledger_id,) = ledgers
     seen = await reservations(dev_client, ledger_id)
     assert set(seen.accepted_per_reservation().values()) == {1}
-    # (Fewer: some runs were denied with no reservation accepted, as when the ledger gives no
-    # answer within `RETRY_FOR` and the rule fails closed. Seen once, with the suite at -n 3.)
+    # (Seen once with the suite at -n 3: 44 for 50 runs, every output "refunded" or "reached
+    # the cap". A run whose rule failed closed now says "could not be checked" instead.)
     assert len(seen.accepted) == RUNS, f"{len(seen.accepted)} reservations for {RUNS} runs"
     fits = [seen.answers[u] for u in seen.update_ids if seen.answers[u].fits]
     assert len(fits) == FITS and sum(Decimal(a.amount) for a in fits) <= ABOVE
