@@ -108,6 +108,17 @@ def one_line(text: object) -> str:
     return escape(value)
 
 
+def labelled_text(label: str, text: object) -> list[str]:
+    """`label: text`, or `label:` with each line of a longer text indented under it.
+
+    Every line is escaped, and no line of the text can pass for a line of ours.
+    """
+    lines = str(text).splitlines() or [""]
+    if len(lines) == 1:
+        return [f"{label}: {one_line(lines[0])}"]
+    return [f"{label}:", *(f"    {one_line(line)}" for line in lines)]
+
+
 class SafeStream:
     """A text stream that escapes what `escape` escapes in everything written to it."""
 

@@ -15,7 +15,7 @@ from temporalio.client import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from hitl.cli.common import EXIT_FAILED, EXIT_OK, Refused, _short, one_line
+from hitl.cli.common import EXIT_FAILED, EXIT_OK, Refused, _short, labelled_text, one_line
 from hitl.wire import (
     UPDATE_WAIT,
     RunEvent,
@@ -112,7 +112,7 @@ def _report(status: RunStatus) -> int:
         print(f"failed: {one_line(status.error.type)}: {one_line(status.error.message)}")
         return EXIT_FAILED
     if status.phase == "completed":
-        print(f"completed: {one_line(status.final_output)}")
+        print("\n".join(labelled_text("completed", status.final_output)))
         return EXIT_OK
     print(f"{status.phase}: {len(status.pending)} pending approval(s)")
     for p in status.pending:

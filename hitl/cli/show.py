@@ -18,6 +18,7 @@ from hitl.cli.common import (
     _path_text,
     _query,
     _short,
+    labelled_text,
     one_line,
 )
 from hitl.items import message_text
@@ -106,13 +107,7 @@ def _print_summary(st: RunStatus) -> None:
         f"{st.usage.output_tokens} out tokens"
     )
     if st.final_output is not None:
-        lines = str(st.final_output).splitlines() or [""]
-        if len(lines) == 1:
-            print(f"Final output: {one_line(lines[0])}")
-        else:  # indented like a request's message: no line of it can pass for ours
-            print("Final output:")
-            for line in lines:
-                print(f"    {one_line(line)}")
+        print("\n".join(labelled_text("Final output", st.final_output)))
     if st.error is not None:
         print(f"Failed: {one_line(st.error.type)}: {one_line(st.error.message)}")
 

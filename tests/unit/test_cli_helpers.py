@@ -445,3 +445,29 @@ async def test_a_query_the_server_refuses_for_want_of_pollers_says_no_worker_pol
         with pytest.raises(_Unreadable) as caught:
             await _query(None, Handle(error), "status", RunStatus, 1.0, Listed(None), "q")  # type: ignore[arg-type]
         assert caught.value.reason == said
+
+
+def test_hitl_run_prints_a_multi_line_output_indented_and_a_short_one_on_its_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`hitl run --wait` shows an agent's final output as `hitl show` does: a report of several
+    lines readable, each indented (a line of it cannot pass for `failed:` or a call of ours)."""
+    from hitl.cli.running import _report
+    from hitl.wire import RunStatus
+
+    def report(output: str) -> str:
+        _report(
+            RunStatus(
+                workflow_id="w", run_id="r", agent="A", phase="completed", final_output=output
+            )
+        )
+        return capsys.readouterr().out
+
+    assert report("Refunded order 7.") == "completed: Refunded order 7.\n"
+    shown = report("Here is what happened:\n- refund: done\nfailed: forged\x1b[2J")
+    assert shown.splitlines() == [
+        "completed:",
+        "    Here is what happened:",
+        "    - refund: done",
+        "    failed: forged\\u001b[2J",
+    ]
