@@ -220,7 +220,7 @@ COMMANDS: list[Subcommand] = [
         "start a run of a registered agent",
         [
             (("agent",), {}),
-            (("input",), {}),
+            (("input",), {"help": "what the agent is asked ('-': read it from standard input)"}),
             (("--id",), {"help": "business workflow id (never started twice)"}),
             (("--wait",), {"action": "store_true", "help": "wait until it pauses or finishes"}),
             (("--timeout",), {"type": float, "default": 30.0}),

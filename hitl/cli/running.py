@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -33,7 +34,8 @@ async def cmd_run(client: Client, args: argparse.Namespace) -> int:
     """
     from hitl.starting import StartRequest
 
-    request = StartRequest.build(args.agent, args.input, workflow_id=args.id)
+    text = sys.stdin.read() if args.input == "-" else args.input  # '-': a long or piped text
+    request = StartRequest.build(args.agent, text, workflow_id=args.id)
     wid = request.workflow_id
     try:
         handle = await request.start(client, args.task_queue)

@@ -81,3 +81,29 @@ async def test_every_start_path_refuses_a_second_run_under_a_closed_business_id(
 def test_run_streamed_takes_the_same_keywords_as_run() -> None:
     with pytest.raises(TypeError, match="contxt"):
         Runner.run_streamed(counter, "x", contxt={"a": 1})  # type: ignore[call-arg]
+
+
+async def test_hitl_run_reads_a_dash_as_its_input_from_stdin(
+    dev_client: Client, dev_server: object
+) -> None:
+    """A text too long for an argument, or piped from another command: `hitl run AGENT -`.
+    Its lines reach the model as they were, and an output of several lines prints indented."""
+    text = "line one\n  line two: 'quoted' $HOME \\n\n" + "x" * 200_000
+    address: str = dev_server.address  # type: ignore[attr-defined]
+    command = [sys.executable, "-m", "hitl.cli", "--address", address, "--task-queue"]
+    async with serving(dev_client, counter) as tq:
+        cli = await asyncio.to_thread(
+            subprocess.run,
+            [*command, tq, "run", "Counter", "-", "--wait"],
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert cli.returncode == 0, cli.stderr
+        [started, *shown] = cli.stdout.splitlines()
+        out = await dev_client.get_workflow_handle(started.removeprefix("started ")).result()
+    assert out["final_output"] == f"counted: {text}", "the text as it was piped"
+    line_two = "      line two: 'quoted' $HOME \\n"  # a backslash and an n, as typed
+    assert shown == ["completed:", "    counted: line one", line_two, "    " + "x" * 200_000]
