@@ -7,6 +7,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Two test processes, each with its own dev and time-skipping servers: most tests wait on
 # servers and workers, so on 2 cores the suite took 20 min this way and 30 min in one process.
+# Three took 15 min (2026-11-27) but starved the machine: 5 then 1 tests failed on timing
+# (each fixed since), and what failed next would be the same kind; two stay the default.
 PYTEST_ARGS ?= -n 2
 BENCH_ARGS ?=
 
