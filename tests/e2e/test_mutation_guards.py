@@ -153,8 +153,24 @@ async def test_a_nested_run_that_continues_as_new_while_parked_keeps_its_root(
         )
         # The decision reaches the nested run: its call runs (it was once lost on the way).
         await wait_for(lambda: ledger.count("stamp") == 1, what="the nested call to run")
-        out = await asyncio.wait_for(root.result(), 30)
+        try:
+            out = await asyncio.wait_for(root.result(), 30)
+        except TimeoutError:  # seen once in CI: say what each history holds
+            raise AssertionError(await _histories(client, [root.id, child_id])) from None
     assert out.final_output == "stamped lease" and ledger.count("stamp") == 1
+
+
+async def _histories(client: Client, workflow_ids: list[str]) -> str:
+    """Each run's events (type names, with each workflow task failure's message)."""
+    lines = []
+    for wid in workflow_ids:
+        async for w in client.list_workflows(f"WorkflowId = '{wid}'"):
+            hist = await client.get_workflow_handle(wid, run_id=w.run_id).fetch_history()
+            names = [EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in hist.events]
+            status = w.status.name if w.status else "?"
+            lines.append(f"{wid} {w.run_id} {status}: {' '.join(names)}")
+            lines += [f"  task failed: {m}" for m in raw.task_failures(hist)]
+    return "the root did not finish in 30 s\n" + "\n".join(lines)
 
 
 async def _continued(client: Client, workflow_id: str, first: str) -> bool:
