@@ -18,7 +18,7 @@ from decimal import Decimal
 from fnmatch import fnmatchcase
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from hitl.policy.document import Condition, Effect, Limit, Mode, PolicyDocument, Rule, to_decimal
 from hitl.policy.limits import LimitCheck, LimitLedger, LimitLedgerError
@@ -69,6 +69,17 @@ class RuleReport(BaseModel):
     mode: Mode
     matched: bool
     why: list[str] = Field(default_factory=list)
+    _held_closed: bool = PrivateAttr(default=False)
+
+    def fail_closed(self, holds: bool, reason: str) -> None:
+        """Note a part that could not be evaluated (`reason`), and whether it holds anyway."""
+        self.why.append(f"{reason}; fails closed: {'holds' if holds else 'does not hold'}")
+        self._held_closed = self._held_closed or holds
+
+    @property
+    def held_closed(self) -> bool:
+        """Whether a part of the rule held only by failing closed (`why` says which)."""
+        return self._held_closed
 
 
 class Verdict(BaseModel):
@@ -110,10 +121,10 @@ async def evaluate(
         verdict.reports.append(report)
         if not _in_scope(rule, facts, report.why):
             continue
-        if not _conditions(rule, facts.arguments, report.why):
+        if not _conditions(rule, facts.arguments, report):
             continue
         if rule.limit is not None and not await _limit(
-            rule, rule.limit, mode, facts, ledger, verdict, report.why
+            rule, rule.limit, mode, facts, ledger, verdict, report
         ):
             continue
         report.matched = True
@@ -144,8 +155,8 @@ def _decide(verdict: Verdict, rules: list[Rule]) -> None:
     verdict.effect, verdict.rule = winner.effect, winner.id
     if winner.effect == "deny":
         report = next(r for r in verdict.reports if r.rule == winner.id)
-        unchecked = any(w.endswith(_closed(True)) for w in report.why)
-        verdict.message = UNCHECKED.format(rule=winner.id) if unchecked else winner.message
+        unchecked = UNCHECKED.format(rule=winner.id)
+        verdict.message = unchecked if report.held_closed else winner.message
         return
     if winner.effect != "ask":
         return
@@ -175,17 +186,17 @@ def _in_scope(rule: Rule, facts: CallFacts, why: list[str]) -> bool:
     return True
 
 
-def _conditions(rule: Rule, arguments: Any, why: list[str]) -> bool:
+def _conditions(rule: Rule, arguments: Any, report: RuleReport) -> bool:
     for cond in rule.when:
         try:
             held = holds(cond, arguments)
         except Unknown as exc:
             closed = rule.effect != "allow"
-            why.append(f"{_text(cond)}: cannot be evaluated ({exc}); {_closed(closed)}")
+            report.fail_closed(closed, f"{_text(cond)}: cannot be evaluated ({exc})")
             if not closed:
                 return False
             continue
-        why.append(f"{_text(cond)}: {'holds' if held else 'does not hold'}")
+        report.why.append(f"{_text(cond)}: {'holds' if held else 'does not hold'}")
         if not held:
             return False
     return True
@@ -199,10 +210,6 @@ UNCHECKED = (
 message: that message states what the rule found (a cap reached, a limit passed), which was not
 found. The reason (a ledger that did not answer, an argument that is not a number) is in the
 verdict's reports, for the audit."""
-
-
-def _closed(holds: bool) -> str:
-    return f"fails closed: {'holds' if holds else 'does not hold'}"
 
 
 def _text(cond: Condition) -> str:
@@ -294,7 +301,7 @@ async def _limit(
     facts: CallFacts,
     ledger: LimitLedger | None,
     verdict: Verdict,
-    why: list[str],
+    report: RuleReport,
 ) -> bool:
     """Whether the rule's limit is passed; asks the ledger (reserving, when enforced)."""
     closed = rule.effect != "allow"
@@ -324,7 +331,7 @@ async def _limit(
         except LimitLedgerError as exc:
             raise Unknown(f"the ledger did not answer: {exc}") from None
     except Unknown as exc:
-        why.append(f"limit: cannot be evaluated ({exc}); {_closed(closed)}")
+        report.fail_closed(closed, f"limit: cannot be evaluated ({exc})")
         verdict.limits.append(
             LimitHit(rule=rule.id, key=limit.key, above=str(limit.above), exceeded=closed)
         )
@@ -341,5 +348,5 @@ async def _limit(
     )
     verdict.limits.append(hit)
     compared = ">" if answer.exceeded else "<="
-    why.append(f"limit {key}: {limit.measure} {answer.total_after} {compared} {limit.above}")
+    report.why.append(f"limit {key}: {limit.measure} {answer.total_after} {compared} {limit.above}")
     return answer.exceeded

@@ -151,6 +151,11 @@ async def test_conditions_that_cannot_be_evaluated_fail_closed() -> None:
     assert "no by no" not in v.message
     checked = await verdict(deny, {"amount": 500})
     assert (checked.effect, checked.message) == ("deny", "no by no")
+    # Told apart by what happened, not by the reasons' words: a condition whose own text reads
+    # like failing closed, and holds, keeps the rule's message.
+    lookalike = doc(rule("no", "deny", "{arg: note, eq: 'fails closed'}"))
+    same = await verdict(lookalike, {"note": "fails closed"})
+    assert (same.effect, same.message) == ("deny", "no by no"), same.reports[0].why
 
 
 async def test_a_cap_the_ledger_could_not_check_is_not_reported_as_reached() -> None:
