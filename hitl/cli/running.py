@@ -34,8 +34,7 @@ async def cmd_run(client: Client, args: argparse.Namespace) -> int:
     """
     from hitl.starting import StartRequest
 
-    text = sys.stdin.read() if args.input == "-" else args.input  # '-': a long or piped text
-    request = StartRequest.build(args.agent, text, workflow_id=args.id)
+    request = StartRequest.build(args.agent, _input_text(args.input), workflow_id=args.id)
     wid = request.workflow_id
     try:
         handle = await request.start(client, args.task_queue)
@@ -63,6 +62,20 @@ async def cmd_run(client: Client, args: argparse.Namespace) -> int:
     if status.phase == "completed" and status.final_output is None:
         status = await _closed_status(handle)  # a large output is left out of `wait`'s answer
     return _report(status)
+
+
+def _input_text(given: str) -> str:
+    """The run's input: `given`, or standard input for `-` (a long or piped text); UTF-8 only.
+
+    Python hands undecodable bytes of argv and stdin on as lone surrogates, which no payload
+    can carry: such an input is refused here, before anything starts.
+    """
+    raw = sys.stdin.buffer.read() if given == "-" else given.encode("utf-8", "surrogateescape")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = "standard input" if given == "-" else "the input"
+        raise Refused(f"{where} is not UTF-8 text (byte {exc.start}); nothing started") from None
 
 
 async def _not_running_message(

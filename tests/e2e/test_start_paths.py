@@ -107,3 +107,29 @@ async def test_hitl_run_reads_a_dash_as_its_input_from_stdin(
     assert out["final_output"] == f"counted: {text}", "the text as it was piped"
     line_two = "      line two: 'quoted' $HOME \\n"  # a backslash and an n, as typed
     assert shown == ["completed:", "    counted: line one", line_two, "    " + "x" * 200_000]
+
+
+async def test_hitl_run_refuses_an_input_that_is_not_utf8_and_starts_nothing(
+    dev_client: Client, dev_server: object
+) -> None:
+    """Bytes no payload can carry, piped or as the argument: one line, exit 1, no run."""
+    address: str = dev_server.address  # type: ignore[attr-defined]
+    tq = f"not-utf8-{uuid.uuid4().hex[:8]}"
+    command = [sys.executable, "-m", "hitl.cli", "--address", address, "--task-queue", tq, "run"]
+    cases = [
+        (["Counter", "-"], b"refund \xff order", "standard input is not UTF-8 text (byte 7)"),
+        ([b"Counter", b"\xfe"], b"", "the input is not UTF-8 text (byte 0)"),
+    ]
+    for args, piped, said in cases:
+        cli = await asyncio.to_thread(
+            subprocess.run,
+            [*command, *args],
+            input=piped,
+            capture_output=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert cli.returncode == 1, cli.stderr
+        assert cli.stderr.decode() == f"hitl: {said}; nothing started\n"
+        assert cli.stdout == b"", "nothing started"
+    assert [w async for w in dev_client.list_workflows(f"TaskQueue = '{tq}'")] == []
