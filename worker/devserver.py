@@ -62,11 +62,10 @@ def free_port(ip: str = "127.0.0.1") -> int:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 0
-    rng = random.SystemRandom()
-    for _ in range(64 if low > PICKED_FROM + 1_000 else 0):
-        port = rng.randrange(PICKED_FROM, low)
-        if port_free(port, ip):
-            return port
+    if low > PICKED_FROM + 1_000:
+        for port in random.SystemRandom().sample(range(PICKED_FROM, low), 64):
+            if port_free(port, ip):
+                return port
     with socket.socket() as s:
         s.bind((ip, 0))
         picked: int = s.getsockname()[1]
