@@ -116,10 +116,12 @@ class Settled:
         The pending views show the settled views' counts, and a fresh console reads hundreds
         of closed runs' results for them (1.4 s at 100,000 parked runs): a later page has them.
         """
-        if self._reading is None or self._reading.done():
-            self._reading = asyncio.ensure_future(self.rows())
-        done, _ = await asyncio.wait({self._reading}, timeout=seconds)
-        return self._reading.result() if done else None
+        reading = self._reading
+        if reading is None or reading.done():
+            reading = self._reading = asyncio.ensure_future(self.rows())
+        # This request's reading: another request may begin the next one meanwhile.
+        done, _ = await asyncio.wait({reading}, timeout=seconds)
+        return reading.result() if done else None
 
     async def rows(self) -> list[SettledRow]:
         """Every settled call, newest first (read at most every `SETTLED_SECONDS`)."""

@@ -4,6 +4,7 @@ runs)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import pytest
@@ -147,3 +148,24 @@ async def test_a_stale_reading_is_served_while_the_next_is_read_and_a_decision_r
     await data._refresh
     after = await asyncio.wait_for(data.inbox(), 1.0)
     assert after.left_out > before.left_out, "and read anew in the background"
+
+
+async def test_a_request_gets_its_reading_when_the_next_one_began_meanwhile() -> None:
+    """Two requests (a page and a poll): the first's reading ends, and the second begins the
+    next before the first resumes. The first once read the second's unfinished reading and
+    failed with InvalidStateError, answering 500 (a page that then never polled again)."""
+    first = SettledRow("default", "w1", "Desk", record())
+    second = SettledRow("default", "w2", "Desk", record())
+    later: list[asyncio.Future[list[SettledRow] | None]] = []
+
+    class Racing(Settled):
+        async def rows(self) -> list[SettledRow]:
+            if not later:  # the first reading: a second request arrives as it ends
+                later.append(asyncio.ensure_future(self.rows_within(5)))
+                return [first]
+            await asyncio.sleep(0.01)
+            return [second]
+
+    settled = Racing(ConsoleData({}))
+    assert await settled.rows_within(5) == [first]
+    assert await later[0] == [second]
