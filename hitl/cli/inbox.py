@@ -79,6 +79,15 @@ def allowed_queues(given: Sequence[str] | None = None, fallback: str | None = No
     return list(dict.fromkeys(queues))
 
 
+def unregistered(exc: RPCError) -> bool:
+    """Whether a listing was refused because our search attributes are not registered here.
+
+    Anything else (a deadline, a server that is down or busy) is a passing fault, never a
+    reason to fall back to asking every run.
+    """
+    return SA_STATUS in exc.message or "search attribute" in exc.message.lower()
+
+
 def queue_clause(queues: Sequence[str], *, outside: bool = False) -> str | None:
     """`TaskQueue IN (...)` (or `NOT IN`) over the queues a literal can name; `None`: none can.
 
@@ -251,7 +260,7 @@ async def _paused_runs(
     try:
         found = await listing(clauses)
     except RPCError as exc:
-        if SA_STATUS not in exc.message and "search attribute" not in exc.message.lower():
+        if not unregistered(exc):
             raise Refused(f"cannot list paused runs: {exc.message} ({_code(exc)})") from None
         if args.runs:
             raise Refused(

@@ -27,6 +27,7 @@ from hitl.console.acts import CHAT_SLACK, MAX_RUN_CALLS, Acts
 from hitl.console.acts import Shown as Shown
 from hitl.console.auth import COOKIE, Authenticator, Session
 from hitl.console.chat import SlackGateway
+from hitl.console.core import SECURITY_HEADERS
 from hitl.console.data import ConsoleData, Row
 from hitl.console.forms import form_fields, one_text_each
 from hitl.console.insights import INSIGHTS, METRICS, InsightsPages
@@ -55,10 +56,6 @@ VIEWS = {
 calls settled recently (`hitl.console.settled`)."""
 PAGE_SIZE = 50
 """Inbox rows per page."""
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
 MAX_FORM_BYTES = 256 * 1024
 SORTS = {"oldest", "newest"}
 AGES = {"": 0, "1h": 3600, "1d": 86400, "7d": 7 * 86400}
@@ -198,6 +195,7 @@ class Console(Acts):
         shown |= {"sort": sort, "view": view}
         return rows, self.inbox_context(mine, done, shown, counts, page, pages, matched) | {
             "left_out": inbox.left_out,
+            "failed": sorted(inbox.failed.items()),
             "cut_at": inbox.cut_at,
             "waiting": inbox.counted(),
             "unknown_counts": list(SETTLED_VIEWS) if settled is None else [],
@@ -487,10 +485,7 @@ class Guard(BaseHTTPMiddleware):
         response = await call_next(request)
         if fresh is not None:
             self.console.set_cookie(response, fresh)
-        response.headers["Content-Security-Policy"] = CSP
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["Referrer-Policy"] = "same-origin"
-        response.headers["Cache-Control"] = "no-store"
+        response.headers.update(SECURITY_HEADERS)
         return response
 
     async def signed_out(self, request: Request) -> Response:
@@ -589,4 +584,8 @@ def create_app(
         WebSocketRoute(REALTIME, socket_endpoint(console)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(Guard, console=console)])
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(Guard, console=console)],
+        exception_handlers={500: console.failed},
+    )

@@ -20,6 +20,20 @@ from hitl.console.settled import Settled
 from hitl.console.view import _env
 from hitl.wire import PendingApproval, RunSnapshot
 
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+"""On every answer of the console's, an error page's too."""
+RETRY_SECONDS = 10
+"""How soon a page the console could not answer is asked for again."""
+
 
 class ConsoleCore:
     """The console's state and shared helpers (pages: `hitl.console.app`; actions: `acts`)."""
@@ -61,6 +75,23 @@ class ConsoleCore:
         person = request.state.session.person
         shown = problem if problem and self.rules.is_viewer(person) else ""
         return self.render(request, "gone.html", 404, problem=shown)
+
+    async def failed(self, request: Request, exc: Exception) -> Response:
+        """A request the console could not answer (the server logs `exc`): never a trace.
+
+        An htmx poll gets a bare 500 (htmx swaps nothing and polls on); a page says so and asks
+        again in `RETRY_SECONDS`; a post says how to learn whether it took effect.
+        """
+        if request.headers.get("HX-Request"):
+            response = Response(status_code=500)
+        else:
+            retry = request.method == "GET"
+            html = self.env.get_template("error.html").render(
+                person=None, csrf="", retry=RETRY_SECONDS if retry else None
+            )
+            response = HTMLResponse(html, status_code=500)
+        response.headers.update(SECURITY_HEADERS)
+        return response
 
     def may_see_row(self, person: str, row: Row) -> bool:
         """Whether `person` sees this inbox row (a call they may decide, or they view all)."""

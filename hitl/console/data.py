@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, Literal, TypeVar, cast
@@ -35,7 +35,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.cli.common import _AGENT_KEY as AGENT_KEY
-from hitl.cli.common import _Gone, _Pollers, _query, _Unreadable
+from hitl.cli.common import _code, _Gone, _Pollers, _query, _Unreadable
 from hitl.cli.inbox import (
     allowed_queues,
     count_runs,
@@ -44,10 +44,12 @@ from hitl.cli.inbox import (
     list_runs,
     memo_confirmed,
     queue_clause,
+    unregistered,
 )
 from hitl.console.rows import Row as Row
 from hitl.console.rows import recorded_words, when
 from hitl.console.window import COUNT_TIMEOUT, Counts, before_clause, search_clause
+from hitl.console.window import Inbox as Inbox
 from hitl.signing import sign_input
 from hitl.starting import decision_update_id
 from hitl.wire import (
@@ -112,33 +114,6 @@ REFUSAL_WORDS = {
     "Unbound": "The run takes only decisions bound to what was seen: reload the call and decide",
     "SigningUnavailable": "The run's worker cannot check signed decisions (its extra is missing)",
 }
-
-
-@dataclass
-class Inbox:
-    """A reading of the inbox."""
-
-    rows: list[Row] = field(default_factory=list)
-    unavailable: list[tuple[str, str, str]] = field(default_factory=list)
-    """(namespace, workflow id, why) of paused runs that could not be asked for their calls."""
-    left_out: int = 0
-    """Paused runs on task queues outside the console's list (not listed)."""
-    cut_at: int = 0
-    """A namespace had more paused runs than one reading lists (`limit`): listed up to this,
-    the newest-started (searches reach the rest: `hitl.console.window`)."""
-    waiting: dict[str, int | None] = field(default_factory=dict)
-    """Namespace -> paused runs found there, for the namespaces whose reading was cut
-    (`None`: not counted in `window.COUNT_TIMEOUT`)."""
-    started_by: dict[str, datetime] = field(default_factory=dict)
-    """Namespace -> when the oldest run a cut reading listed started (searches go past it)."""
-    read_at: float = 0.0
-    took: float = 0.0
-    """Seconds the reading took."""
-
-    def counted(self) -> int | None:
-        """Paused runs found in the namespaces whose reading was cut (`None`: not all counted)."""
-        counts = list(self.waiting.values())
-        return None if None in counts else sum(c or 0 for c in counts)
 
 
 @dataclass
@@ -227,7 +202,11 @@ class ConsoleData:
         began = time.monotonic()
         inbox = Inbox()
         for ns, client in self.clients.items():
-            await self._read_namespace(inbox, ns, client, began)
+            try:
+                await self._read_namespace(inbox, ns, client, began)
+            except RPCError as exc:  # a passing fault: the last reading's calls stand, flagged
+                log.warning("listing the paused runs in %s failed", ns, exc_info=True)
+                inbox.carry(self._inbox, ns, _code(exc))
         # Served for INBOX_SECONDS from when it is ready: stamped when it began, a reading that
         # took longer (10,000 calls: seconds) was stale on arrival and every request read again.
         inbox.read_at = time.monotonic()
@@ -255,7 +234,10 @@ class ConsoleData:
         degraded = False
         try:
             found, text, more = await listing(clauses)
-        except RPCError:  # our search attributes are not registered: ask every run
+        except RPCError as exc:
+            if not unregistered(exc):
+                raise
+            # Our search attributes are not registered: ask every run.
             degraded, clauses = True, ["ExecutionStatus = 'Running'", kind]
             found, text, more = await listing(clauses)
         outside = (ns, f"left out: {' AND '.join(clauses)}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -28,11 +29,13 @@ from temporalio.service import RPCError
 
 from hitl.cli.common import _AGENT_KEY as AGENT_KEY
 from hitl.cli.common import _Gone, _Pollers, _query, _Unreadable
-from hitl.cli.inbox import list_runs, queue_clause
+from hitl.cli.inbox import list_runs, queue_clause, unregistered
 from hitl.console.data import QUERY_TIMEOUT, ConsoleData
 from hitl.console.rules import Rules
 from hitl.wire import QUERY_STATUS, SA_OUTCOMES, WORKFLOW_TYPE, DecisionRecord, RunOutput
 from hitl.wire import RunStatus as _RunStatus
+
+log = logging.getLogger("hitl.console")
 
 SETTLED_SECONDS = 5.0
 """How long one reading serves every browser asking."""
@@ -131,8 +134,9 @@ class Settled:
                 for ns, client in self.data.clients.items():
                     try:
                         rows += await self._namespace(ns, client)
-                    except Exception:  # the pending views must not fail for these: none here
-                        continue
+                    except Exception:  # the pending views must not fail for these
+                        log.warning("reading settled calls in %s failed", ns, exc_info=True)
+                        rows += [r for r in self._rows if r.namespace == ns]  # the last reading's
                 rows.sort(key=lambda r: r.at, reverse=True)
                 self._rows, self._read_at = rows, time.monotonic()
             return self._rows
@@ -148,8 +152,10 @@ class Settled:
         query = " AND ".join([*clauses, within] if within else clauses)
         try:
             found, _ = await list_runs(client, query, self.limit)
-        except RPCError:  # our search attributes are not registered: nothing to list by
-            return []
+        except RPCError as exc:
+            if not unregistered(exc):
+                raise  # a passing fault: `rows` keeps what the last reading found
+            return []  # our search attributes are not registered: nothing to list by
         found = [
             w
             for w in found

@@ -1,4 +1,4 @@
-"""How a search of the inbox reaches the paused runs one reading did not list.
+"""One reading of the inbox (`Inbox`), and how a search reaches the runs it did not list.
 
 One reading of the inbox lists at most `limit` paused runs per namespace, as visibility lists
 them: the newest-started first (it takes no `ORDER BY`: Temporal Cloud refuses it, and counting
@@ -11,7 +11,9 @@ Search text is hostile: only a value a string literal expresses exactly is sent 
 a single quote escaped; double quotes, backslashes and control characters never); anything
 else is searched in the reading alone.
 
-How many runs wait past a cut reading is counted beside the reading (`Counts`).
+How many runs wait past a cut reading is counted beside the reading (`Counts`). A namespace
+whose listing fails (a deadline, a server down or busy) keeps the last reading's calls, flagged
+(`Inbox.carry`): a passing fault neither empties the inbox nor fails the page.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from hitl.cli.common import _literal
+from hitl.console.rows import Row
 from hitl.wire import SA_AGENT, SA_PENDING_TOOLS
 
 SEARCH_TEXT = 200
@@ -85,6 +89,44 @@ COUNT_KEPT_SECONDS = 30.0
 dev server's SQLite), and the inbox is read every 2 s while anyone has it open."""
 COUNT_WAIT = 0.5
 """How long after it began a reading waits for its counts (a later reading shows the rest)."""
+
+
+@dataclass
+class Inbox:
+    """A reading of the inbox."""
+
+    rows: list[Row] = field(default_factory=list)
+    unavailable: list[tuple[str, str, str]] = field(default_factory=list)
+    """(namespace, workflow id, why) of paused runs that could not be asked for their calls."""
+    left_out: int = 0
+    """Paused runs on task queues outside the console's list (not listed)."""
+    cut_at: int = 0
+    """A namespace had more paused runs than one reading lists (`limit`): listed up to this,
+    the newest-started (searches reach the rest: `hitl.console.window`)."""
+    waiting: dict[str, int | None] = field(default_factory=dict)
+    """Namespace -> paused runs found there, for the namespaces whose reading was cut
+    (`None`: not counted in `window.COUNT_TIMEOUT`)."""
+    started_by: dict[str, datetime] = field(default_factory=dict)
+    """Namespace -> when the oldest run a cut reading listed started (searches go past it)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Namespace -> the status code of the listing that failed there (a passing fault: a
+    deadline, a server down or busy); its calls are the last reading's (`carry`)."""
+    read_at: float = 0.0
+    took: float = 0.0
+    """Seconds the reading took."""
+
+    def counted(self) -> int | None:
+        """Paused runs found in the namespaces whose reading was cut (`None`: not all counted)."""
+        counts = list(self.waiting.values())
+        return None if None in counts else sum(c or 0 for c in counts)
+
+    def carry(self, last: Inbox, ns: str, why: str) -> None:
+        """Namespace `ns` as the `last` reading found it: listing it failed now (`why`)."""
+        self.failed[ns] = why
+        self.rows += [r for r in last.rows if r.namespace == ns]
+        if ns in last.waiting:
+            self.waiting[ns], self.started_by[ns] = last.waiting[ns], last.started_by[ns]
+            self.cut_at = max(self.cut_at, last.cut_at)
 
 
 class Counts:
