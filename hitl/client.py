@@ -13,6 +13,7 @@ import asyncio
 import atexit
 import dataclasses
 import gc
+import logging
 import os
 import re
 import sys
@@ -23,7 +24,13 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, Plugin
 from temporalio.converter import DataConverter, ExternalStorage
 from temporalio.envconfig import ClientConfig
-from temporalio.runtime import Runtime
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from hitl.codec import EncryptionCodec
@@ -107,6 +114,20 @@ def _release_clients() -> None:
     # Measured here: 7 aborts in 40 short scripts without this, 0 in 40 with it.
     _cached.clear()
     gc.collect()
+
+
+def core_logs_to_stderr() -> None:
+    """Send the SDK core's own log lines to Python's `temporalio.core` logger (standard error).
+
+    By default the core writes them, colour codes and all, to standard output, where a warning
+    such as TMPRL1103 (a payload over the warning size) would mix into what a command prints
+    (`--json`). For the `hitl` CLI; a library leaves the process's default runtime alone.
+    """
+    logger = logging.getLogger("temporalio.core")
+    forwarding = LogForwardingConfig(logger=logger, prepend_target_on_message=False)
+    level = TelemetryFilter(core_level="WARN", other_level="ERROR")
+    telemetry = TelemetryConfig(logging=LoggingConfig(filter=level, forwarding=forwarding))
+    Runtime.set_default(Runtime(telemetry=telemetry), error_if_already_set=False)
 
 
 def hard_exit(code: int) -> NoReturn:

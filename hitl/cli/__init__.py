@@ -68,7 +68,7 @@ from hitl.cli.running import cmd_run, cmd_watch, format_event
 from hitl.cli.stack import cmd_codec_server, cmd_dev, cmd_setup
 from hitl.cli.verify import add_parser as add_verify_parser
 from hitl.cli.verify import cmd_verify
-from hitl.client import connect, hard_exit
+from hitl.client import connect, core_logs_to_stderr, hard_exit
 from hitl.errors import UserError
 from hitl.wire import DEFAULT_TASK_QUEUE
 
@@ -436,6 +436,7 @@ def _usage(parser: argparse.ArgumentParser, message: str) -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `hitl` console script."""
+    core_logs_to_stderr()  # before any client: standard output is the command's alone
     hard_exit(run(argv))
 
 

@@ -109,6 +109,32 @@ async def test_hitl_run_reads_a_dash_as_its_input_from_stdin(
     assert shown == ["completed:", "    counted: line one", line_two, "    " + "x" * 200_000]
 
 
+async def test_the_sdk_cores_own_warnings_go_to_stderr_never_into_the_output(
+    dev_client: Client, dev_server: object
+) -> None:
+    """A 700 KB input is over the SDK core's payload warning size (512 KiB): the core's
+    warning (TMPRL1103) once came out on standard output, colour codes and all, mixed into
+    what the command printed. Now standard output holds the command's line alone."""
+    address: str = dev_server.address  # type: ignore[attr-defined]
+    tq = f"big-input-{uuid.uuid4().hex[:8]}"  # no worker: the run waits, which is enough
+    command = [sys.executable, "-m", "hitl.cli", "--address", address, "--task-queue", tq]
+    cli = await asyncio.to_thread(
+        subprocess.run,
+        [*command, "run", "Counter", "-"],
+        input="y" * 700_000,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert cli.returncode == 0, cli.stderr
+    [line] = cli.stdout.splitlines()
+    assert line.startswith("started run-counter-"), cli.stdout[:300]
+    assert "[TMPRL1103]" in cli.stderr, cli.stderr[:300]
+    assert "\x1b" not in cli.stderr and "\\u001b" not in cli.stderr, "no colour codes"
+    await dev_client.get_workflow_handle(line.removeprefix("started ")).terminate("test over")
+
+
 async def test_hitl_run_refuses_an_input_that_is_not_utf8_and_starts_nothing(
     dev_client: Client, dev_server: object
 ) -> None:
