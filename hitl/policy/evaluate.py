@@ -2,10 +2,12 @@
 
 Precedence (docs/policies.md): every rule is tested, in document order; among the enforced
 rules that match, `deny` wins over everything, then `ask`, then `allow`. The first matching
-rule of the winning effect is the deciding rule. `log_only` rules decide nothing: the verdict
-records what they would have made it (`shadow_effect`). A condition that cannot be evaluated
-(a text compared as a number, a subject too long for a pattern, a ledger that does not
-answer) fails closed: it holds for a `deny` or `ask` rule and not for an `allow` rule.
+rule of the winning effect is the deciding rule (of the `deny` rules, the first that held on
+the call's facts, before any that held only by failing closed). `log_only` rules decide
+nothing: the verdict records what they would have made it (`shadow_effect`). A condition that
+cannot be evaluated (a text compared as a number, a subject too long for a pattern, a ledger
+that does not answer) fails closed: it holds for a `deny` or `ask` rule and not for an `allow`
+rule.
 """
 
 from __future__ import annotations
@@ -152,12 +154,17 @@ def _decide(verdict: Verdict, rules: list[Rule]) -> None:
     winner = _winner(rules)
     if winner is None:
         return
-    verdict.effect, verdict.rule = winner.effect, winner.id
     if winner.effect == "deny":
-        report = next(r for r in verdict.reports if r.rule == winner.id)
+        # A deny that held on the call's facts decides before one that held only by failing
+        # closed: the model then reads what was found, not that a rule could not be checked.
+        closed = {r.rule for r in verdict.reports if r.held_closed}
+        denies = [r for r in rules if r.effect == "deny"]
+        winner = next((r for r in denies if r.id not in closed), winner)
+        verdict.effect, verdict.rule = winner.effect, winner.id
         unchecked = UNCHECKED.format(rule=winner.id)
-        verdict.message = unchecked if report.held_closed else winner.message
+        verdict.message = unchecked if winner.id in closed else winner.message
         return
+    verdict.effect, verdict.rule = winner.effect, winner.id
     if winner.effect != "ask":
         return
     asks = [r for r in rules if r.effect == "ask"]

@@ -155,6 +155,18 @@ async def test_conditions_that_cannot_be_evaluated_fail_closed() -> None:
     lookalike = doc(rule("no", "deny", "{arg: note, eq: 'fails closed'}"))
     same = await verdict(lookalike, {"note": "fails closed"})
     assert (same.effect, same.message) == ("deny", "no by no"), same.reports[0].why
+    # A deny that held on the facts decides before an earlier one that held only by failing
+    # closed: the model reads what was found, and the audit names the rule that found it.
+    both = doc(
+        rule("cap", "deny", "{arg: amount, gt: 100}"), rule("no", "deny", "{arg: to, eq: x}")
+    )
+    found = await verdict(both, {"amount": "lots", "to": "x"})
+    assert (found.effect, found.rule, found.message) == ("deny", "no", "no by no")
+    assert found.matched == ["cap", "no"] and "fails closed" in found.reports[0].why[0]
+    alone = await verdict(both, {"amount": "lots", "to": "y"})
+    assert (alone.effect, alone.rule) == ("deny", "cap") and "could not be checked" in str(
+        alone.message
+    )
 
 
 async def test_a_cap_the_ledger_could_not_check_is_not_reported_as_reached() -> None:
