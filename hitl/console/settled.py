@@ -134,8 +134,10 @@ class Settled:
                 for ns, client in self.data.clients.items():
                     try:
                         rows += await self._namespace(ns, client)
-                    except Exception:  # the pending views must not fail for these
-                        log.warning("reading settled calls in %s failed", ns, exc_info=True)
+                    except Exception as exc:  # the pending views must not fail for these
+                        trace = not isinstance(exc, RPCError)  # a server's refusal: one line
+                        what = "reading settled calls in %s failed: %s"
+                        log.warning(what, ns, exc, exc_info=trace)
                         rows += [r for r in self._rows if r.namespace == ns]  # the last reading's
                 rows.sort(key=lambda r: r.at, reverse=True)
                 self._rows, self._read_at = rows, time.monotonic()
