@@ -60,7 +60,7 @@ $(VENV)/.bench-installed: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	@touch $@
 
-bench: $(VENV)/.bench-installed ## Benchmarks against the peer, tables and charts (budget 6 min: 6 min 17 s measured 2026-11-26 on a quiet 2-core machine, 8.5 min under load, 17 min before; BENCH_ARGS=--quick 84 s quiet, 1.7-3 min under load; installs the peer on first use)
+bench: $(VENV)/.bench-installed ## Benchmarks against the peer, tables and charts (budget 6 min: 6 min 17 s measured 2026-11-26 on a quiet 2-core machine, 8.5 min under load, 17 min before; BENCH_ARGS=--quick 64-65 s on 2026-11-27, 1.7-3 min under heavy load; installs the peer on first use)
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 screenshots: $(STAMP) ## Retake the docs' screenshots with the browser tests (needs Chromium)

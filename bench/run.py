@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import charts, client_costs, report
+from bench import charts, client_costs, report, sections
 from bench.procs import (
     ROOT,
     BenchError,
@@ -340,6 +340,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
 async def amain(args: argparse.Namespace) -> int:
     plan = make_plan(args)
+    sections.SETTLE = sections.QUICK_SETTLE if args.quick else 1.0
     started = time.monotonic()
     stem = args.out or (RESULTS / ("quick" if args.quick else "latest"))
     suffix = ".tmp" if args.quick and args.out is None else ""

@@ -151,10 +151,16 @@ async def section_history_one(stack: Stack, latency: dict[str, Any]) -> dict[str
     return out
 
 
+SETTLE = 1.0
+"""A factor on the pauses that let background work settle before a figure is taken, and on the
+idle server's sample (`--quick`: `QUICK_SETTLE`; its figures are not for quoting)."""
+QUICK_SETTLE = 0.3
+
+
 async def idle_server_cpu(stack: Stack, seconds: float = 2.0) -> float:
     """The dev server's CPU while nothing runs (ms per second), to read the others against."""
     before = proto.snapshot({"server": stack.server.pid})
-    await asyncio.sleep(seconds)
+    await asyncio.sleep(seconds * SETTLE)
     after = proto.snapshot({"server": stack.server.pid})
     return cpu_delta_ms(before, after, "server") / (after["_"]["wall"] - before["_"]["wall"])
 
@@ -166,7 +172,7 @@ async def section_throughput(
     for name in names:
         v = VARIANTS[name]
         pids = stack.pids(name)
-        await asyncio.sleep(1.0)  # let the previous section's background work settle
+        await asyncio.sleep(1.0 * SETTLE)  # let the previous section's background work settle
         load_before = os.getloadavg()[0]
         counters_before = server_counters(stack.server.pid)
         before = proto.snapshot(pids)
@@ -299,7 +305,7 @@ async def section_parked(stack: Stack, plan: Plan) -> dict[str, Any]:
         worker = stack.workers.get(name) or stack.start_worker(name, side, queue)
         try:
             await driver.call("warmup", key=key, n=plan.warmup_runs, queue=queue, api="client")
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5 * SETTLE)
             pids = {"worker": worker.pid, "server": stack.server.pid}
             base = proto.snapshot(pids)
             storage0 = sqlite_used_bytes(stack.db)
@@ -313,7 +319,7 @@ async def section_parked(stack: Stack, plan: Plan) -> dict[str, Any]:
                 pids=pids,
                 api="client",
             )
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0 * SETTLE)
             final = proto.snapshot(pids)
             storage1 = sqlite_used_bytes(stack.db)
             # Ours lists pending runs from visibility alone; the status query of each run (the
@@ -368,7 +374,7 @@ async def section_parked(stack: Stack, plan: Plan) -> dict[str, Any]:
         name = f"{side}-bounded"
         worker = stack.start_worker(name, side, queue, BOUNDED_CACHE)
         try:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5 * SETTLE)
             base_rss = rss = float(proto.rss_bytes(worker.pid))
             sample = min(n, plan.parked_replay_sample)
             listing = await _listing(stack, side, queue, n, worker.pid, sample)
