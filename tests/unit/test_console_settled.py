@@ -74,7 +74,9 @@ def test_the_settled_views_render_hostile_text_inert(monkeypatch: pytest.MonkeyP
         assert "t3.1" not in decided, "the expired call is in its own view"
         expired = client.get("/?view=expired").text
         assert "Expired: nobody decided before its deadline" in expired and "t3.1" in expired
-        assert "Nothing waits for a decision" in client.get("/").text
+        empty = client.get("/").text
+        assert "Nothing waits for a decision that you may see" in empty
+        assert "a call that names other approvers is not shown here" in empty
 
 
 async def test_a_slow_inbox_reading_is_served_after_it_arrives(
