@@ -337,6 +337,7 @@ COMMANDS: list[Subcommand] = [
                 {"default": "7d", "help": "runs started within this span (7d, 12h)"},
             ),
             (("--agent",), {"help": "only runs of this agent"}),
+            (("--queue",), {"dest": "task_queue_filter", "help": "only runs on this task queue"}),
             (("--csv",), {"action": "store_true", "help": "CSV instead of JSON lines"}),
             (("--limit",), {"type": int, "default": 1000, "help": "at most this many runs"}),
             (

@@ -10,6 +10,7 @@ refused by a validator leave nothing in history; the worker logs one line for ea
 from __future__ import annotations
 
 import argparse
+import asyncio
 import csv
 import json
 import sys
@@ -27,6 +28,7 @@ from hitl.cli.common import (
     _code,
     _handle,
     _literal,
+    _Pollers,
     _query,
     parse_span,
 )
@@ -262,32 +264,42 @@ def _named_in(sent: str) -> tuple[str | None, str | None]:
     )
 
 
+READS_AT_ONCE = 16
+"""Runs read at once (each a query, or a description and a result for a closed run)."""
+
+
 async def _runs(client: Client, args: argparse.Namespace) -> list[WorkflowExecution]:
     since = datetime.now(UTC) - parse_span(args.since)
     clauses = [f"WorkflowType = '{WORKFLOW_TYPE}'", f"StartTime >= '{since.isoformat()}'"]
     agent = _literal(args.agent) if args.agent else None
     if agent:
         clauses.append(f"{SA_AGENT} = {agent}")
+    queue = args.task_queue_filter
+    if queue and _literal(queue):  # else matched on what comes back only
+        clauses.append(f"TaskQueue = {_literal(queue)}")
     query, timeout = " AND ".join(clauses), timedelta(seconds=args.timeout)
     try:
         found, more = await list_runs(client, query, args.limit, rpc_timeout=timeout)
     except RPCError as exc:
         raise Refused(f"cannot list runs: {exc.message} ({_code(exc)})") from None
+    found = [w for w in found if not queue or w.task_queue == queue]
     if more:  # visibility lists running runs first: the closed ones may all be past the limit
         print(
             f"note: more than {args.limit} runs started within {args.since}; these are the "
             f"first {args.limit} the server lists (running runs before closed ones): raise "
-            "--limit, or narrow with --since or --agent",
+            "--limit, or narrow with --since, --agent or --queue",
             file=sys.stderr,
         )
     return sorted(found, key=lambda w: w.start_time or since)
 
 
-async def _status(client: Client, run: str, timeout: float) -> tuple[RunStatus | None, str]:
+async def _status(
+    client: Client, run: str, timeout: float, pollers: _Pollers | None = None
+) -> tuple[RunStatus | None, str]:
     """The run's status, else its result's decisions for a completed run; a note when partial."""
     handle = await _handle(client, run)
     try:
-        status: RunStatus = await _query(client, handle, QUERY_STATUS, RunStatus, timeout)
+        status: RunStatus = await _query(client, handle, QUERY_STATUS, RunStatus, timeout, pollers)
         return status, ""
     except Refused as exc:
         try:
@@ -316,8 +328,14 @@ async def cmd_audit(client: Client, args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     agents: dict[str, str | None] = {}
-    for name in names:
-        status, note = await _status(client, name, args.timeout)
+    pollers, gate = _Pollers(client), asyncio.Semaphore(READS_AT_ONCE)
+
+    async def read(name: str) -> tuple[RunStatus | None, str]:
+        async with gate:
+            return await _status(client, name, args.timeout, pollers)
+
+    answers = await asyncio.gather(*(read(name) for name in names))  # in the listing's order
+    for name, (status, note) in zip(names, answers, strict=True):
         if note:
             notes.append(note)
         if status is None:

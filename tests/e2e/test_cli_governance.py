@@ -112,7 +112,10 @@ async def test_audit_lists_decisions_and_refusals_across_runs(
 
     async def listed() -> bool:  # runs are listed from visibility (eventually consistent)
         nonlocal rows, across
-        across = hitl(address, "audit", "--since", "1h", "--agent", "Treasury", "--csv")
+        # --queue: only this module's runs (the session's server holds every test's).
+        across = hitl(
+            address, "audit", "--since", "1h", "--agent", "Treasury", "--queue", tq, "--csv"
+        )
         assert across.returncode == 0, across.stderr
         found = csv.DictReader(io.StringIO(across.stdout))
         rows = [r for r in found if r["run"] in (paid, stopped)]
@@ -130,9 +133,14 @@ async def test_audit_lists_decisions_and_refusals_across_runs(
     usage = hitl(address, "audit", "--since", "soon")
     assert usage.returncode == 2 and "is not a span" in usage.stderr
     # A limit that cuts the list says so (the server lists running runs before closed ones).
-    cut = hitl(address, "audit", "--since", "1h", "--agent", "Treasury", "--limit", "1")
+    cut = hitl(address, "audit", "--since", "1h", "--queue", tq, "--limit", "1")
     assert cut.returncode == 0 and "more than 1 runs started within 1h" in cut.stderr
     assert across is not None and "more than" not in across.stderr
+    elsewhere = hitl(address, "audit", "--since", "1h", "--queue", f"{tq}-elsewhere")
+    assert elsewhere.returncode == 0 and paid not in elsewhere.stdout, "another queue's runs only"
+    # A queue name that tries to widen the query is one literal: it matches no run of ours.
+    widened = hitl(address, "audit", "--since", "1h", "--queue", f"{tq}' OR TaskQueue != '")
+    assert widened.returncode == 0 and paid not in widened.stdout, widened.stderr
 
 
 async def test_a_deadline_is_extended_from_the_cli(
