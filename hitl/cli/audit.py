@@ -32,7 +32,7 @@ from hitl.cli.common import (
     _query,
     parse_span,
 )
-from hitl.cli.inbox import list_runs
+from hitl.cli.inbox import list_runs, queue_clause
 from hitl.wire import (
     QUERY_STATUS,
     SA_AGENT,
@@ -275,8 +275,9 @@ async def _runs(client: Client, args: argparse.Namespace) -> list[WorkflowExecut
     if agent:
         clauses.append(f"{SA_AGENT} = {agent}")
     queue = args.task_queue_filter
-    if queue and _literal(queue):  # else matched on what comes back only
-        clauses.append(f"TaskQueue = {_literal(queue)}")
+    within = queue_clause([queue]) if queue else None  # None: matched on what comes back only
+    if within:
+        clauses.append(within)
     query, timeout = " AND ".join(clauses), timedelta(seconds=args.timeout)
     try:
         found, more = await list_runs(client, query, args.limit, rpc_timeout=timeout)

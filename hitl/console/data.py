@@ -205,8 +205,9 @@ class ConsoleData:
             try:
                 await self._read_namespace(inbox, ns, client, began)
             except RPCError as exc:  # a passing fault: the last reading's calls stand, flagged
-                log.warning("listing the paused runs in %s failed: %s (%s)", ns, exc, _code(exc))
-                inbox.carry(self._inbox, ns, _code(exc))
+                code = _code(exc)
+                log.warning("listing the paused runs in %s failed: %s (%s)", ns, exc, code)
+                inbox.carry(self._inbox, ns, code)
         # Served for INBOX_SECONDS from when it is ready: stamped when it began, a reading that
         # took longer (10,000 calls: seconds) was stale on arrival and every request read again.
         inbox.read_at = time.monotonic()

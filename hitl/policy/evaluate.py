@@ -154,17 +154,16 @@ def _decide(verdict: Verdict, rules: list[Rule]) -> None:
     winner = _winner(rules)
     if winner is None:
         return
+    closed = {r.rule for r in verdict.reports if r.held_closed}
     if winner.effect == "deny":
         # A deny that held on the call's facts decides before one that held only by failing
         # closed: the model then reads what was found, not that a rule could not be checked.
-        closed = {r.rule for r in verdict.reports if r.held_closed}
-        denies = [r for r in rules if r.effect == "deny"]
-        winner = next((r for r in denies if r.id not in closed), winner)
-        verdict.effect, verdict.rule = winner.effect, winner.id
-        unchecked = UNCHECKED.format(rule=winner.id)
-        verdict.message = unchecked if winner.id in closed else winner.message
-        return
+        winner = next((r for r in rules if r.effect == "deny" and r.id not in closed), winner)
     verdict.effect, verdict.rule = winner.effect, winner.id
+    if winner.effect == "deny":
+        checked = winner.id not in closed
+        verdict.message = winner.message if checked else UNCHECKED.format(rule=winner.id)
+        return
     if winner.effect != "ask":
         return
     asks = [r for r in rules if r.effect == "ask"]

@@ -159,15 +159,17 @@ async def test_a_request_gets_its_reading_when_the_next_one_began_meanwhile() ->
     first = SettledRow("default", "w1", "Desk", record())
     second = SettledRow("default", "w2", "Desk", record())
     later: list[asyncio.Future[list[SettledRow] | None]] = []
+    released = asyncio.Event()  # the second reading ends only once the first request has
 
     class Racing(Settled):
         async def rows(self) -> list[SettledRow]:
             if not later:  # the first reading: a second request arrives as it ends
                 later.append(asyncio.ensure_future(self.rows_within(5)))
                 return [first]
-            await asyncio.sleep(0.01)
+            await released.wait()
             return [second]
 
     settled = Racing(ConsoleData({}))
     assert await settled.rows_within(5) == [first]
+    released.set()
     assert await later[0] == [second]
